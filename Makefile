@@ -1,0 +1,48 @@
+# The two commands in the README do all set-up themselves: `make run` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+DURATION ?= 0
+
+.PHONY: venv run test lint format typecheck unit itests acceptance bench clean
+
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt setup.py pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -r requirements-dev.txt
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+venv: $(STAMP)
+
+run: venv
+	$(BIN)/clusterman signal evaluate --start \
+		--namespace clusterman --name MostRecentResources --app __default__ \
+		--cluster local-dev --pool default \
+		--metrics config/sample-metrics.json
+
+lint: venv
+	$(BIN)/ruff check clusterman clusterman_signals tests itests acceptance bench
+	$(BIN)/ruff format --check clusterman clusterman_signals tests itests acceptance bench
+
+format: venv
+	$(BIN)/ruff check --fix-only clusterman clusterman_signals tests itests acceptance bench
+	$(BIN)/ruff format clusterman clusterman_signals tests itests acceptance bench
+
+typecheck: venv
+	$(BIN)/mypy
+
+unit: venv
+	$(BIN)/pytest -q tests
+
+itests: venv
+	$(BIN)/pytest -q itests
+
+test: lint typecheck
+	$(BIN)/pytest -q -n 2 tests itests
+
+bench: venv
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""The ``clusterman`` command: one module per subcommand, registered in ``main.SUBCOMMANDS``."""

@@ -1,0 +1,112 @@
+"""``clusterman signal evaluate``: try a signal against a metrics file before tagging it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from clusterman.signals.client import SignalAddress
+from clusterman.signals.client import SignalClient
+from clusterman.signals.protocol import SignalError
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("signal", aliases=["signals"], help="work with signals")
+    actions = parser.add_subparsers(dest="signal_command", metavar="ACTION", required=True)
+
+    evaluate = actions.add_parser("evaluate", help="send a metrics file to a signal and print its request")
+    evaluate.add_argument("--namespace", required=True, help="the clusterman_signals subpackage, e.g. clusterman")
+    evaluate.add_argument("--name", required=True, help="the signal class, e.g. MostRecentResources")
+    evaluate.add_argument("--app", default="__default__", help="the application (part of the socket name)")
+    evaluate.add_argument(
+        "--metrics", required=True, type=Path, help='{"metrics": {...}, "timestamp": T} or the bare mapping'
+    )
+    evaluate.add_argument("--param", action="append", default=[], metavar="K=V", help="a signal parameter (repeatable)")
+    evaluate.add_argument("--timestamp", type=float, default=None, help="the evaluation time (default: from the file)")
+    evaluate.add_argument("--cluster", default="local-dev")
+    evaluate.add_argument("--pool", default="default")
+    evaluate.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the answer")
+    evaluate.add_argument("--start", action="store_true", help="launch the signal runner first, and stop it after")
+    evaluate.set_defaults(func=run_evaluate)
+
+
+def parse_params(pairs: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--param {pair!r}: expected KEY=VALUE")
+        try:
+            params[key] = json.loads(text)
+        except json.JSONDecodeError:
+            params[key] = text
+    return params
+
+
+def load_metrics_file(path: Path) -> tuple[dict[str, Any], float | None]:
+    """The metrics mapping and the file's timestamp, if it has one."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON: {e}") from e
+    if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
+        metrics, timestamp = data["metrics"], data.get("timestamp")
+    elif isinstance(data, dict):
+        metrics, timestamp = data, None
+    else:
+        raise ValueError(f"{path}: expected a JSON object of metric name -> [[timestamp, value], ...]")
+    for name, series in metrics.items():
+        if not isinstance(series, list) or any(not isinstance(p, list) or len(p) != 2 for p in series):
+            raise ValueError(f"{path}: metric {name!r} must be a list of [timestamp, value] pairs")
+    return metrics, timestamp
+
+
+def newest_timestamp(metrics: dict[str, Any]) -> float | None:
+    stamps = [p[0] for series in metrics.values() for p in series]
+    return max(stamps) if stamps else None
+
+
+def start_runner(address: SignalAddress) -> subprocess.Popen[bytes]:
+    """Launch this checkout's runner; the child inherits our environment, so it finds the same SDK."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "clusterman_signals.run", address.namespace, address.name, address.app],
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    metrics, file_timestamp = load_metrics_file(args.metrics)
+    timestamp = args.timestamp or file_timestamp or newest_timestamp(metrics) or time.time()
+    address = SignalAddress(args.namespace, args.name, args.app)
+    runner = start_runner(address) if args.start else None
+    try:
+        client = SignalClient(
+            address,
+            args.cluster,
+            args.pool,
+            parse_params(args.param),
+            read_timeout=args.timeout,
+            connect_timeout=10.0 if args.start else 2.0,
+        )
+        with client:
+            request = client.evaluate(metrics, timestamp)
+    except SignalError as e:
+        if runner is not None and runner.poll() is not None:
+            raise SignalError(f"{e} (the runner exited with status {runner.returncode})") from e
+        raise
+    finally:
+        if runner is not None:
+            runner.terminate()
+            try:
+                runner.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                runner.kill()
+                runner.wait()
+    print(json.dumps(request.as_json()))
+    return 0

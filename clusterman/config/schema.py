@@ -1,0 +1,210 @@
+"""Turn a parsed YAML mapping into a frozen dataclass, or fail naming the file and the key.
+
+Each YAML block is described by one dataclass; its field annotations are the schema. A field's
+metadata may add:
+  aliases  -- other spellings accepted for the key (e.g. Escalator's names beside Clusterman's),
+              each with the function that converts its units to the field's (or None)
+  parser   -- a function that turns the raw YAML value into the field's value, used instead of
+              the annotation-driven type check (for shapes such as lists of one-key maps)
+  check    -- a predicate with a message, e.g. ``positive``; a failing value is an error
+  ignored  -- a key accepted for compatibility and not used (logged, never silently dropped)
+Unknown keys, wrong types and missing required keys raise ``ConfigError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import math
+import types
+import typing
+from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import MISSING
+from dataclasses import dataclass
+from typing import Any
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration problem a person can fix: the message names the file and the key."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.source = source
+        self.key = key
+        self.problem = problem
+        where = f"{source}: {key}" if key else source
+        super().__init__(f"{where}: {problem}")
+
+
+@dataclass(frozen=True)
+class Check:
+    predicate: Callable[[Any], bool]
+    message: str
+
+
+def field(
+    default: Any = MISSING,
+    *,
+    default_factory: Any = MISSING,
+    aliases: Mapping[str, Callable[[Any], Any] | None] | None = None,
+    parser: Callable[[Any], Any] | None = None,
+    check: Check | None = None,
+    doc: str = "",
+) -> Any:
+    """A dataclass field with the schema's extra metadata."""
+    metadata = {"aliases": dict(aliases or {}), "parser": parser, "check": check, "doc": doc}
+    if default_factory is not MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+positive = Check(lambda v: v > 0, "must be greater than 0")
+non_negative = Check(lambda v: v >= 0, "must be at least 0")
+fraction = Check(lambda v: 0 < v <= 1, "must be a fraction in (0, 1]")
+unit_interval = Check(lambda v: 0 <= v <= 1, "must be a fraction in [0, 1]")
+
+
+def parse(cls: type[T], raw: Any, source: str, path: str = "", ignored: frozenset[str] = frozenset()) -> T:
+    """Build ``cls`` from ``raw`` (a mapping), checking every key against the dataclass fields.
+
+    ``ignored`` lists keys that other tools put in the same block (e.g. Clusterman's
+    ``sensu_config``): accepted, logged at debug level, and not used.
+    """
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(source, path, f"expected a mapping, got {_describe(raw)}")
+    hints = typing.get_type_hints(cls)
+    by_name: dict[str, dataclasses.Field[Any]] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if not f.init:
+            continue
+        by_name[f.name] = f
+        for alias in f.metadata.get("aliases", {}):
+            by_name[alias] = f
+
+    values: dict[str, Any] = {}
+    seen_as: dict[str, str] = {}
+    for key, value in raw.items():
+        key_path = _join(path, str(key))
+        if not isinstance(key, str):
+            raise ConfigError(source, key_path, "keys must be strings")
+        found = by_name.get(key)
+        if found is None:
+            if key in ignored:
+                log.debug("%s: %s is accepted for compatibility and not used", source, key_path)
+                continue
+            known = sorted(k for k in by_name)
+            raise ConfigError(source, key_path, f"unknown key (known keys: {', '.join(known)})")
+        f = found
+        if f.name in seen_as:
+            raise ConfigError(source, key_path, f"given twice (also as {_join(path, seen_as[f.name])})")
+        seen_as[f.name] = key
+        parser = f.metadata.get("parser")
+        if parser is not None:
+            try:
+                converted = parser(value)
+            except (ValueError, TypeError) as e:
+                raise ConfigError(source, key_path, str(e)) from e
+        else:
+            converted = _coerce(hints[f.name], value, source, key_path)
+        # An alias may carry its own units (e.g. Escalator's percents): convert to the field's.
+        alias_convert = f.metadata.get("aliases", {}).get(key) if key != f.name else None
+        if alias_convert is not None and converted is not None:
+            converted = alias_convert(converted)
+        check: Check | None = f.metadata.get("check")
+        if check is not None and converted is not None and not check.predicate(converted):
+            raise ConfigError(source, key_path, f"{check.message}, got {value!r}")
+        values[f.name] = converted
+
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.init and f.name not in values and f.default is MISSING and f.default_factory is MISSING:
+            raise ConfigError(source, _join(path, f.name), "required key is missing")
+    try:
+        return cls(**values)
+    except (ValueError, TypeError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(source, path or "(top level)", str(e)) from e
+
+
+def _coerce(tp: Any, value: Any, source: str, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:  # Optional[X]: X's own error, with its own key path
+            return _coerce(options[0], value, source, path)
+        errors = []
+        for option in args:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(option, value, source, path)
+            except ConfigError as e:
+                errors.append(e.problem)
+        raise ConfigError(source, path, " or ".join(errors))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(source, path, f"expected true or false, got {_describe(value)}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(source, path, f"expected a whole number, got {_describe(value)}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):
+                raise ConfigError(source, path, f"expected a finite number, got {value!r}")
+            return float(value)
+        raise ConfigError(source, path, f"expected a number, got {_describe(value)}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)  # YAML reads `branch_or_tag: 1.0` as a number; a version is a string
+        raise ConfigError(source, path, f"expected a string, got {_describe(value)}")
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        allowed = [m.value for m in tp]
+        if value in allowed:
+            return tp(value)
+        raise ConfigError(source, path, f"expected one of {', '.join(map(str, allowed))}, got {value!r}")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(source, path, f"expected a list, got {_describe(value)}")
+        item_type = args[0]
+        return tuple(_coerce(item_type, v, source, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin in (dict, Mapping) or tp is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(source, path, f"expected a mapping, got {_describe(value)}")
+        value_type = args[1] if args else Any
+        return {str(k): _coerce(value_type, v, source, _join(path, str(k))) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return parse(tp, value, source, path, getattr(tp, "IGNORED_KEYS", frozenset()))
+    raise TypeError(f"schema type {tp!r} at {path} is not supported")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return f"{type(value).__name__} {value!r}"

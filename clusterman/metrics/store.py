@@ -1,0 +1,126 @@
+"""The metrics datastore interface, and Clusterman-compatible metric keys.
+
+Keys (so data written by a Clusterman deployment reads back unchanged):
+  system metrics  ``name|cluster=<cluster>,pool=<pool>.<scheduler>`` (dimensions sorted by name)
+  app metrics     ``<app>,<name>``
+  metadata        ``name|cluster=...,pool=...`` like system metrics
+Timestamps are whole Unix seconds. A value is a number, or for a few metadata metrics
+(``fulfilled_capacity``) a mapping such as ``{"<m5.large, us-west-2a>": 7}``.
+"""
+
+from __future__ import annotations
+
+import abc
+import bisect
+import math
+import re
+from collections.abc import Iterable
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from clusterman.config.model import MetricType
+
+Value = float | dict[str, float]
+Series = list[tuple[int, Value]]
+
+
+class MetricsError(Exception):
+    """The store could not be read or written; the message says which store and why."""
+
+
+@dataclass(frozen=True)
+class Point:
+    metric_type: MetricType
+    key: str
+    timestamp: int
+    value: Value
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "value", check_value(self.key, self.value))
+        if isinstance(self.timestamp, bool) or not isinstance(self.timestamp, (int, float)):
+            raise ValueError(f"{self.key}: timestamp must be a number, got {self.timestamp!r}")
+        object.__setattr__(self, "timestamp", int(self.timestamp))
+
+
+def check_value(key: str, value: object) -> Value:
+    """Reject what is not a finite number (or a mapping of them), naming the key."""
+    if isinstance(value, Mapping):
+        return {str(k): _number(f"{key}[{k}]", v) for k, v in value.items()}
+    return _number(key, value)
+
+
+def _number(where: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}: metric value must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{where}: metric value must be finite, got {value!r}")
+    return float(value)
+
+
+def key_with_dimensions(name: str, dimensions: Mapping[str, str]) -> str:
+    if not dimensions:
+        return name
+    return name + "|" + ",".join(f"{k}={dimensions[k]}" for k in sorted(dimensions))
+
+
+def system_key(name: str, cluster: str, pool_with_scheduler: str) -> str:
+    return key_with_dimensions(name, {"cluster": cluster, "pool": pool_with_scheduler})
+
+
+def app_key(app: str, name: str) -> str:
+    return f"{app},{name}"
+
+
+def split_key(key: str) -> tuple[str, dict[str, str]]:
+    """``name|k1=v1,k2=v2`` -> (name, {k1: v1, k2: v2})."""
+    name, _, dims = key.partition("|")
+    dimensions = dict(part.split("=", 1) for part in dims.split(",") if "=" in part) if dims else {}
+    return name, dimensions
+
+
+class MetricsStore(abc.ABC):
+    """Where signals' metrics live. Implementations: SQLite (default), DynamoDB, Prometheus (read)."""
+
+    @abc.abstractmethod
+    def write(self, points: Iterable[Point]) -> None: ...
+
+    @abc.abstractmethod
+    def read(self, metric_type: MetricType, key: str, start: int, end: int) -> Series:
+        """Points of ``key`` with start <= timestamp <= end, oldest first; empty when there are none."""
+
+    @abc.abstractmethod
+    def keys(self, metric_type: MetricType, prefix: str = "", regex: str | None = None) -> list[str]:
+        """Keys of this type starting with ``prefix`` and, when given, fully matching ``regex``."""
+
+    def close(self) -> None:  # noqa: B027 - most stores hold nothing to release
+        """Release connections; the default holds none."""
+
+
+class InMemoryStore(MetricsStore):
+    """For unit tests only: the real stores live in ``clusterman.metrics``' backend modules."""
+
+    def __init__(self) -> None:
+        self._data: dict[tuple[MetricType, str], tuple[list[int], list[Value]]] = {}
+
+    def write(self, points: Iterable[Point]) -> None:
+        for p in points:
+            times, values = self._data.setdefault((p.metric_type, p.key), ([], []))
+            i = bisect.bisect_left(times, p.timestamp)
+            if i < len(times) and times[i] == p.timestamp:
+                values[i] = p.value
+            else:
+                times.insert(i, p.timestamp)
+                values.insert(i, p.value)
+
+    def read(self, metric_type: MetricType, key: str, start: int, end: int) -> Series:
+        times, values = self._data.get((metric_type, key), ([], []))
+        lo, hi = bisect.bisect_left(times, start), bisect.bisect_right(times, end)
+        return list(zip(times[lo:hi], values[lo:hi], strict=True))
+
+    def keys(self, metric_type: MetricType, prefix: str = "", regex: str | None = None) -> list[str]:
+        pattern = re.compile(regex) if regex is not None else None
+        return sorted(
+            key
+            for (t, key) in self._data
+            if t == metric_type and key.startswith(prefix) and (pattern is None or pattern.fullmatch(key))
+        )

@@ -1,0 +1,1 @@
+"""Reaching signals: the wire protocol, the socket client, and evaluation with fallback."""

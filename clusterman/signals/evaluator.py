@@ -1,0 +1,99 @@
+"""Evaluate every signal of a pool for one autoscaling run, falling back to the default signal.
+
+Each application gets one request: from its own signal, or, when that signal cannot be reached or
+answers badly, from the default signal (the failure is logged and counted). A pool with no
+application signals is scaled on the default signal alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from clusterman.config.model import PoolIdentity
+from clusterman.metrics.store import MetricsStore
+from clusterman.resources import ResourceRequest
+from clusterman.signals.client import SignalClient
+from clusterman.signals.metrics_window import read_required_metrics
+from clusterman.signals.protocol import SignalError
+from clusterman.signals.specs import SignalSpec
+
+log = logging.getLogger(__name__)
+
+ClientFactory = Callable[[SignalSpec], SignalClient]
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    app: str
+    request: ResourceRequest
+    signal: str  # the signal that answered, e.g. "clusterman.MostRecentResources"
+    latency_seconds: float
+    fallback_reason: str = ""  # why the default signal answered for this app ("" when it did not)
+
+    @property
+    def is_fallback(self) -> bool:
+        return bool(self.fallback_reason)
+
+
+class SignalEvaluator:
+    def __init__(
+        self,
+        identity: PoolIdentity,
+        default: SignalSpec,
+        apps: Sequence[SignalSpec],
+        client_factory: ClientFactory | None = None,
+    ) -> None:
+        self.identity = identity
+        self.default = default
+        self.apps = list(apps)
+        self._factory = client_factory or self._make_client
+        self._clients: dict[str, SignalClient] = {}
+        self.failures: Counter[str] = Counter()
+
+    def _make_client(self, spec: SignalSpec) -> SignalClient:
+        return SignalClient(spec.address, self.identity.cluster, self.identity.pool, spec.config.parameters)
+
+    def _client(self, spec: SignalSpec) -> SignalClient:
+        if spec.app not in self._clients:
+            self._clients[spec.app] = self._factory(spec)
+        return self._clients[spec.app]
+
+    def evaluate_one(self, spec: SignalSpec, store: MetricsStore, now: int) -> Evaluation:
+        """Raises SignalError (the signal failed) or MetricsError (its metrics could not be read)."""
+        metrics = read_required_metrics(store, spec.config.required_metrics, spec.app, self.identity, now)
+        started = time.monotonic()
+        request = self._client(spec).evaluate(metrics, now)
+        return Evaluation(spec.app, request, f"{spec.namespace}.{spec.name}", time.monotonic() - started)
+
+    def evaluate(self, store: MetricsStore, now: int) -> list[Evaluation]:
+        """One request per app. Raises SignalError only when the default signal fails when needed."""
+        if not self.apps:
+            return [self.evaluate_one(self.default, store, now)]
+        results: list[Evaluation] = []
+        default_answer: Evaluation | None = None
+        for spec in self.apps:
+            try:
+                results.append(self.evaluate_one(spec, store, now))
+                continue
+            except SignalError as e:
+                reason = str(e)
+            self.failures[spec.app] += 1
+            log.warning("%s; using the default signal for app %s", reason, spec.app)
+            if default_answer is None:
+                default_answer = self.evaluate_one(self.default, store, now)
+            results.append(
+                Evaluation(
+                    spec.app, default_answer.request, default_answer.signal, default_answer.latency_seconds, reason
+                )
+            )
+        return results
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()

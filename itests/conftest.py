@@ -1,0 +1,70 @@
+"""Shared helpers for integration tests: real processes, real sockets, nothing patched."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from clusterman.signals.client import SignalAddress
+from clusterman.signals.client import SignalClient
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def unique_app() -> str:
+    return f"itest{uuid.uuid4().hex[:10]}"
+
+
+def wait_listening(address: SignalAddress, proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"runner exited with {proc.returncode}")
+        client = SignalClient(address, "c", "p", connect_timeout=0.2)
+        try:
+            client.connect()
+            return
+        except Exception:
+            time.sleep(0.05)
+        finally:
+            client.close()
+    raise RuntimeError(f"{address} never listened")
+
+
+class Runners:
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, namespace: str, name: str, app: str | None = None, *extra: str) -> tuple[SignalAddress, subprocess.Popen[bytes]]:
+        address = SignalAddress(namespace, name, app or unique_app())
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "clusterman_signals.run", namespace, name, address.app, *extra],
+            env=env,
+            stderr=subprocess.PIPE,
+        )
+        self.procs.append(proc)
+        wait_listening(address, proc)
+        return address, proc
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if proc.stderr:
+                proc.stderr.close()
+
+
+@pytest.fixture
+def runners() -> Iterator[Runners]:
+    r = Runners()
+    yield r
+    r.stop_all()

@@ -1,0 +1,120 @@
+"""Reading required metrics, and evaluating a pool's signals with fallback (fake clients)."""
+
+import pytest
+
+from clusterman.config.model import MetricType
+from clusterman.config.model import PoolIdentity
+from clusterman.config.model import RequiredMetric
+from clusterman.config.model import Scheduler
+from clusterman.config.model import SignalConfig
+from clusterman.metrics.store import InMemoryStore
+from clusterman.metrics.store import Point
+from clusterman.metrics.store import app_key
+from clusterman.metrics.store import split_key
+from clusterman.metrics.store import system_key
+from clusterman.resources import ResourceRequest
+from clusterman.signals.evaluator import SignalEvaluator
+from clusterman.signals.metrics_window import read_required_metrics
+from clusterman.signals.protocol import SignalError
+from clusterman.signals.specs import SignalSpec
+
+IDENT = PoolIdentity("norcal", "batch", Scheduler.MESOS)
+SYS = MetricType.SYSTEM_METRICS
+APP = MetricType.APP_METRICS
+
+
+def test_keys_are_clusterman_compatible():
+    assert system_key("cpus_allocated", "norcal", "batch.mesos") == "cpus_allocated|cluster=norcal,pool=batch.mesos"
+    assert app_key("myapp", "queue_depth") == "myapp,queue_depth"
+    assert split_key("x|pool=p,cluster=c") == ("x", {"pool": "p", "cluster": "c"})
+
+
+def test_point_rejects_non_numbers():
+    with pytest.raises(ValueError, match="k: metric value must be a number"):
+        Point(SYS, "k", 1, "ten")
+    with pytest.raises(ValueError, match="finite"):
+        Point(SYS, "k", 1, float("nan"))
+
+
+@pytest.fixture
+def store():
+    s = InMemoryStore()
+    key = system_key("cpus_allocated", "norcal", "batch.mesos")
+    s.write(Point(SYS, key, t, float(t)) for t in range(0, 3601, 60))
+    s.write(Point(SYS, system_key("cpus_allocated", "other", "batch.mesos"), 3600, 999.0) for _ in range(1))
+    s.write(Point(APP, app_key("batch", "queue_depth"), t, 5.0) for t in (3000, 3500))
+    s.write(Point(APP, app_key("batch", "queue_age"), 3500, 7.0) for _ in range(1))
+    s.write(Point(APP, app_key("other", "queue_depth"), 3500, 100.0) for _ in range(1))
+    return s
+
+
+def test_window_strips_prefixes_and_dimensions(store):
+    required = (
+        RequiredMetric("cpus_allocated", SYS, 10),
+        RequiredMetric("queue_depth", APP, 60),
+        RequiredMetric("missing", SYS, 10),
+    )
+    window = read_required_metrics(store, required, "batch", IDENT, 3600)
+    assert window["cpus_allocated"] == [[t, float(t)] for t in range(3000, 3601, 60)]
+    assert window["queue_depth"] == [[3000, 5.0], [3500, 5.0]]
+    assert window["missing"] == []
+
+
+def test_window_regex_for_app_metrics(store):
+    window = read_required_metrics(store, (RequiredMetric("queue_.*", APP, 60, regex=True),), "batch", IDENT, 3600)
+    assert set(window) == {"queue_depth", "queue_age"}
+
+
+class FakeClient:
+    def __init__(self, answer):
+        self.answer = answer
+        self.calls = 0
+
+    def evaluate(self, metrics, timestamp):
+        self.calls += 1
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+    def close(self):
+        pass
+
+
+def spec(app, name="S"):
+    return SignalSpec(app, "ns", SignalConfig(period_minutes=1, name=name, branch_or_tag="v1"))
+
+
+def make_evaluator(answers, apps):
+    clients = {app: FakeClient(answer) for app, answer in answers.items()}
+    evaluator = SignalEvaluator(IDENT, spec("__default__", "Default"), [spec(a) for a in apps], lambda s: clients[s.app])
+    return evaluator, clients
+
+
+def test_pool_without_app_signals_uses_the_default(store):
+    evaluator, _ = make_evaluator({"__default__": ResourceRequest(cpus=4)}, [])
+    [evaluation] = evaluator.evaluate(store, 3600)
+    assert evaluation.app == "__default__" and evaluation.request.cpus == 4 and not evaluation.is_fallback
+
+
+def test_failed_app_signal_falls_back_and_is_counted(store):
+    evaluator, clients = make_evaluator(
+        {
+            "__default__": ResourceRequest(cpus=4),
+            "a": SignalError("signal ns.S (app a): boom"),
+            "b": ResourceRequest(cpus=1),
+            "c": SignalError("signal ns.S (app c): bang"),
+        },
+        ["a", "b", "c"],
+    )
+    results = {e.app: e for e in evaluator.evaluate(store, 3600)}
+    assert results["a"].request.cpus == 4 and "boom" in results["a"].fallback_reason
+    assert results["b"].request.cpus == 1 and not results["b"].is_fallback
+    assert results["c"].request.cpus == 4 and results["c"].is_fallback
+    assert clients["__default__"].calls == 1  # evaluated once, only because it was needed
+    assert evaluator.failures == {"a": 1, "c": 1}
+
+
+def test_default_failing_too_is_an_error(store):
+    evaluator, _ = make_evaluator({"__default__": SignalError("default down"), "a": SignalError("a down")}, ["a"])
+    with pytest.raises(SignalError, match="default down"):
+        evaluator.evaluate(store, 3600)
