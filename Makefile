@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DURATION ?= 0
 
-.PHONY: venv run test lint format typecheck unit itests acceptance bench clean
+.PHONY: venv system-deps run test lint format typecheck unit itests acceptance bench clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt setup.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,9 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt setup.py pyproje
 	touch $@
 
 venv: $(STAMP)
+
+system-deps:
+	scripts/ensure-system-packages
 
 run: venv
 	$(BIN)/clusterman signal evaluate --start \
@@ -38,7 +41,7 @@ unit: venv
 itests: venv
 	$(BIN)/pytest -q itests
 
-test: lint typecheck
+test: system-deps lint typecheck
 	$(BIN)/pytest -q -n 2 tests itests
 
 bench: venv

@@ -68,3 +68,14 @@ def runners() -> Iterator[Runners]:
     r = Runners()
     yield r
     r.stop_all()
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator["MotoServer"]:
+    """One moto server per test session (per xdist worker); tests that need a clean slate reset it."""
+    from clusterman.local.moto_server import FAKE_CREDENTIALS
+    from clusterman.local.moto_server import MotoServer
+
+    os.environ.update(FAKE_CREDENTIALS)
+    with MotoServer() as server:
+        yield server
