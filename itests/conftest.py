@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from clusterman.local.moto_server import FAKE_CREDENTIALS
+from clusterman.local.moto_server import MotoServer
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient
 
@@ -42,7 +44,9 @@ class Runners:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, namespace: str, name: str, app: str | None = None, *extra: str) -> tuple[SignalAddress, subprocess.Popen[bytes]]:
+    def start(
+        self, namespace: str, name: str, app: str | None = None, *extra: str
+    ) -> tuple[SignalAddress, subprocess.Popen[bytes]]:
         address = SignalAddress(namespace, name, app or unique_app())
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])}
         proc = subprocess.Popen(
@@ -71,9 +75,8 @@ def runners() -> Iterator[Runners]:
 
 
 @pytest.fixture(scope="session")
-def moto_server() -> Iterator["MotoServer"]:
+def moto_server() -> Iterator[MotoServer]:
     """One moto server per test session (per xdist worker); tests that need a clean slate reset it."""
-    from clusterman.local.moto_server import FAKE_CREDENTIALS
     from clusterman.local.moto_server import MotoServer
 
     os.environ.update(FAKE_CREDENTIALS)

@@ -20,7 +20,6 @@ from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient
 from clusterman.signals.protocol import SignalError
 from itests.conftest import unique_app
-from itests.conftest import wait_listening
 
 METRICS = {"cpus_allocated": [[100, 1.0], [160, 2.5]]}
 
@@ -84,7 +83,10 @@ def test_garbage_from_value_is_an_error(runners, kind):
 
 def test_unloadable_signals_answer_with_the_reason(runners):
     address, _ = runners.start("testns", "NoSuchSignal")
-    with SignalClient(address, "c", "p") as client, pytest.raises(SignalError, match="has no signal named NoSuchSignal"):
+    with (
+        SignalClient(address, "c", "p") as client,
+        pytest.raises(SignalError, match="has no signal named NoSuchSignal"),
+    ):
         client.evaluate(METRICS, 1)
     address, _ = runners.start("nosuchnamespace", "X")
     with SignalClient(address, "c", "p") as client, pytest.raises(SignalError, match="cannot import namespace"):
@@ -296,7 +298,7 @@ def test_client_refuses_a_runner_of_another_uid(runners):
     """Abstract sockets have no permissions: the client checks the listener's uid (SO_PEERCRED)."""
     address, proc = runners.start("testns", "CountPoints")
     client = SignalClient(address, "c", "p", allowed_uids={12345})
-    with pytest.raises(SignalError, match="uid 0, which is not allowed|uid \\d+, which is not allowed"):
+    with pytest.raises(SignalError, match=r"uid \d+, which is not allowed"):
         client.connect()
     assert proc.poll() is None
 

@@ -86,7 +86,9 @@ def spec(app, name="S"):
 
 def make_evaluator(answers, apps):
     clients = {app: FakeClient(answer) for app, answer in answers.items()}
-    evaluator = SignalEvaluator(IDENT, spec("__default__", "Default"), [spec(a) for a in apps], lambda s: clients[s.app])
+    evaluator = SignalEvaluator(
+        IDENT, spec("__default__", "Default"), [spec(a) for a in apps], lambda s: clients[s.app]
+    )
     return evaluator, clients
 
 

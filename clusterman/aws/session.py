@@ -47,7 +47,9 @@ def read_access_key_file(path: str) -> tuple[str, str]:
 def session(settings: AwsSettings) -> boto3.session.Session:
     if settings.access_key_file:
         key_id, secret = read_access_key_file(settings.access_key_file)
-        return boto3.session.Session(aws_access_key_id=key_id, aws_secret_access_key=secret, region_name=settings.region)
+        return boto3.session.Session(
+            aws_access_key_id=key_id, aws_secret_access_key=secret, region_name=settings.region
+        )
     return boto3.session.Session(region_name=settings.region)
 
 
