@@ -13,15 +13,24 @@ from collections.abc import Callable
 from types import ModuleType
 
 from clusterman.cli import signal as signal_cmd
+from clusterman.cli import toggle
 from clusterman.config.loader import default_env_config_path
 from clusterman.config.schema import ConfigError
 from clusterman.metrics.store import MetricsError
 from clusterman.signals.protocol import SignalError
+from clusterman.state.store import StateError
 
 # Each module defines add_parser(subparsers) and sets `func` (args -> exit status) on its parser.
-SUBCOMMANDS: list[ModuleType] = [signal_cmd]
+SUBCOMMANDS: list[ModuleType] = [signal_cmd, toggle]
 
-USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, SignalError, MetricsError, FileNotFoundError, ValueError)
+USER_ERRORS: tuple[type[Exception], ...] = (
+    ConfigError,
+    SignalError,
+    MetricsError,
+    StateError,
+    FileNotFoundError,
+    ValueError,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

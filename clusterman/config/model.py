@@ -131,6 +131,19 @@ class Batches:
     IGNORED_KEYS: ClassVar = frozenset({"spot_prices", "node_migration", "spot_price_collector"})
 
 
+class StateBackend(enum.Enum):
+    SQLITE = "sqlite"
+    DYNAMODB = "dynamodb"
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    """Where pauses and other durable state live: a local SQLite file, or Clusterman's DynamoDB table."""
+
+    backend: StateBackend = StateBackend.SQLITE
+    path: str = "state.sqlite"  # relative to state_directory
+
+
 @dataclass(frozen=True)
 class MainConfig:
     clusters: dict[str, ClusterConfig] = field(default_factory=dict, aliases={"mesos_clusters": None})
@@ -140,6 +153,7 @@ class MainConfig:
     batches: Batches = field(default_factory=Batches)
     cluster_config_directory: str = "/nail/srv/configs/clusterman-clusters"
     state_directory: str = "/var/lib/clusterman"
+    state: StateConfig = field(default_factory=StateConfig)
 
     IGNORED_KEYS: ClassVar = frozenset(
         {

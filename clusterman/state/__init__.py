@@ -1,0 +1,1 @@
+"""Small durable state the autoscaler keeps between runs and restarts (pauses, locks)."""

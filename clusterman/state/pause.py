@@ -1,0 +1,83 @@
+"""Pausing a pool's autoscaler (``clusterman disable`` / ``enable``), with an expiry.
+
+Stored as Clusterman stores it: state ``autoscaler_paused``, entity
+``<cluster>.<pool>.<scheduler>``, ``expiration_timestamp`` in Unix seconds.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC
+from datetime import datetime
+
+from clusterman.config.model import PoolIdentity
+from clusterman.state.store import NO_EXPIRY
+from clusterman.state.store import StateItem
+from clusterman.state.store import StateStore
+
+AUTOSCALER_PAUSED = "autoscaler_paused"
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+@dataclass(frozen=True)
+class PauseStatus:
+    paused: bool
+    until: int = NO_EXPIRY  # Unix seconds; NO_EXPIRY = until enabled again
+    since: int = 0
+    reason: str = ""
+
+    def describe(self) -> str:
+        if not self.paused:
+            return "enabled"
+        until = "until enabled" if self.until == NO_EXPIRY else f"until {_iso(self.until)}"
+        return f"paused {until}" + (f" ({self.reason})" if self.reason else "")
+
+
+NOT_PAUSED = PauseStatus(False)
+
+
+def entity(identity: PoolIdentity) -> str:
+    return f"{identity.cluster}.{identity.pool}.{identity.scheduler.value}"
+
+
+def parse_until(text: str, now: float) -> int:
+    """``30m``, ``2h``, ``1d 12h``, ``90`` (seconds), an ISO time, or ``never``/``forever`` → Unix seconds."""
+    text = text.strip().lower()
+    if text in ("never", "forever", "0"):
+        return NO_EXPIRY
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", text)
+    if parts and re.fullmatch(r"(\s*\d+(?:\.\d+)?\s*[smhdw]?\s*)+", text):
+        seconds = sum(float(n) * UNITS[u or "s"] for n, u in parts)
+        if seconds <= 0:
+            raise ValueError(f"--until {text!r}: the duration must be positive")
+        return int(now + seconds)
+    try:
+        moment = datetime.fromisoformat(text.upper() if "t" in text else text)
+    except ValueError:
+        raise ValueError(f"--until {text!r}: expected a duration such as 30m, 2h, 1d, or an ISO time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    until = int(moment.timestamp())
+    if until <= now:
+        raise ValueError(f"--until {text!r} is in the past")
+    return until
+
+
+def pause(store: StateStore, identity: PoolIdentity, now: float, until: int = NO_EXPIRY, reason: str = "") -> None:
+    store.put(StateItem(AUTOSCALER_PAUSED, entity(identity), int(now), until, {"reason": reason} if reason else {}))
+
+
+def resume(store: StateStore, identity: PoolIdentity) -> None:
+    store.delete(AUTOSCALER_PAUSED, entity(identity))
+
+
+def pause_status(store: StateStore, identity: PoolIdentity, now: float) -> PauseStatus:
+    item = store.get(AUTOSCALER_PAUSED, entity(identity))
+    if item is None or not item.live_at(now):
+        return NOT_PAUSED
+    return PauseStatus(True, item.expiration_timestamp, item.timestamp, str(item.payload.get("reason", "")))
+
+
+def _iso(ts: int) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")

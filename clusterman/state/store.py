@@ -1,0 +1,157 @@
+"""Durable state items, keyed as Clusterman keys its DynamoDB state table.
+
+An item is (state, entity) → timestamp, optional expiration, and a small JSON payload; e.g. a
+pause is state ``autoscaler_paused`` for entity ``<cluster>.<pool>.<scheduler>``. Backends: a
+SQLite file under ``state_directory`` (the default) and Clusterman's DynamoDB table
+(``aws.state_table``, hash key ``state``, range key ``entity``), so a pause set by Clusterman's
+``manage``/``disable`` is honoured by us and the other way round.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import sqlite3
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+from typing import Any
+
+NO_EXPIRY = 0  # an item that never expires
+
+
+class StateError(Exception):
+    """The state store could not be read or written; the message names the store."""
+
+
+@dataclass(frozen=True)
+class StateItem:
+    state: str
+    entity: str
+    timestamp: int  # when it was written, Unix seconds
+    expiration_timestamp: int = NO_EXPIRY
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    def live_at(self, now: float) -> bool:
+        return self.expiration_timestamp == NO_EXPIRY or now < self.expiration_timestamp
+
+
+class StateStore(abc.ABC):
+    @abc.abstractmethod
+    def get(self, state: str, entity: str) -> StateItem | None:
+        """The item, expired or not (callers decide with ``live_at``), or None when absent."""
+
+    @abc.abstractmethod
+    def put(self, item: StateItem) -> None: ...
+
+    @abc.abstractmethod
+    def delete(self, state: str, entity: str) -> None: ...
+
+
+class SqliteStateStore(StateStore):
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=10)
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS state (state TEXT, entity TEXT, timestamp INTEGER, "
+                "expiration_timestamp INTEGER, payload TEXT, PRIMARY KEY (state, entity))"
+            )
+            return conn
+        except (OSError, sqlite3.Error) as e:
+            raise StateError(f"state store {self.path}: {e}") from e
+
+    def get(self, state: str, entity: str) -> StateItem | None:
+        with self._guard() as conn:
+            row = conn.execute(
+                "SELECT timestamp, expiration_timestamp, payload FROM state WHERE state = ? AND entity = ?",
+                (state, entity),
+            ).fetchone()
+        if row is None:
+            return None
+        return StateItem(state, entity, int(row[0]), int(row[1]), json.loads(row[2]))
+
+    def put(self, item: StateItem) -> None:
+        with self._guard() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO state VALUES (?, ?, ?, ?, ?)",
+                (item.state, item.entity, item.timestamp, item.expiration_timestamp, json.dumps(item.payload)),
+            )
+
+    def delete(self, state: str, entity: str) -> None:
+        with self._guard() as conn:
+            conn.execute("DELETE FROM state WHERE state = ? AND entity = ?", (state, entity))
+
+    def _guard(self) -> _SqliteGuard:
+        return _SqliteGuard(self)
+
+
+class _SqliteGuard:
+    """Open, commit and close one connection per call, turning sqlite errors into StateError."""
+
+    def __init__(self, store: SqliteStateStore) -> None:
+        self.store = store
+        self.conn: sqlite3.Connection | None = None
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn = self.store._connect()
+        return self.conn
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        assert self.conn is not None
+        try:
+            if exc is None:
+                self.conn.commit()
+        finally:
+            self.conn.close()
+        if isinstance(exc, sqlite3.Error):
+            raise StateError(f"state store {self.store.path}: {exc}") from exc
+
+
+class DynamoStateStore(StateStore):
+    """Clusterman's state table; ``client`` is a boto3 DynamoDB client (see clusterman.aws.session)."""
+
+    def __init__(self, client: Any, table: str) -> None:
+        self.client = client
+        self.table = table
+
+    def _call(self, operation: str, **kwargs: Any) -> Any:
+        from botocore.exceptions import BotoCoreError
+        from botocore.exceptions import ClientError
+
+        try:
+            return getattr(self.client, operation)(TableName=self.table, **kwargs)
+        except ClientError as e:
+            raise StateError(f"DynamoDB state table {self.table}: {e.response['Error'].get('Message', e)}") from e
+        except BotoCoreError as e:
+            raise StateError(f"DynamoDB state table {self.table}: {e}") from e
+
+    def get(self, state: str, entity: str) -> StateItem | None:
+        response = self._call("get_item", Key={"state": {"S": state}, "entity": {"S": entity}}, ConsistentRead=True)
+        raw = response.get("Item")
+        if raw is None:
+            return None
+        return StateItem(
+            state,
+            entity,
+            int(raw.get("timestamp", {}).get("N", "0")),
+            int(raw.get("expiration_timestamp", {}).get("N", str(NO_EXPIRY))),
+            json.loads(raw["payload"]["S"]) if "payload" in raw else {},
+        )
+
+    def put(self, item: StateItem) -> None:
+        record = {
+            "state": {"S": item.state},
+            "entity": {"S": item.entity},
+            "timestamp": {"N": str(item.timestamp)},
+            "expiration_timestamp": {"N": str(item.expiration_timestamp)},
+        }
+        if item.payload:
+            record["payload"] = {"S": json.dumps(item.payload)}
+        self._call("put_item", Item=record)
+
+    def delete(self, state: str, entity: str) -> None:
+        self._call("delete_item", Key={"state": {"S": state}, "entity": {"S": entity}})
