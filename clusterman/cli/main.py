@@ -12,16 +12,25 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
+from clusterman.cli import collect_metrics as collect_metrics_cmd
 from clusterman.cli import signal as signal_cmd
+from clusterman.cluster.connector import ConnectorError
 from clusterman.config.loader import default_env_config_path
 from clusterman.config.schema import ConfigError
 from clusterman.metrics.store import MetricsError
 from clusterman.signals.protocol import SignalError
 
 # Each module defines add_parser(subparsers) and sets `func` (args -> exit status) on its parser.
-SUBCOMMANDS: list[ModuleType] = [signal_cmd]
+SUBCOMMANDS: list[ModuleType] = [signal_cmd, collect_metrics_cmd]
 
-USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, SignalError, MetricsError, FileNotFoundError, ValueError)
+USER_ERRORS: tuple[type[Exception], ...] = (
+    ConfigError,
+    SignalError,
+    MetricsError,
+    ConnectorError,
+    FileNotFoundError,
+    ValueError,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
