@@ -17,6 +17,7 @@ The rules (docs/cluster.md has them with reasons):
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -26,7 +27,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import replace
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 import kubernetes.client
@@ -58,7 +58,6 @@ MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 FALSE_WORDS = frozenset({"false", "f", "no", "n", "off", "0"})
-BYTES_PER_MB = Decimal(10**6)
 
 
 @dataclass(frozen=True)
@@ -77,46 +76,48 @@ class KubernetesPool:
 
 
 # --- quantities and requests -----------------------------------------------------------------
+# A snapshot parses tens of thousands of pods whose quantities repeat ("250m", "512Mi"): parsed
+# numbers are cached, amounts are summed as plain lists of four floats, and an error's location is
+# only spelled out when there is an error.
+
+Amounts = list[float]  # cpus, mem, disk, gpus in clusterman's units (resources.py)
+RESOURCE_INDEX = {"cpu": 0, "memory": 1, "ephemeral-storage": 2, **dict.fromkeys(GPU_RESOURCES, 3)}
+DIVISOR = (1.0, 1e6, 1e6, 1.0)  # cores; bytes -> MB; bytes -> MB; devices
 
 
-def quantity(value: Any, where: str) -> Decimal:
-    """A Kubernetes quantity (``500m``, ``1Gi``, ``129e6``, ``123Mi``) as a number; errors name ``where``."""
-    try:
-        number = parse_quantity(value)
-    except (ValueError, TypeError, ArithmeticError):
-        raise ConnectorError(f"{where}: {value!r} is not a Kubernetes quantity") from None
+class BadQuantity(Exception):
+    def __init__(self, name: str, value: Any) -> None:
+        super().__init__(f"{name}: {value!r} is not a Kubernetes quantity >= 0")
+
+
+@functools.lru_cache(maxsize=4096)
+def _number(value: str | int | float) -> float:
+    number = parse_quantity(value)  # ValueError when it is not a quantity
     if not number.is_finite() or number < 0:
-        raise ConnectorError(f"{where}: {value!r} is not a quantity >= 0")
-    return number
+        raise ValueError(value)
+    return float(number)
 
 
-def resources_from(amounts: Mapping[str, Any] | None, where: str) -> Resources:
+def amounts(resource_list: Mapping[str, Any] | None) -> Amounts:
     """A resource list (``cpu``, ``memory``, ``ephemeral-storage``, GPUs) in clusterman's units."""
-    if not amounts:
-        return Resources()
-    cpus = mem = disk = gpus = Decimal(0)
-    for name, value in amounts.items():
-        if name == "cpu":
-            cpus = quantity(value, f"{where}.cpu")
-        elif name == "memory":
-            mem = quantity(value, f"{where}.memory") / BYTES_PER_MB
-        elif name == "ephemeral-storage":
-            disk = quantity(value, f"{where}.ephemeral-storage") / BYTES_PER_MB
-        elif name in GPU_RESOURCES:
-            gpus += quantity(value, f"{where}.{name}")
-    return Resources(float(cpus), float(mem), float(disk), float(gpus))
+    out = [0.0, 0.0, 0.0, 0.0]
+    for name, value in (resource_list or {}).items():
+        k = RESOURCE_INDEX.get(name)
+        if k is None:
+            continue
+        try:
+            out[k] += _number(value) / DIVISOR[k]
+        except (ValueError, TypeError, ArithmeticError):
+            raise BadQuantity(name, value) from None
+    return out
 
 
-def container_request(container: Mapping[str, Any], where: str) -> tuple[Resources, frozenset[str]]:
-    """A container's request, and which of cpu/memory it names at all.
-
-    A resource with a limit and no request requests its limit (the API server's defaulting rule;
-    recorded objects already show it, objects written by hand may not).
-    """
-    spec = container.get("resources") or {}
-    requests = {**(spec.get("limits") or {}), **(spec.get("requests") or {})}
-    named = frozenset(k for k in ("cpu", "memory") if k in requests)
-    return resources_from(requests, f"{where}.resources.requests"), named
+def resources_from(resource_list: Mapping[str, Any] | None, where: str) -> Resources:
+    """``amounts`` as Resources; a bad quantity is a ConnectorError naming ``where``."""
+    try:
+        return Resources(*amounts(resource_list))
+    except BadQuantity as e:
+        raise ConnectorError(f"{where}.{e}") from None
 
 
 def pod_request(pod: Mapping[str, Any], default: Resources = DEFAULT_POD_REQUEST) -> tuple[Resources, bool]:
@@ -124,35 +125,60 @@ def pod_request(pod: Mapping[str, Any], default: Resources = DEFAULT_POD_REQUEST
 
     Regular containers and sidecars (init containers with ``restartPolicy: Always``) run together;
     each regular init container runs alone beside the sidecars started before it. The pod needs
-    the largest of those moments, plus its overhead (``spec.overhead``).
+    the largest of those moments, plus its overhead (``spec.overhead``). A resource with a limit and
+    no request requests its limit (the API server's defaulting rule; recorded objects already show
+    it, objects written by hand may not).
     """
-    name = pod_name(pod)
     spec = pod.get("spec") or {}
     named: set[str] = set()
-    sidecars = Resources()
-    init_peak = Resources()
-    for i, container in enumerate(spec.get("initContainers") or ()):
-        request, names = container_request(container, f"pod {name}: spec.initContainers[{i}]")
-        named |= names
-        if container.get("restartPolicy") == "Always":
-            sidecars = sidecars + request
-            init_peak = init_peak.maximum(sidecars)
-        else:
-            init_peak = init_peak.maximum(sidecars + request)
-    running = sidecars
-    for i, container in enumerate(spec.get("containers") or ()):
-        request, names = container_request(container, f"pod {name}: spec.containers[{i}]")
-        named |= names
-        running = running + request
-    effective = running.maximum(init_peak) + resources_from(spec.get("overhead"), f"pod {name}: spec.overhead")
+    where = "spec.overhead"
+    try:
+        overhead = amounts(spec.get("overhead"))
+        running = [0.0, 0.0, 0.0, 0.0]
+        for i, container in enumerate(spec.get("containers") or ()):
+            where = f"spec.containers[{i}].resources"
+            _add(running, _container(container, named))
+        sidecars = [0.0, 0.0, 0.0, 0.0]
+        peak = [0.0, 0.0, 0.0, 0.0]
+        for i, container in enumerate(spec.get("initContainers") or ()):
+            where = f"spec.initContainers[{i}].resources"
+            request = _container(container, named)
+            if container.get("restartPolicy") == "Always":
+                _add(sidecars, request)
+                step = sidecars
+            else:
+                step = [a + b for a, b in zip(sidecars, request, strict=True)]
+            peak = [max(a, b) for a, b in zip(peak, step, strict=True)]
+    except BadQuantity as e:
+        raise ConnectorError(f"pod {pod_name(pod)}: {where}.{e}") from None
+    _add(running, sidecars)
+    effective = [max(r, p) + o for r, p, o in zip(running, peak, overhead, strict=True)]
     defaulted = False
     if "cpu" not in named and default.cpus:
-        effective = Resources(effective.cpus + default.cpus, effective.mem, effective.disk, effective.gpus)
+        effective[0] += default.cpus
         defaulted = True
     if "memory" not in named and default.mem:
-        effective = Resources(effective.cpus, effective.mem + default.mem, effective.disk, effective.gpus)
+        effective[1] += default.mem
         defaulted = True
-    return effective, defaulted
+    return Resources(*effective), defaulted
+
+
+def _container(container: Mapping[str, Any], named: set[str]) -> Amounts:
+    spec = container.get("resources") or {}
+    requests = spec.get("requests") or {}
+    limits = spec.get("limits")
+    if limits:
+        requests = {**limits, **requests}
+    if "cpu" in requests:
+        named.add("cpu")
+    if "memory" in requests:
+        named.add("memory")
+    return amounts(requests)
+
+
+def _add(total: Amounts, more: Amounts) -> None:
+    for k in range(4):
+        total[k] += more[k]
 
 
 # --- pods ---------------------------------------------------------------------------------------
@@ -167,10 +193,11 @@ def owner_kinds(pod: Mapping[str, Any]) -> set[str]:
     return {ref.get("kind", "") for ref in (pod.get("metadata") or {}).get("ownerReferences") or ()}
 
 
-def is_daemon(pod: Mapping[str, Any]) -> bool:
+def is_daemon(pod: Mapping[str, Any], owners: set[str] | None = None) -> bool:
     """DaemonSet pods and mirror pods (static pods the kubelet runs) belong to the node, not the load."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return MIRROR_POD_ANNOTATION in annotations or bool(owner_kinds(pod) & {"DaemonSet", "Node"})
+    owners = owner_kinds(pod) if owners is None else owners
+    return MIRROR_POD_ANNOTATION in annotations or "DaemonSet" in owners or "Node" in owners
 
 
 def is_unschedulable(pod: Mapping[str, Any]) -> bool:
@@ -205,7 +232,7 @@ def targets_pool(pod: Mapping[str, Any], pool: KubernetesPool) -> bool:
     return False
 
 
-def task_from(pod: Mapping[str, Any], request: Resources, pool: KubernetesPool) -> Task:
+def task_from(pod: Mapping[str, Any], request: Resources, pool: KubernetesPool, owners: set[str]) -> Task:
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     labels = meta.get("labels") or {}
@@ -213,9 +240,9 @@ def task_from(pod: Mapping[str, Any], request: Resources, pool: KubernetesPool) 
     return Task(
         id=pod_name(pod),
         requests=request,
-        daemon=is_daemon(pod),
+        daemon=is_daemon(pod, owners),
         safe_to_evict=not pinned,
-        batch="Job" in owner_kinds(pod),
+        batch="Job" in owners,
         app=str(labels.get("app.kubernetes.io/name") or labels.get("app") or ""),
     )
 
@@ -321,11 +348,12 @@ def build_view(
         on_pool_node = node_name in nodes
         if not on_pool_node and (node_name or not is_unschedulable(pod) or not targets_pool(pod, pool)):
             continue
-        daemon = is_daemon(pod)
+        owners = owner_kinds(pod)
+        daemon = is_daemon(pod, owners)
         request, used_default = pod_request(pod, Resources() if daemon else pool.default_request)
+        task = task_from(pod, request, pool, owners)
         if used_default:
-            defaulted.append(pod_name(pod))
-        task = task_from(pod, request, pool)
+            defaulted.append(task.id)
         if on_pool_node:
             tasks[node_name].append(task)
             if daemon:
