@@ -106,6 +106,23 @@ def kubernetes_page(recorded: dict[str, Any], query: dict[str, str]) -> dict[str
     return {**recorded, "metadata": metadata, "items": page}
 
 
+def kubeconfig(path: Path, server: str) -> str:
+    """A kubeconfig file like an operator's, pointing at ``server``, with a bearer token."""
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "recorded", "cluster": {"server": server}}],
+                "users": [{"name": "collector", "user": {"token": "recorded-token"}}],
+                "contexts": [{"name": "recorded", "context": {"cluster": "recorded", "user": "collector"}}],
+                "current-context": "recorded",
+            }
+        )
+    )
+    return str(path)
+
+
 @contextmanager
 def recorded_api() -> Iterator[RecordedApi]:
     api = RecordedApi()

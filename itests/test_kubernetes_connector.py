@@ -1,7 +1,6 @@
 """The Kubernetes connector against recorded API JSON served on loopback to the real ``kubernetes``
 client, configured from a kubeconfig file like an operator's (nothing in the client is patched)."""
 
-import json
 import logging
 
 import pytest
@@ -16,6 +15,7 @@ from clusterman.cluster.kubernetes import KubernetesPool
 from clusterman.cluster.model import NodeState
 from clusterman.cluster.model import ResourceGroup
 from clusterman.config.model import DEFAULT_POD_REQUEST
+from itests.recorded_api import kubeconfig
 from itests.recorded_api import load
 from itests.recorded_api import recorded_api
 
@@ -24,22 +24,6 @@ POOL = KubernetesPool(
     "default", safe_to_evict_keys=("cluster-autoscaler.kubernetes.io/safe-to-evict", "clusterman.com/safe_to_evict")
 )
 NOW = 1714650000.0
-
-
-def kubeconfig(path, server):
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "recorded", "cluster": {"server": server}}],
-                "users": [{"name": "collector", "user": {"token": "recorded-token"}}],
-                "contexts": [{"name": "recorded", "context": {"cluster": "recorded", "user": "collector"}}],
-                "current-context": "recorded",
-            }
-        )
-    )
-    return str(path)
 
 
 @pytest.fixture

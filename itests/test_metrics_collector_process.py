@@ -10,9 +10,9 @@ from itertools import pairwise
 
 import pytest
 
+from itests.recorded_api import kubeconfig
 from itests.recorded_api import load
 from itests.recorded_api import recorded_api
-from itests.test_kubernetes_connector import kubeconfig
 
 POOL_LIMITS = "scaling_limits: {min_capacity: 1, max_capacity: 10, max_weight_to_add: 5, max_weight_to_remove: 5}\n"
 

@@ -159,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
     main = load_main_config(args.env_config_path)
     pools = load_pools(main, args.cluster, args.pool, args.cluster_config_directory)
     store = open_store(args.store, main)
+    if args.store == "memory":
+        log.warning("--store memory: points stay in this process and are lost when it exits")
     try:
         if args.once:
             return 1 if collect_once(pools, store) else 0
