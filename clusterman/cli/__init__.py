@@ -1,1 +1,1 @@
-"""The ``clusterman`` command: one module per subcommand, registered in ``main.SUBCOMMANDS``."""
+"""The ``clusterman`` command: one module per subcommand, found by ``main.subcommands()``."""

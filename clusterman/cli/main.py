@@ -7,27 +7,38 @@ stderr and exit with status 1; a traceback means a bug in clusterman.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
+import pkgutil
 import sys
 from collections.abc import Callable
 from types import ModuleType
 
-from clusterman.cli import signal as signal_cmd
-from clusterman.cli import toggle
+import clusterman.cli
+from clusterman.cluster.connector import ConnectorError
 from clusterman.config.loader import default_env_config_path
 from clusterman.config.schema import ConfigError
 from clusterman.metrics.store import MetricsError
 from clusterman.signals.protocol import SignalError
 from clusterman.state.store import StateError
 
-# Each module defines add_parser(subparsers) and sets `func` (args -> exit status) on its parser.
-SUBCOMMANDS: list[ModuleType] = [signal_cmd, toggle]
+
+def subcommands() -> list[ModuleType]:
+    """Every module of clusterman.cli with ``add_parser(subparsers)``, which sets ``func`` on its parser."""
+    modules = []
+    for info in sorted(pkgutil.iter_modules(clusterman.cli.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"clusterman.cli.{info.name}")
+        if hasattr(module, "add_parser"):
+            modules.append(module)
+    return modules
+
 
 USER_ERRORS: tuple[type[Exception], ...] = (
     ConfigError,
     SignalError,
     MetricsError,
     StateError,
+    ConnectorError,
     FileNotFoundError,
     ValueError,
 )
@@ -48,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING or ERROR")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in SUBCOMMANDS:
+    for module in subcommands():
         module.add_parser(subparsers)
     return parser
 

@@ -24,7 +24,9 @@ class NodeState(enum.Enum):
     TAINTED = "tainted"  # marked for removal by the autoscaler (may be untainted again)
     CORDONED = "cordoned"  # excluded by an operator: neither capacity nor a removal candidate
     ORPHAN = "orphan"  # in the cloud but not (yet) joined to the scheduler
-    UNKNOWN = "unknown"  # in the scheduler, but not in any of the pool's resource groups
+    # in the scheduler, but not usable or not ours: not in any of the pool's resource groups, or not
+    # healthy (a Kubernetes node that is not Ready, a Mesos agent the master lost); see docs/cluster.md
+    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +60,8 @@ class Node:
     reserved: Resources = Resources()  # reserved for roles (Mesos); part of allocatable
     tasks: tuple[Task, ...] = ()
     instance_type: str = ""
-    market: str = ""  # availability zone, or "<type>, <az>" as Clusterman keys it
+    market: str = ""  # availability zone; Clusterman's market key is "<instance_type, market>"
+    ip: str = ""  # private address: how Mesos agents are matched to cloud instances
 
     @property
     def is_ready(self) -> bool:

@@ -18,6 +18,7 @@ from clusterman.config.schema import fraction
 from clusterman.config.schema import non_negative
 from clusterman.config.schema import positive
 from clusterman.config.schema import unit_interval
+from clusterman.resources import Resources
 
 
 class Scheduler(enum.Enum):
@@ -225,6 +226,50 @@ class PoolAutoscaling:
     orphan_instance_uptime_threshold_seconds: int = field(1800, check=positive)
 
 
+# What the Kubernetes scheduler assumes for a container that requests nothing (100m CPU, 200 MiB).
+DEFAULT_POD_REQUEST = Resources(cpus=0.1, mem=200 * 2**20 / 1e6)
+
+
+def parse_resources(value: Any) -> Resources:
+    """``{cpus: 0.1, mem: 200}`` (MB) -> Resources; every amount a finite number >= 0."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a mapping of cpus/mem/disk/gpus, got {value!r}")
+    for name, amount in value.items():
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not 0 <= amount < float("inf"):
+            raise ValueError(f"{name}: expected a finite number >= 0, got {amount!r}")
+    return Resources.from_mapping(value)
+
+
+@dataclass(frozen=True)
+class SimulatedTasks:
+    """``count`` identical tasks that run for as long as the simulated pool does."""
+
+    count: int = field(check=positive)
+    cpus: float = field(0.0, check=non_negative)
+    mem: float = field(0.0, check=non_negative)
+    disk: float = field(0.0, check=non_negative)
+    gpus: float = field(0.0, check=non_negative)
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """The ``simulation`` block: how a pool whose scheduler is simulated (``<pool>.simulated``) behaves."""
+
+    node_resources: Resources = field(
+        default_factory=lambda: Resources(cpus=2, mem=7500, disk=20000),
+        parser=parse_resources,
+        doc="allocatable of one instance (MB for mem and disk)",
+    )
+    weight: float = field(1.0, check=positive)
+    instance_type: str = "m5.large"
+    market: str = "us-west-2a"
+    join_delay_seconds: float = field(60.0, check=non_negative)
+    join_delay_stdev_seconds: float = field(0.0, check=non_negative)
+    seed: int = 0
+    initial_capacity: int | None = field(None, check=non_negative, doc="capacity at start (default: min_capacity)")
+    tasks: tuple[SimulatedTasks, ...] = ()
+
+
 @dataclass(frozen=True)
 class PoolConfig:
     """Everything one autoscaler instance needs to know about its pool."""
@@ -238,8 +283,22 @@ class PoolConfig:
     autoscaling: PoolAutoscaling = field(default_factory=PoolAutoscaling)
     draining_enabled: bool = False
     alert_on_max_capacity: bool = True
+    # Kubernetes (Clusterman's keys and defaults): the node label naming the pool, the pod label
+    # naming it, and the pod annotation that pins a node ("false": never remove it).
+    node_label_key: str = "clusterman.com/pool"
+    pool_label_key: str = "clusterman.com/pool"
+    safe_to_evict_key: str = "clusterman.com/safe_to_evict"
+    default_pod_request: Resources = field(
+        DEFAULT_POD_REQUEST, parser=parse_resources, doc="what a pod that requests no cpu or memory counts for"
+    )
+    # Mesos: frameworks whose tasks are not batch work (Clusterman's key and default)
+    non_batch_framework_prefixes: tuple[str, ...] = ("marathon",)
+    simulation: SimulationConfig = field(default_factory=SimulationConfig)
 
-    IGNORED_KEYS: ClassVar = frozenset({"sensu_config", "node_migration", "pool_owner", "paasta_cluster"})
+    # exclude_daemonset_pods: DaemonSet pods are always taken out of node capacity and demand here
+    IGNORED_KEYS: ClassVar = frozenset(
+        {"sensu_config", "node_migration", "pool_owner", "paasta_cluster", "exclude_daemonset_pods"}
+    )
 
     def __post_init__(self) -> None:
         if "__default__" in self.app_signals:

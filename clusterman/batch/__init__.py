@@ -1,0 +1,1 @@
+"""Long-running programs (batches): each wires adapters to the core and loops on a timer."""

@@ -1,0 +1,199 @@
+"""``python -m clusterman.batch.metrics_collector``: write every pool's system metrics on a timer.
+
+Every ``batches.cluster_metrics.run_interval_seconds`` it takes each pool's snapshot from its
+cluster connector and writes ``clusterman.metrics.collector.collect``'s points to the metrics
+store. A pool that fails (scheduler unreachable, store down, a bug) is logged and skipped; the next
+run tries again: one failing run never ends the loop. ``--once`` runs once and exits 1 if any pool
+failed. ``clusterman collect-metrics`` is the same program.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Sequence
+from types import FrameType
+
+from clusterman.cluster.connector import ClusterConnector
+from clusterman.cluster.connector import ConnectorError
+from clusterman.cluster.factory import connector_for_pool
+from clusterman.config.loader import default_env_config_path
+from clusterman.config.loader import list_pools
+from clusterman.config.loader import load_main_config
+from clusterman.config.loader import load_pool_config
+from clusterman.config.model import MainConfig
+from clusterman.config.model import MetricType
+from clusterman.config.model import PoolIdentity
+from clusterman.config.schema import ConfigError
+from clusterman.metrics.collector import collect
+from clusterman.metrics.store import InMemoryStore
+from clusterman.metrics.store import MetricsError
+from clusterman.metrics.store import MetricsStore
+from clusterman.metrics.store import Point
+from clusterman.metrics.store import Series
+
+log = logging.getLogger(__name__)
+
+Pool = tuple[PoolIdentity, ClusterConnector]
+
+
+class StdoutStore(MetricsStore):
+    """Prints each point as one JSON line: to see what would be written (write only)."""
+
+    def write(self, points: Iterable[Point]) -> None:
+        for p in points:
+            print(json.dumps({"type": p.metric_type.value, "key": p.key, "timestamp": p.timestamp, "value": p.value}))
+        sys.stdout.flush()
+
+    def read(self, metric_type: MetricType, key: str, start: int, end: int) -> Series:
+        raise MetricsError("the stdout store is write-only")
+
+    def keys(self, metric_type: MetricType, prefix: str = "", regex: str | None = None) -> list[str]:
+        raise MetricsError("the stdout store is write-only")
+
+
+# The wiring point for metrics backends: --store NAME opens STORES[NAME](main config).
+STORES: dict[str, Callable[[MainConfig], MetricsStore]] = {
+    "memory": lambda main: InMemoryStore(),
+    "stdout": lambda main: StdoutStore(),
+}
+DEFAULT_STORE = "memory"
+
+
+def open_store(name: str, main: MainConfig) -> MetricsStore:
+    factory = STORES.get(name)
+    if factory is None:
+        raise ConfigError("--store", name, f"unknown metrics store (known: {', '.join(sorted(STORES))})")
+    return factory(main)
+
+
+def collect_once(pools: Sequence[Pool], store: MetricsStore, clock: Callable[[], float] = time.time) -> int:
+    """Snapshot every pool and write its points; returns how many pools failed (each is logged)."""
+    failures = 0
+    for identity, connector in pools:
+        try:
+            points = collect(connector.snapshot(clock()), identity)
+            store.write(points)
+            log.info("%s: wrote %d points", identity, len(points))
+        except (ConnectorError, MetricsError) as e:
+            failures += 1
+            log.error("%s: no metrics this run: %s", identity, e)
+        except Exception:  # a bug must not stop the other pools, nor the next run
+            failures += 1
+            log.exception("%s: no metrics this run: unexpected error", identity)
+    return failures
+
+
+def run_forever(
+    pools: Sequence[Pool],
+    store: MetricsStore,
+    interval_seconds: float,
+    stop: threading.Event,
+    clock: Callable[[], float] = time.time,
+) -> None:
+    """Run every ``interval_seconds`` on a fixed grid from the first run; a run that overruns skips
+    the slots it missed rather than bunching runs up. Returns when ``stop`` is set."""
+    next_run = clock()
+    while not stop.is_set():
+        collect_once(pools, store, clock)
+        next_run += interval_seconds
+        late = clock() - next_run
+        if late > 0:
+            next_run += math.ceil(late / interval_seconds) * interval_seconds
+        stop.wait(max(0.0, next_run - clock()))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster", default=os.environ.get("CMAN_CLUSTER"), help="the cluster (default: $CMAN_CLUSTER)"
+    )
+    parser.add_argument(
+        "--pool",
+        action="append",
+        default=[],
+        metavar="POOL[.SCHEDULER]",
+        help="collect only this pool (repeatable; default: every pool file of the cluster)",
+    )
+    parser.add_argument("--once", action="store_true", help="run once and exit (status 1 if a pool failed)")
+    parser.add_argument(
+        "--store",
+        default=DEFAULT_STORE,
+        help=f"where points go: {', '.join(sorted(STORES))} (default: {DEFAULT_STORE})",
+    )
+
+
+def load_pools(main: MainConfig, cluster: str, wanted: Sequence[str], directory: str | None = None) -> list[Pool]:
+    """The pools to collect, each with its connector. A pool whose config is bad is logged and
+    left out (the others are still collected); no pool at all is an error."""
+    directory = directory or main.cluster_config_directory
+    identities = list_pools(directory, cluster)
+    if wanted:
+        identities = [i for i in identities if i.pool in wanted or f"{i.pool}.{i.scheduler.value}" in wanted]
+        missing = set(wanted) - {i.pool for i in identities} - {f"{i.pool}.{i.scheduler.value}" for i in identities}
+        if missing:
+            raise ConfigError(f"{directory}/{cluster}", "", f"no pool file for {', '.join(sorted(missing))}")
+    pools: list[Pool] = []
+    for identity in identities:
+        try:
+            pool_config = load_pool_config(main, identity, directory)
+            pools.append((identity, connector_for_pool(main, identity, pool_config)))
+        except (ConfigError, ValueError) as e:
+            log.error("%s: not collected: %s", identity, e)
+    if not pools:
+        raise ConfigError(f"{directory}/{cluster}", "", "no pool to collect metrics for")
+    return pools
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.cluster:
+        raise ConfigError("--cluster", "", "required (or set $CMAN_CLUSTER)")
+    main = load_main_config(args.env_config_path)
+    pools = load_pools(main, args.cluster, args.pool, args.cluster_config_directory)
+    store = open_store(args.store, main)
+    if args.store == "memory":
+        log.warning("--store memory: points stay in this process and are lost when it exits")
+    try:
+        if args.once:
+            return 1 if collect_once(pools, store) else 0
+        stop = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            log.info("signal %d: stopping after this run", signum)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        run_forever(pools, store, main.batches.cluster_metrics.run_interval_seconds, stop)
+        return 0
+    finally:
+        for _, connector in pools:
+            connector.close()
+        store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m clusterman.batch.metrics_collector", description=__doc__)
+    parser.add_argument("--env-config-path", default=default_env_config_path(), help="the main config file")
+    parser.add_argument("--cluster-config-directory", default=None, help="the <cluster>/<pool>.<scheduler> directory")
+    parser.add_argument("--log-level", default="INFO")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        return run(args)
+    except (ConfigError, MetricsError, OSError, ValueError) as e:
+        print(f"metrics_collector: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""The cluster connector interface: one pool's state, read from its scheduler, as a PoolSnapshot.
+
+Connectors are adapters: constructors take plain values and never touch the network; the first
+``snapshot`` connects. A connector is read-only: tainting, draining and terminating belong to the
+pool manager. When a ``CloudViewSource`` is given, the scheduler's nodes are joined to the cloud's
+instances (``cloud_view.join``); without one, the snapshot has no groups and nodes keep the state
+the scheduler reports (see docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+from clusterman.cluster.cloud_view import CloudViewSource
+from clusterman.cluster.cloud_view import join
+from clusterman.cluster.model import Node
+from clusterman.cluster.model import PoolSnapshot
+from clusterman.cluster.model import Task
+
+
+class ConnectorError(Exception):
+    """The scheduler could not be read, or answered something we cannot use; the message says which
+    endpoint or object, and why."""
+
+
+@dataclass(frozen=True)
+class SchedulerView:
+    """What a scheduler alone says: its nodes in the pool, and work it could not place."""
+
+    nodes: tuple[Node, ...] = ()
+    pending: tuple[Task, ...] = ()
+
+
+class ClusterConnector(abc.ABC):
+    def __init__(self, cloud: CloudViewSource | None = None) -> None:
+        self.cloud = cloud
+
+    @abc.abstractmethod
+    def scheduler_view(self, now: float) -> SchedulerView:
+        """Read the scheduler; raise ConnectorError when it cannot be read."""
+
+    def snapshot(self, now: float) -> PoolSnapshot:
+        view = self.scheduler_view(now)
+        if self.cloud is None:
+            return PoolSnapshot(now, view.nodes, (), view.pending)
+        cloud = self.cloud.cloud_view(now)
+        return PoolSnapshot(now, join(view.nodes, cloud), cloud.groups, view.pending)
+
+    def close(self) -> None:  # noqa: B027 - connectors that hold no connection need not override
+        """Release connections; the connector may be used again afterwards (it reconnects)."""

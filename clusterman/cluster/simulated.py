@@ -1,0 +1,527 @@
+"""A simulated pool, in process: for the simulator and the local stack.
+
+Three parts, each a plain state machine with time passed in (no clock, no threads):
+  SimulatedCloud      resource groups: a target per group; instances launch at once to meet it
+                      and stop only when terminated (as Clusterman drives its fleets)
+  SimulatedScheduler  instances join as nodes after a join delay (seeded, so runs repeat); a
+                      workload's tasks are placed first fit on ready nodes, the rest wait pending;
+                      nodes can be tainted and untainted; a terminated node's tasks are re-queued
+  SimulatedConnector  the ClusterConnector over the two (the cloud may also be a real adapter,
+                      e.g. an Auto Scaling group on moto's server)
+
+Speed matters (the simulator steps 30 days by the minute over ~1,000 nodes): node and task
+values are built once and rebuilt only when they change, and placement remembers, per request
+size, which leading nodes are known to be too full, so a step costs what changed, not the pool.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import random
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from clusterman.cluster.cloud_view import CloudInstance
+from clusterman.cluster.cloud_view import CloudView
+from clusterman.cluster.cloud_view import CloudViewSource
+from clusterman.cluster.cloud_view import orphan
+from clusterman.cluster.connector import ClusterConnector
+from clusterman.cluster.connector import SchedulerView
+from clusterman.cluster.model import NO_TIME
+from clusterman.cluster.model import Node
+from clusterman.cluster.model import NodeState
+from clusterman.cluster.model import PoolSnapshot
+from clusterman.cluster.model import ResourceGroup
+from clusterman.cluster.model import Task
+from clusterman.resources import Resources
+
+EPSILON = 1e-9
+
+# --- the cloud ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SimulatedGroupSpec:
+    id: str
+    node_resources: Resources  # allocatable of one instance
+    weight: float = 1.0  # capacity units per instance
+    instance_type: str = "m5.large"
+    market: str = "us-west-2a"  # availability zone
+    min_capacity: float = 0.0
+    max_capacity: float = math.inf
+
+    def __post_init__(self) -> None:
+        if not self.weight > 0:
+            raise ValueError(f"simulated group {self.id}: weight must be > 0, got {self.weight!r}")
+        if self.min_capacity > self.max_capacity:
+            raise ValueError(f"simulated group {self.id}: min_capacity is greater than max_capacity")
+
+
+class SimulatedCloud:
+    """Groups of instances. A raised target launches instances at once (a fleet may overshoot by
+    less than one instance's weight); a lowered target launches nothing and kills nothing."""
+
+    def __init__(
+        self, groups: Sequence[SimulatedGroupSpec], targets: Mapping[str, float] | None = None, id_prefix: str = "i-sim"
+    ) -> None:
+        self._specs = {g.id: g for g in groups}
+        if len(self._specs) != len(groups):
+            raise ValueError("simulated groups: group ids must be unique")
+        self._targets = dict.fromkeys(self._specs, 0.0)
+        self._stale: set[str] = set()
+        self._instances: dict[str, CloudInstance] = {}
+        self._fulfilled = dict.fromkeys(self._specs, 0.0)
+        self._id_prefix = id_prefix
+        self._launched = 0
+        self._view: CloudView | None = None
+        self._unlaunched = True  # initial targets are met at the first look, at that time
+        for group_id, target in (targets or {}).items():
+            self._targets[self._spec(group_id).id] = self._clamp(group_id, target)
+
+    def cloud_view(self, now: float) -> CloudView:
+        if self._unlaunched:
+            self._unlaunched = False
+            self._launch_to_targets(now)
+        if self._view is None:
+            groups = tuple(
+                ResourceGroup(
+                    id=g.id,
+                    target_capacity=self._targets[g.id],
+                    fulfilled_capacity=self._fulfilled[g.id],
+                    min_capacity=g.min_capacity,
+                    max_capacity=g.max_capacity,
+                    stale=g.id in self._stale,
+                    kind="simulated",
+                    node_resources=g.node_resources * (1 / g.weight),
+                )
+                for g in self._specs.values()
+            )
+            self._view = CloudView(groups, tuple(self._instances.values()))
+        return self._view
+
+    def set_target(self, group_id: str, target: float, now: float) -> float:
+        """Set a group's target (clamped to its min and max) and launch what it lacks; returns the target."""
+        self._targets[self._spec(group_id).id] = self._clamp(group_id, target)
+        self._launch_to_targets(now)
+        self._view = None
+        return self._targets[group_id]
+
+    def terminate(self, instance_ids: Iterable[str], now: float, *, replace: bool = False) -> None:
+        """Stop instances. By default the group's target drops by their weight (the autoscaler's
+        intent); ``replace=True`` keeps the target, so the group launches replacements (a lost
+        spot instance)."""
+        for instance_id in instance_ids:
+            instance = self._instances.pop(instance_id, None)
+            if instance is None:
+                raise ValueError(f"simulated cloud: no instance {instance_id!r}")
+            self._fulfilled[instance.group_id] -= instance.weight
+            if not replace:
+                self._targets[instance.group_id] = max(0.0, self._targets[instance.group_id] - instance.weight)
+        self._launch_to_targets(now)
+        self._view = None
+
+    def mark_stale(self, group_id: str) -> None:
+        self._stale.add(self._spec(group_id).id)
+        self._view = None
+
+    def _spec(self, group_id: str) -> SimulatedGroupSpec:
+        try:
+            return self._specs[group_id]
+        except KeyError:
+            raise ValueError(f"simulated cloud: no group {group_id!r} (groups: {', '.join(self._specs)})") from None
+
+    def _clamp(self, group_id: str, target: float) -> float:
+        spec = self._spec(group_id)
+        if not math.isfinite(target):
+            raise ValueError(f"simulated group {group_id}: target must be finite, got {target!r}")
+        return min(max(target, spec.min_capacity), spec.max_capacity)
+
+    def _launch_to_targets(self, now: float) -> None:
+        for spec in self._specs.values():
+            while self._fulfilled[spec.id] < self._targets[spec.id] - EPSILON:
+                self._launched += 1
+                instance_id = f"{self._id_prefix}-{self._launched:07d}"
+                self._instances[instance_id] = CloudInstance(
+                    instance_id=instance_id,
+                    group_id=spec.id,
+                    weight=spec.weight,
+                    launched_at=now,
+                    instance_type=spec.instance_type,
+                    market=spec.market,
+                    ip=f"10.{self._launched >> 16 & 255}.{self._launched >> 8 & 255}.{self._launched & 255}",
+                )
+                self._fulfilled[spec.id] += spec.weight
+
+
+# --- workloads ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """A task of a simulated workload: it wants to run from ``start`` until ``end``."""
+
+    id: str
+    requests: Resources
+    start: float = 0.0
+    end: float = math.inf
+    app: str = ""
+    batch: bool = False
+
+
+class Workload(Protocol):
+    def changes(self, now: float) -> tuple[list[WorkItem], list[str]]:
+        """Tasks that arrive, and ids of tasks that leave, since the previous call (time only grows)."""
+        ...
+
+
+class TaskList:
+    """A fixed list of tasks, each with its own start and end."""
+
+    def __init__(self, items: Iterable[WorkItem]) -> None:
+        self._items = sorted(items, key=lambda w: (w.start, w.id))
+        ids = [w.id for w in self._items]
+        if len(set(ids)) != len(ids):
+            raise ValueError("task list: task ids must be unique")
+        self._next = 0
+        self._ends: list[tuple[float, str]] = []
+
+    def changes(self, now: float) -> tuple[list[WorkItem], list[str]]:
+        arrivals = []
+        while self._next < len(self._items) and self._items[self._next].start <= now:
+            item = self._items[self._next]
+            self._next += 1
+            if item.end > now:
+                arrivals.append(item)
+                heapq.heappush(self._ends, (item.end, item.id))
+        departures = []
+        while self._ends and self._ends[0][0] <= now:
+            departures.append(heapq.heappop(self._ends)[1])
+        return arrivals, departures
+
+
+class DemandTrace:
+    """Demand over time (a step function of ``(time, Resources)`` points), run as identical tasks
+    of ``task_size``: as many as the most demanding resource needs; the newest leave first."""
+
+    def __init__(
+        self, points: Iterable[tuple[float, Resources]], task_size: Resources, id_prefix: str = "demand"
+    ) -> None:
+        self._points = sorted(points, key=lambda p: p[0])
+        self._times = [t for t, _ in self._points]
+        if not any(task_size):
+            raise ValueError("demand trace: task_size must ask for some resource")
+        self._size = task_size
+        self._prefix = id_prefix
+        self._running: list[str] = []
+        self._made = 0
+
+    def tasks_for(self, demand: Resources) -> int:
+        return max(
+            (math.ceil(need / size - EPSILON) for need, size in zip(demand, self._size, strict=True) if size > 0),
+            default=0,
+        )
+
+    def changes(self, now: float) -> tuple[list[WorkItem], list[str]]:
+        i = bisect.bisect_right(self._times, now) - 1
+        wanted = self.tasks_for(self._points[i][1]) if i >= 0 else 0
+        arrivals: list[WorkItem] = []
+        while len(self._running) < wanted:
+            self._made += 1
+            item = WorkItem(f"{self._prefix}-{self._made:07d}", self._size, start=now)
+            self._running.append(item.id)
+            arrivals.append(item)
+        departures = []
+        while len(self._running) > wanted:
+            departures.append(self._running.pop())
+        return arrivals, departures
+
+
+# --- the scheduler ------------------------------------------------------------------------------
+
+
+class _SimTask:
+    __slots__ = ("node", "requests", "value")
+
+    def __init__(self, value: Task) -> None:
+        self.value = value
+        self.requests = tuple(value.requests)
+        self.node: _SimNode | None = None
+
+
+class _SimNode:
+    __slots__ = (
+        "allocatable",
+        "changed",
+        "free",
+        "index",
+        "instance",
+        "joined",
+        "pos",
+        "state",
+        "tainted_at",
+        "tasks",
+        "value",
+    )
+
+    def __init__(self, instance: CloudInstance, allocatable: Resources, pos: int) -> None:
+        self.instance = instance
+        self.allocatable = allocatable
+        self.free = list(allocatable)
+        self.joined = False
+        self.state = NodeState.ORPHAN
+        self.tainted_at = NO_TIME
+        self.tasks: dict[str, _SimTask] = {}
+        self.index = -1  # position among joined nodes (the first-fit order)
+        self.pos = pos  # position in the snapshot's nodes
+        self.value = orphan(instance)
+        self.changed = False  # value is out of date
+
+    def build(self) -> Node:
+        i = self.instance
+        self.changed = False
+        self.value = Node(
+            id=i.instance_id,
+            state=self.state,
+            allocatable=self.allocatable,
+            group_id=i.group_id,
+            instance_id=i.instance_id,
+            weight=i.weight,
+            launched_at=i.launched_at,
+            tainted_at=self.tainted_at,
+            tasks=tuple(t.value for t in self.tasks.values()),
+            instance_type=i.instance_type,
+            market=i.market,
+            ip=i.ip,
+        )
+        return self.value
+
+    def fits(self, requests: tuple[float, ...]) -> bool:
+        free = self.free
+        return (
+            requests[0] <= free[0] + EPSILON
+            and requests[1] <= free[1] + EPSILON
+            and requests[2] <= free[2] + EPSILON
+            and requests[3] <= free[3] + EPSILON
+        )
+
+    def add(self, task: _SimTask, sign: float) -> None:
+        for k in range(4):
+            self.free[k] -= sign * task.requests[k]
+
+
+def node_allocatable(instance: CloudInstance, group: ResourceGroup | None) -> Resources:
+    """By default a node offers its group's allocatable per weight unit times its weight."""
+    return group.node_resources * instance.weight if group is not None else Resources()
+
+
+class SimulatedScheduler:
+    def __init__(
+        self,
+        workload: Workload | None = None,
+        *,
+        join_delay_seconds: float = 0.0,
+        join_delay_stdev_seconds: float = 0.0,
+        seed: int = 0,
+        allocatable: Callable[[CloudInstance, ResourceGroup | None], Resources] = node_allocatable,
+    ) -> None:
+        if join_delay_seconds < 0 or join_delay_stdev_seconds < 0:
+            raise ValueError("simulated scheduler: join delays must be >= 0")
+        self.workload = workload
+        self._delay = join_delay_seconds
+        self._stdev = join_delay_stdev_seconds
+        self._rng = random.Random(seed)
+        self._allocatable = allocatable
+        self._nodes: dict[str, _SimNode] = {}  # every instance seen, in the order it was seen
+        self._values: list[Node] = []  # their Node values, in the same order
+        self._changed: list[_SimNode] = []  # nodes whose value must be rebuilt
+        self._joined: list[_SimNode] = []  # joined nodes, in join order: the first-fit order
+        self._joins: list[tuple[float, int, str]] = []
+        self._seen = 0
+        self._tasks: dict[str, _SimTask] = {}
+        self._pending: dict[str, _SimTask] = {}
+        self._no_fit_before: dict[tuple[float, ...], int] = {}
+        self._last_view: CloudView | None = None
+        self._now = -math.inf
+        self._nodes_value: tuple[Node, ...] | None = ()
+        self._pending_value: tuple[Task, ...] | None = ()
+
+    # the state machine --------------------------------------------------------------------------
+
+    def step(self, view: CloudView, now: float) -> None:
+        """Bring the pool to ``now``: instances come and go, due ones join, work arrives, leaves, is placed."""
+        if now < self._now:
+            raise ValueError(f"simulated scheduler: time went backwards ({now} < {self._now})")
+        self._now = now
+        self._observe(view, now)
+        while self._joins and self._joins[0][0] <= now:
+            _, _, instance_id = heapq.heappop(self._joins)
+            node = self._nodes.get(instance_id)
+            if node is not None and not node.joined:
+                node.joined, node.state = True, NodeState.READY
+                node.index = len(self._joined)
+                self._joined.append(node)
+                self._touch(node)
+        if self.workload is not None:
+            arrivals, departures = self.workload.changes(now)
+            for task_id in departures:
+                self._remove_task(task_id)
+            for item in arrivals:
+                self._add_task(item)
+        self._place()
+
+    def taint(self, node_ids: Iterable[str], now: float) -> None:
+        for node in self._joined_nodes(node_ids):
+            if node.state is not NodeState.TAINTED:
+                node.state, node.tainted_at = NodeState.TAINTED, now
+                self._touch(node)
+
+    def untaint(self, node_ids: Iterable[str]) -> None:
+        for node in self._joined_nodes(node_ids):
+            if node.state is NodeState.TAINTED:
+                node.state, node.tainted_at = NodeState.READY, NO_TIME
+                self._touch(node)
+                self._room_at(node.index)
+
+    def nodes(self) -> tuple[Node, ...]:
+        if self._nodes_value is None:
+            for node in self._changed:
+                if node.pos >= 0:
+                    self._values[node.pos] = node.build()
+            self._changed.clear()
+            self._nodes_value = tuple(self._values)
+        return self._nodes_value
+
+    def pending(self) -> tuple[Task, ...]:
+        if self._pending_value is None:
+            self._pending_value = tuple(t.value for t in self._pending.values())
+        return self._pending_value
+
+    # internals ----------------------------------------------------------------------------------
+
+    def _touch(self, node: _SimNode) -> None:
+        if not node.changed:
+            node.changed = True
+            self._changed.append(node)
+        self._nodes_value = None
+
+    def _observe(self, view: CloudView, now: float) -> None:
+        if view is self._last_view:
+            return
+        self._last_view = view
+        groups = {g.id: g for g in view.groups}
+        known = self._nodes
+        for instance in view.instances:
+            if instance.instance_id in known:
+                continue
+            delay = max(0.0, self._rng.gauss(self._delay, self._stdev)) if self._stdev else self._delay
+            start = instance.launched_at if instance.launched_at != NO_TIME else now
+            self._seen += 1
+            heapq.heappush(self._joins, (start + delay, self._seen, instance.instance_id))
+            node = _SimNode(instance, self._allocatable(instance, groups.get(instance.group_id)), len(self._values))
+            known[instance.instance_id] = node
+            self._values.append(node.value)
+            self._nodes_value = None
+        if len(known) == len(view.instances):
+            return
+        gone = known.keys() - {i.instance_id for i in view.instances}
+        for instance_id in gone:
+            node = known.pop(instance_id)
+            node.pos = -1
+            for task in node.tasks.values():
+                task.node = None
+                self._pending[task.value.id] = task
+            node.tasks.clear()
+        self._values = [node.value for node in known.values()]
+        for pos, node in enumerate(known.values()):
+            node.pos = pos
+        self._joined = [n for n in self._joined if n.pos >= 0]
+        for index, node in enumerate(self._joined):
+            node.index = index
+        self._no_fit_before.clear()
+        self._pending_value = self._nodes_value = None
+
+    def _joined_nodes(self, node_ids: Iterable[str]) -> list[_SimNode]:
+        nodes = []
+        for node_id in node_ids:
+            node = self._nodes.get(node_id)
+            if node is None or not node.joined:
+                raise ValueError(f"simulated scheduler: no joined node {node_id!r}")
+            nodes.append(node)
+        return nodes
+
+    def _add_task(self, item: WorkItem) -> None:
+        if item.id in self._tasks:
+            raise ValueError(f"simulated workload: task {item.id!r} arrived twice")
+        task = _SimTask(Task(item.id, item.requests, batch=item.batch, app=item.app))
+        self._tasks[item.id] = task
+        self._pending[item.id] = task
+        self._pending_value = None
+
+    def _remove_task(self, task_id: str) -> None:
+        task = self._tasks.pop(task_id, None)
+        if task is None:
+            return
+        node = task.node
+        if node is None:
+            del self._pending[task_id]
+            self._pending_value = None
+            return
+        del node.tasks[task_id]
+        node.add(task, -1.0)
+        self._touch(node)
+        self._room_at(node.index)
+
+    def _room_at(self, index: int) -> None:
+        """Node ``index`` has more room: no request size is known not to fit there any more."""
+        for key, first in self._no_fit_before.items():
+            if first > index:
+                self._no_fit_before[key] = index
+
+    def _place(self) -> None:
+        """First fit, in join order, oldest pending task first."""
+        if not self._pending:
+            return
+        joined = self._joined
+        placed = []
+        for task in self._pending.values():
+            index = self._no_fit_before.get(task.requests, 0)
+            while index < len(joined):
+                node = joined[index]
+                if node.state is NodeState.READY and node.fits(task.requests):
+                    node.tasks[task.value.id] = task
+                    node.add(task, 1.0)
+                    task.node = node
+                    self._touch(node)
+                    placed.append(task.value.id)
+                    break
+                index += 1
+            self._no_fit_before[task.requests] = index
+        for task_id in placed:
+            del self._pending[task_id]
+        if placed:
+            self._pending_value = None
+
+
+class SimulatedConnector(ClusterConnector):
+    """A pool whose scheduler is simulated; ``cloud`` is a SimulatedCloud or a real adapter."""
+
+    def __init__(self, cloud: CloudViewSource, scheduler: SimulatedScheduler) -> None:
+        super().__init__(cloud)
+        self._source = cloud
+        self.scheduler = scheduler
+
+    def scheduler_view(self, now: float) -> SchedulerView:
+        self.scheduler.step(self._source.cloud_view(now), now)
+        return SchedulerView(self.scheduler.nodes(), self.scheduler.pending())
+
+    def snapshot(self, now: float) -> PoolSnapshot:
+        """The scheduler already carries the cloud's fields, so no join is needed (and none is paid)."""
+        view = self._source.cloud_view(now)
+        self.scheduler.step(view, now)
+        return PoolSnapshot(now, self.scheduler.nodes(), view.groups, self.scheduler.pending())

@@ -1,0 +1,154 @@
+"""A small HTTP server on loopback that answers with recorded API JSON (Kubernetes, Mesos).
+
+No Kubernetes API server or Mesos master can run on these machines, so the tests serve recorded
+responses to the *real* client libraries (the ``kubernetes`` client, ``requests``) instead of
+patching them. For Kubernetes list calls the server applies what the real API server would: the
+equality ``labelSelector`` and ``fieldSelector`` the connector sends, and ``limit``/``continue``
+pagination, so the client's query encoding and the connector's paging both run for real.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from dataclasses import field
+from http.server import BaseHTTPRequestHandler
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+from urllib.parse import urlsplit
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def load(name: str) -> Any:
+    return json.loads((FIXTURES / name).read_text())
+
+
+@dataclass
+class Request:
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+
+
+@dataclass
+class Route:
+    body: Any  # a recorded response; a Kubernetes list (``items``) is filtered and paged
+    status: int = 200
+    kubernetes_list: bool = False
+
+
+@dataclass
+class RecordedApi:
+    routes: dict[str, Route] = field(default_factory=dict)
+    requests: list[Request] = field(default_factory=list)
+    url: str = ""
+
+    def serve(self, path: str, body: Any, status: int = 200, *, kubernetes_list: bool = False) -> None:
+        self.routes[path] = Route(body, status, kubernetes_list)
+
+    def answer(self, request: Request) -> tuple[int, bytes]:
+        self.requests.append(request)
+        route = self.routes.get(request.path)
+        if route is None:
+            return 404, json.dumps({"kind": "Status", "code": 404, "message": f"{request.path} not found"}).encode()
+        if isinstance(route.body, bytes):
+            return route.status, route.body
+        if not route.kubernetes_list or route.status != 200:
+            return route.status, json.dumps(route.body).encode()
+        return 200, json.dumps(kubernetes_page(route.body, request.query)).encode()
+
+
+def lookup(obj: Any, dotted: str) -> str:
+    for part in dotted.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return "" if obj is None else str(obj)
+
+
+def label(obj: dict[str, Any], key: str) -> str:
+    return str(((obj.get("metadata") or {}).get("labels") or {}).get(key, ""))
+
+
+def matches(requirements: str, value_of: Any) -> bool:
+    """Equality-based selectors, as the API server reads them: ``a=b,c!=d``."""
+    for requirement in filter(None, requirements.split(",")):
+        if "!=" in requirement:
+            key, wanted = requirement.split("!=", 1)
+            if value_of(key) == wanted:
+                return False
+        else:
+            key, wanted = requirement.replace("==", "=").split("=", 1)
+            if value_of(key) != wanted:
+                return False
+    return True
+
+
+def kubernetes_page(recorded: dict[str, Any], query: dict[str, str]) -> dict[str, Any]:
+    items = [
+        item
+        for item in recorded["items"]
+        if matches(query.get("labelSelector", ""), lambda k, i=item: label(i, k))
+        and matches(query.get("fieldSelector", ""), lambda k, i=item: lookup(i, k))
+    ]
+    offset = int(base64.b64decode(query["continue"]).decode()) if query.get("continue") else 0
+    limit = int(query.get("limit", 0)) or len(items)
+    page = items[offset : offset + limit]
+    metadata = {"resourceVersion": recorded.get("metadata", {}).get("resourceVersion", "1")}
+    if offset + limit < len(items):
+        metadata["continue"] = base64.b64encode(str(offset + limit).encode()).decode()
+        metadata["remainingItemCount"] = len(items) - offset - limit
+    return {**recorded, "metadata": metadata, "items": page}
+
+
+def kubeconfig(path: Path, server: str) -> str:
+    """A kubeconfig file like an operator's, pointing at ``server``, with a bearer token."""
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "recorded", "cluster": {"server": server}}],
+                "users": [{"name": "collector", "user": {"token": "recorded-token"}}],
+                "contexts": [{"name": "recorded", "context": {"cluster": "recorded", "user": "collector"}}],
+                "current-context": "recorded",
+            }
+        )
+    )
+    return str(path)
+
+
+@contextmanager
+def recorded_api() -> Iterator[RecordedApi]:
+    api = RecordedApi()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            parts = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            status, body = api.answer(Request(parts.path, query, headers))
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    api.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield api
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

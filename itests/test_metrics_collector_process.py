@@ -1,0 +1,108 @@
+"""The collector as a real process: from srv-configs to points, against a recorded Kubernetes API on
+loopback and a simulated pool; a SIGTERM ends the loop cleanly."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from itertools import pairwise
+
+import pytest
+
+from itests.recorded_api import kubeconfig
+from itests.recorded_api import load
+from itests.recorded_api import recorded_api
+
+POOL_LIMITS = "scaling_limits: {min_capacity: 1, max_capacity: 10, max_weight_to_add: 5, max_weight_to_remove: 5}\n"
+
+
+def write_config(tmp_path, kubeconfig_path, interval=60):
+    (tmp_path / "clusterman.yaml").write_text(
+        f"clusters:\n  kube-prod: {{kubeconfig_path: {kubeconfig_path}}}\n  sim: {{}}\n"
+        f"cluster_config_directory: pools\nbatches:\n  cluster_metrics: {{run_interval_seconds: {interval}}}\n"
+    )
+    (tmp_path / "pools" / "kube-prod").mkdir(parents=True)
+    (tmp_path / "pools" / "kube-prod" / "default.kubernetes").write_text(POOL_LIMITS + "exclude_daemonset_pods: true\n")
+    (tmp_path / "pools" / "sim").mkdir(parents=True)
+    (tmp_path / "pools" / "sim" / "local.simulated").write_text(
+        POOL_LIMITS + "resource_groups: [{simulated: {tag: g1}}]\n"
+        "simulation: {join_delay_seconds: 0, tasks: [{count: 2, cpus: 1, mem: 1000}]}\n"
+    )
+    return str(tmp_path / "clusterman.yaml")
+
+
+def collector(config, *args):
+    return [sys.executable, "-m", "clusterman.batch.metrics_collector", "--env-config-path", config, *args]
+
+
+def points(stdout):
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def test_once_against_recorded_kubernetes(tmp_path):
+    with recorded_api() as api:
+        api.serve("/api/v1/nodes", load("kubernetes/nodes.json"), kubernetes_list=True)
+        api.serve("/api/v1/pods", load("kubernetes/pods.json"), kubernetes_list=True)
+        config = write_config(tmp_path, kubeconfig(tmp_path / "kubeconfig", api.url))
+        done = subprocess.run(
+            collector(config, "--cluster", "kube-prod", "--once", "--store", "stdout"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr
+    got = {(p["type"], p["key"]): p["value"] for p in points(done.stdout)}
+    key = "|cluster=kube-prod,pool=default.kubernetes"
+    assert got[("system_metrics", "cpus_allocated" + key)] == pytest.approx(0.75 + 2 + 1.35 + 0.1 + 0.5 + 1 + 0.3)
+    assert got[("system_metrics", "cpus_pending" + key)] == pytest.approx(3.5)
+    assert got[("system_metrics", "unschedulable_pods" + key)] == 3
+    assert got[("metadata", "tainted_nodes" + key)] == 2
+    assert got[("metadata", "cpus_total" + key)] == pytest.approx(3.795 + 4 * 3.92)
+    assert ("metadata", "target_capacity" + key) not in got  # no cloud adapter wired: no target to report
+
+
+def test_failing_pool_exits_1_with_the_reason(tmp_path):
+    with recorded_api() as gone:
+        url = gone.url
+    config = write_config(tmp_path, kubeconfig(tmp_path / "kubeconfig", url))
+    done = subprocess.run(
+        collector(config, "--cluster", "kube-prod", "--once", "--store", "stdout"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert (
+        f"kube-prod/default.kubernetes: no metrics this run: kubernetes API {url}: listing nodes: cannot reach it"
+        in done.stderr
+    )
+    assert "Traceback" not in done.stderr
+
+
+def test_the_loop_runs_every_interval_until_sigterm(tmp_path):
+    config = write_config(tmp_path, "/nonexistent", interval=1)
+    proc = subprocess.Popen(
+        collector(config, "--cluster", "sim", "--store", "stdout"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        seen = []
+        while time.monotonic() < deadline and len({p["timestamp"] for p in seen}) < 3:
+            line = proc.stdout.readline()
+            if line:
+                seen.append(json.loads(line))
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    stamps = sorted({p["timestamp"] for p in seen + points(out)})
+    assert len(stamps) >= 3 and all(b - a >= 1 for a, b in pairwise(stamps))  # never faster
+    allocated = [p["value"] for p in seen if p["key"].startswith("cpus_allocated|cluster=sim,pool=local.simulated")]
+    assert allocated and allocated[-1] == 2.0
