@@ -61,32 +61,19 @@ class Accounting:
 
 
 def account_node(node: Node) -> Accounting:
-    from_reservations: list[Resources] = []
-    unreserved: list[Resources] = []
-    revocable: list[Resources] = []
-    for task in node.tasks:
-        if task.daemon:
-            continue  # part of the node's overhead, already outside its allocatable
-        if task.revocable:
-            revocable.append(task.requests)
-        elif task.from_reservation:
-            from_reservations.append(task.requests)
-        else:
-            unreserved.append(task.requests)
+    usage = node.usage  # daemons are already outside the node's allocatable
     return Accounting(
-        capacity=node.allocatable,
-        reserved=node.reserved,
-        allocated_reserved=Resources.total(from_reservations),
-        allocated_unreserved=Resources.total(unreserved),
-        revocable_in_use=Resources.total(revocable),
+        node.allocatable, node.reserved, usage.allocated_reserved, usage.allocated_unreserved, usage.revocable
     )
 
 
 def account_nodes(nodes: Iterable[Node]) -> Accounting:
-    total = Accounting()
-    for node in nodes:
-        total = total + account_node(node)
-    return total
+    """Summed over each node's precomputed vector: this runs every autoscaler run and simulator step."""
+    vectors = [n.vector for n in nodes]
+    if not vectors:
+        return Accounting()
+    sums = [sum(column) for column in zip(*vectors, strict=True)]
+    return Accounting(*(Resources(*sums[i : i + 4]) for i in range(0, 20, 4)))
 
 
 def account_ready(snapshot: PoolSnapshot) -> Accounting:

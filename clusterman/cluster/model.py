@@ -48,6 +48,45 @@ class Task:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeUsage:
+    """A node's tasks summed by kind, once, when the node is built: snapshots are read many times
+    (decision, collector, simulator steps) and a simulated node is reused across thousands of steps."""
+
+    allocated_reserved: Resources = Resources()
+    allocated_unreserved: Resources = Resources()
+    revocable: Resources = Resources()
+    tasks: int = 0  # daemons excluded
+    batch_tasks: int = 0
+    pinned: bool = False  # some task must not be evicted
+
+    @staticmethod
+    def of(tasks: tuple[Task, ...]) -> NodeUsage:
+        if not tasks:
+            return EMPTY_USAGE
+        reserved, unreserved, revocable = [], [], []
+        count = batch = 0
+        pinned = False
+        for t in tasks:
+            if t.daemon:
+                continue
+            count += 1
+            batch += t.batch
+            pinned = pinned or not t.safe_to_evict
+            if t.revocable:
+                revocable.append(t.requests)
+            elif t.from_reservation:
+                reserved.append(t.requests)
+            else:
+                unreserved.append(t.requests)
+        return NodeUsage(
+            Resources.total(reserved), Resources.total(unreserved), Resources.total(revocable), count, batch, pinned
+        )
+
+
+EMPTY_USAGE = NodeUsage()
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     id: str  # the scheduler's name for it (or the instance id for an orphan)
     state: NodeState
@@ -62,6 +101,25 @@ class Node:
     instance_type: str = ""
     market: str = ""  # availability zone; Clusterman's market key is "<instance_type, market>"
     ip: str = ""  # private address: how Mesos agents are matched to cloud instances
+    usage: NodeUsage = field(init=False, repr=False, compare=False)
+    # allocatable, reserved, allocated_reserved, allocated_unreserved, revocable: 4 floats each, so
+    # that pool sums are a transpose and a C-level sum (see cluster.accounting.account_nodes)
+    vector: tuple[float, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        usage = NodeUsage.of(self.tasks)
+        object.__setattr__(self, "usage", usage)
+        object.__setattr__(
+            self,
+            "vector",
+            (
+                *self.allocatable,
+                *self.reserved,
+                *usage.allocated_reserved,
+                *usage.allocated_unreserved,
+                *usage.revocable,
+            ),
+        )
 
     @property
     def is_ready(self) -> bool:
@@ -76,13 +134,13 @@ class Node:
         return (t for t in self.tasks if not t.daemon and not t.revocable)
 
     def task_count(self) -> int:
-        return sum(1 for t in self.tasks if not t.daemon)
+        return self.usage.tasks
 
     def batch_task_count(self) -> int:
-        return sum(1 for t in self.tasks if t.batch and not t.daemon)
+        return self.usage.batch_tasks
 
     def pins_node(self) -> bool:
-        return any(not t.safe_to_evict for t in self.tasks if not t.daemon)
+        return self.usage.pinned
 
 
 @dataclass(frozen=True, slots=True)
