@@ -16,12 +16,22 @@ from clusterman.cli import signal as signal_cmd
 from clusterman.config.loader import default_env_config_path
 from clusterman.config.schema import ConfigError
 from clusterman.metrics.store import MetricsError
+from clusterman.signals.artifacts import ArtifactError
 from clusterman.signals.protocol import SignalError
+from clusterman.signals.signal_venv import BuildError
 
 # Each module defines add_parser(subparsers) and sets `func` (args -> exit status) on its parser.
 SUBCOMMANDS: list[ModuleType] = [signal_cmd]
 
-USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, SignalError, MetricsError, FileNotFoundError, ValueError)
+USER_ERRORS: tuple[type[Exception], ...] = (
+    ConfigError,
+    SignalError,
+    MetricsError,
+    ArtifactError,
+    BuildError,
+    FileNotFoundError,
+    ValueError,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

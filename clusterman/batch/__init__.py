@@ -1,0 +1,1 @@
+"""The long-running programs: the autoscaler bootstrap (and, later, the autoscaler and collectors)."""
