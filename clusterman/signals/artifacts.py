@@ -22,7 +22,6 @@ import logging
 import os
 import re
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,13 +119,10 @@ def _describe(e: Exception) -> str:
 # ---- publishing -------------------------------------------------------------------------------
 
 
-def build_artifact(
-    repo: Path, version: str, out_dir: Path, ref: str | None = None, worktree: bool = False, python: str | None = None
-) -> Path:
-    """Build ``clusterman_signals_{version}.tar.gz`` in ``out_dir`` from git ``ref`` (default: the
-    version itself) or, with ``worktree``, from the files on disk; return its path."""
+def build_artifact(repo: Path, version: str, out_dir: Path, worktree: bool = False) -> Path:
+    """Build ``clusterman_signals_{version}.tar.gz`` in ``out_dir`` from the git tag or branch
+    ``version`` of ``repo`` or, with ``worktree``, from the files on disk; return its path."""
     check_version(version)
-    python = python or sys.executable
     with tempfile.TemporaryDirectory(prefix="clusterman-build-") as tmp:
         work = Path(tmp)
         if worktree:
@@ -134,10 +130,10 @@ def build_artifact(
         else:
             source = work / "source"
             source.mkdir()
-            origin = export_git_ref(Path(repo), ref or version, source)
+            origin = export_git_ref(Path(repo), version, source)
         root = work / "root"
         root.mkdir()
-        build_venv(source, root, BuildInfo(version, origin, interpreter_version(python)), python)
+        build_venv(source, root, BuildInfo(version, origin, interpreter_version()))
         tarball = out_dir / f"clusterman_signals_{version}.tar.gz"
         pack(root, tarball)
     return tarball

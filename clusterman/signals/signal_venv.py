@@ -60,12 +60,12 @@ def venv_python(root: Path) -> Path:
     return root / VENV / "bin" / "python"
 
 
-def _run(cmd: list[str], what: str, cwd: Path | None = None, stdout: int | None = subprocess.PIPE) -> str:
-    proc = subprocess.run(cmd, cwd=cwd, stdout=stdout, stderr=subprocess.PIPE, text=stdout is not None, check=False)
+def _run(cmd: list[str], what: str) -> str:
+    """The command's stdout; a failure is a BuildError saying ``what`` failed and why."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
-        err = proc.stderr if isinstance(proc.stderr, str) else proc.stderr.decode(errors="replace")
-        raise BuildError(f"{what}: {err.strip() or f'exit status {proc.returncode}'}")
-    return proc.stdout or ""
+        raise BuildError(f"{what}: {proc.stderr.strip() or f'exit status {proc.returncode}'}")
+    return proc.stdout
 
 
 def export_git_ref(repo: Path, ref: str, destination: Path) -> str:
@@ -74,10 +74,12 @@ def export_git_ref(repo: Path, ref: str, destination: Path) -> str:
         top = _run(["git", "-C", str(repo), "rev-parse", "--show-toplevel"], f"{repo} is not a git repository").strip()
     except FileNotFoundError as e:
         raise BuildError("git is not installed") from e
-    commit = _run(
-        ["git", "-C", top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-        f"{top}: no git tag or branch named {ref!r}",
-    ).strip()
+    found = subprocess.run(
+        ["git", "-C", top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], capture_output=True, text=True
+    )
+    if found.returncode != 0:
+        raise BuildError(f"{top}: no git tag or branch named {ref!r}")
+    commit = found.stdout.strip()
     archive = destination / "source.tar"
     with archive.open("wb") as out:
         proc = subprocess.run(

@@ -47,15 +47,6 @@ class Timeouts:
     stop: float = 60.0
 
 
-@dataclass
-class Timings:
-    """Seconds from ``ProcessTree.start`` to the end of each step (for logs and benchmarks)."""
-
-    fetched: float = 0.0
-    signals_answering: float = 0.0
-    autoscaler_started: float = 0.0
-
-
 def peer_pid(sock: socket.socket) -> int:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return int(struct.unpack("3i", creds)[0])
@@ -74,8 +65,10 @@ def accepts_from(process: SignalProcess, pid: int) -> bool:
 
 
 def _last_lines(text: str, count: int = 3) -> str:
+    """The last distinct lines of a log: a process that failed five times says why once."""
     lines = [line for line in text.splitlines() if line.strip()]
-    return " | ".join(lines[-count:]) if lines else "(no output)"
+    recent = list(dict.fromkeys(reversed(lines)))[:count]
+    return " | ".join(reversed(recent)) or "(no output)"
 
 
 class ProcessTree:
@@ -92,7 +85,6 @@ class ProcessTree:
         self.timeouts = timeouts
         self.stop_event = stop_event
         self.probe = probe
-        self.timings = Timings()
 
     def _wait(self, seconds: float) -> None:
         if self.stop_event.wait(seconds):
@@ -107,23 +99,27 @@ class ProcessTree:
         started = time.monotonic()
         self.supervisor.start(self.timeouts.supervisor)
         self.wait_fetched()
-        self.timings.fetched = time.monotonic() - started
-        log.info("fetched %d signal version(s) in %.2f s", len(self.plan.versions), self.timings.fetched)
+        log.info("fetched %d signal version(s) in %.2f s", len(self.plan.versions), time.monotonic() - started)
         self.supervisor.start_group(SIGNALS_GROUP)
         self.wait_signals()
-        self.timings.signals_answering = time.monotonic() - started
-        log.info("%d signal(s) answering after %.2f s", len(self.plan.signals), self.timings.signals_answering)
+        log.info("%d signal(s) answering after %.2f s", len(self.plan.signals), time.monotonic() - started)
         self.supervisor.start_process(AUTOSCALER)
-        self.timings.autoscaler_started = time.monotonic() - started
-        log.info("started the autoscaler after %.2f s", self.timings.autoscaler_started)
+        log.info("started the autoscaler after %.2f s", time.monotonic() - started)
+
+    def _group(self, group: str, expected: int) -> list[ProcessStatus]:
+        """The group's processes, which must be as many as the plan says (else the config is not ours)."""
+        statuses = self.supervisor.processes(group)
+        if len(statuses) != expected:
+            raise TreeError(f"supervisord runs {len(statuses)} {group} processes, expected {expected}")
+        return statuses
 
     def wait_fetched(self) -> None:
         versions = {f"{FETCH_GROUP}_{n}": v for n, v in enumerate(self.plan.versions)}
         deadline = time.monotonic() + self.timeouts.fetch
         while True:
             pending = []
-            for status in self.supervisor.processes(FETCH_GROUP):
-                version = versions.get(status.name, status.name)
+            for status in self._group(FETCH_GROUP, len(versions)):
+                version = versions[status.name]
                 if status.state == "EXITED" and status.exitstatus == 0:
                     continue
                 if status.state in ("EXITED", "FATAL"):
@@ -141,7 +137,7 @@ class ProcessTree:
         ready: set[str] = set()
         while True:
             pending = []
-            for status in self.supervisor.processes(SIGNALS_GROUP):
+            for status in self._group(SIGNALS_GROUP, len(by_name)):
                 process = by_name[status.name]
                 label = f"signal {process.namespace}.{process.name}@{process.version} for {process.app}"
                 if status.state == "FATAL":

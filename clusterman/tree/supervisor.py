@@ -80,10 +80,6 @@ class Supervisor:
         self._rpc: Any = None
         self._transport: Any = None
 
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
     def start(self, timeout: float) -> None:
         """Start supervisord and wait until its control socket answers."""
         parent = os.getpid()
