@@ -30,6 +30,7 @@ from itests.tree_helpers import upload
 pytestmark = pytest.mark.slow
 
 SECRET = "itest-secret-key-must-not-be-logged"
+LIMITS = "scaling_limits: {min_capacity: 1, max_capacity: 2, max_weight_to_add: 1, max_weight_to_remove: 1}\n"
 
 
 def all_answered(run):
@@ -163,6 +164,57 @@ def test_a_missing_version_fails_the_bootstrap_naming_it(tmp_path, moto_server, 
         bootstrap.kill()
 
 
+def test_the_tree_dies_with_a_killed_bootstrap(tmp_path, moto_server, signal_versions):
+    config = tree_config(tmp_path, moto_server, signal_versions, versions=("v1",))
+    config.write_main(signal_block(unique_name(), "v1"))
+    config.write_pool({})
+    bootstrap = Bootstrap(config, tmp_path, cman_args="--interval 0.2")
+    try:
+        bootstrap.wait_for_run(all_answered)
+        assert len(bootstrap.tree_pids()) == 3  # supervisord, the default signal, the autoscaler
+        bootstrap.proc.kill()  # no handler runs: supervisord's parent-death signal must stop the tree
+        bootstrap.wait_exit()
+        deadline = time.monotonic() + 30
+        while bootstrap.tree_pids() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert bootstrap.tree_pids() == []
+    finally:
+        bootstrap.kill()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"CMAN_POOL": ""}, "$CMAN_POOL must name the pool to autoscale"),
+        ({"CMAN_SCHEDULER": "yarn"}, "unknown scheduler 'yarn'"),
+        ({"CMAN_SIGNAL_ALLOWED_UIDS": "root"}, "--allowed-uids: 'root' is not a uid"),
+        ({"pool": "scaling_limits: {}\n"}, "scaling_limits.min_capacity: required key is missing"),
+        ({"pool": LIMITS + "app_signals: {a: {name: S, branch_or_tag: a/b, period_minutes: 1}}"}, "a.branch_or_tag"),
+        ({"key_file": "{not json"}, "expected JSON with accessKeyId and secretAccessKey"),
+    ],
+)
+def test_bad_settings_fail_before_anything_starts(tmp_path, moto_server, signal_versions, change, message):
+    config = tree_config(tmp_path, moto_server, signal_versions, versions=(), key_file=True)
+    config.write_main(signal_block("WhoAmI", "v1"))
+    config.write_pool({}, raw=change.get("pool"))
+    if "key_file" in change:
+        config.key_file.write_text(change["key_file"])
+    env = {
+        **os.environ,
+        "CMAN_CLUSTER": "itest-cluster",
+        "CMAN_POOL": config.pool,
+        "CMAN_SCHEDULER": "simulated",
+        "CMAN_ENV_CONFIG_PATH": str(config.main_path),
+        **{k: v for k, v in change.items() if k.startswith("CMAN_")},
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "clusterman.batch.autoscaler_bootstrap"], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 1
+    assert message in proc.stderr
+    assert "starting the tree" not in proc.stderr and "private directory" not in proc.stderr
+
+
 # ---- the fetcher alone --------------------------------------------------------------------------
 
 
@@ -197,7 +249,7 @@ def bad_tarball(tmp_path, good: Path, kind: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind", ["dotdot", "symlink", "checksum"])
+@pytest.mark.parametrize("kind", ["dotdot", "symlink", "checksum", "mislabelled"])
 def test_the_fetcher_refuses_hostile_or_corrupt_tarballs(tmp_path, moto_server, signal_versions, kind):
     config = tree_config(tmp_path, moto_server, signal_versions, versions=(), key_file=True)
     config.write_main(signal_block("WhoAmI", "v1"))
@@ -210,6 +262,9 @@ def test_the_fetcher_refuses_hostile_or_corrupt_tarballs(tmp_path, moto_server, 
             Bucket=config.bucket, Key=f"{CODENAME}/clusterman_signals_bad.tar.gz", Body=bytes(corrupt)
         )
         expected = "checksum mismatch"
+    elif kind == "mislabelled":
+        upload(moto_server.url, config.bucket, "bad", good)
+        expected = "the tarball was built as version 'v1'"
     else:
         upload(moto_server.url, config.bucket, "bad", bad_tarball(tmp_path, good, kind))
         expected = {"dotdot": "contains '..'", "symlink": "points to the absolute path '/etc'"}[kind]
