@@ -91,7 +91,8 @@ class ProcessTree:
             raise Stopped()
 
     def _failure(self, status: ProcessStatus) -> str:
-        tail = _last_lines(self.supervisor.log_tail(status.full_name))
+        log_lines = self.supervisor.log_tail(status.full_name)
+        tail = _last_lines("\n".join([log_lines, status.spawnerr]))  # spawnerr: it could not even start
         how = f"exit status {status.exitstatus}" if status.state == "EXITED" else status.state
         return f"{how}: {tail}"
 
