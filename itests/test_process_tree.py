@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -180,6 +181,7 @@ def test_the_tree_dies_with_a_killed_bootstrap(tmp_path, moto_server, signal_ver
         assert bootstrap.tree_pids() == []
     finally:
         bootstrap.kill()
+        shutil.rmtree(private_dir(bootstrap), ignore_errors=True)  # a killed bootstrap cannot remove it
 
 
 @pytest.mark.parametrize(

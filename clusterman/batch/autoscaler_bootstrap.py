@@ -55,6 +55,7 @@ log = logging.getLogger("autoscaler_bootstrap")
 
 SUPERVISOR_CONFIG = Path(__file__).resolve().parents[2] / "supervisord" / "supervisord.conf"
 SETUP_ERRORS = (ConfigError, AwsCredentialsError, ValueError)
+MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last a NUL
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,9 @@ class Bootstrap:
         log_dir = self.settings.log_dir or private / "logs"
         signals_dir = self.settings.signals_dir or private / "signals"
         try:
+            if len(str(Supervisor.socket_in(private))) > MAX_SOCKET_PATH:
+                log.error("%s is too long a path for a Unix socket: use a shorter --private-dir-parent", private)
+                return 1
             log_dir.mkdir(parents=True, exist_ok=True)
             signals_dir.mkdir(parents=True, exist_ok=True)
             log.info("private directory %s, program logs in %s", private, log_dir)

@@ -72,13 +72,18 @@ def _die_with_parent(parent: int) -> None:
 class Supervisor:
     def __init__(self, config: Path, private_dir: Path, env: Mapping[str, str]) -> None:
         self.config = config
-        self.socket_path = private_dir / "supervisor.sock"
+        self.socket_path = self.socket_in(private_dir)
         self.env = {**env, "CMAN_SUPERVISOR_DIR": str(private_dir)}
         # Every process of the tree inherits this entry: it finds them if supervisord dies.
         self.marker = f"CMAN_SUPERVISOR_DIR={private_dir}"
         self._proc: subprocess.Popen[bytes] | None = None
         self._rpc: Any = None
         self._transport: Any = None
+
+    @staticmethod
+    def socket_in(private_dir: Path) -> Path:
+        """Where supervisord.conf puts the control socket."""
+        return private_dir / "supervisor.sock"
 
     def start(self, timeout: float) -> None:
         """Start supervisord and wait until its control socket answers."""
