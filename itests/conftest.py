@@ -82,3 +82,12 @@ def moto_server() -> Iterator[MotoServer]:
     os.environ.update(FAKE_CREDENTIALS)
     with MotoServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def signal_versions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Tarballs of signal versions v1 and v2 built once per session (per xdist worker) from a git repo
+    with real tags; tests upload them into buckets of their own (uploading costs milliseconds)."""
+    from itests.tree_helpers import build_versions
+
+    yield build_versions(tmp_path_factory.mktemp("signal-versions"), {"v1": 1.0, "v2": 2.0})

@@ -17,9 +17,10 @@ import boto3
 from botocore.config import Config
 
 from clusterman.config.model import AwsConfig
+from clusterman.errors import UserError
 
 
-class AwsCredentialsError(ValueError):
+class AwsCredentialsError(UserError, ValueError):
     pass
 
 

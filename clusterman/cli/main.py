@@ -15,12 +15,8 @@ from collections.abc import Callable
 from types import ModuleType
 
 import clusterman.cli
-from clusterman.cluster.connector import ConnectorError
 from clusterman.config.loader import default_env_config_path
-from clusterman.config.schema import ConfigError
-from clusterman.metrics.store import MetricsError
-from clusterman.signals.protocol import SignalError
-from clusterman.state.store import StateError
+from clusterman.errors import UserError
 
 
 def subcommands() -> list[ModuleType]:
@@ -33,15 +29,7 @@ def subcommands() -> list[ModuleType]:
     return modules
 
 
-USER_ERRORS: tuple[type[Exception], ...] = (
-    ConfigError,
-    SignalError,
-    MetricsError,
-    StateError,
-    ConnectorError,
-    FileNotFoundError,
-    ValueError,
-)
+USER_ERRORS: tuple[type[Exception], ...] = (UserError, FileNotFoundError, ValueError)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,5 @@
-"""``clusterman signal evaluate``: try a signal against a metrics file before tagging it."""
+"""``clusterman signal evaluate`` tries a signal against a metrics file before tagging it;
+``clusterman signal publish`` builds a tagged version's virtualenv and uploads it to S3."""
 
 from __future__ import annotations
 
@@ -7,10 +8,18 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from clusterman.aws.session import AwsSettings
+from clusterman.aws.session import client as aws_client
+from clusterman.config.loader import load_main_config
+from clusterman.signals.artifacts import ArtifactLocation
+from clusterman.signals.artifacts import build_artifact
+from clusterman.signals.artifacts import default_codename
+from clusterman.signals.artifacts import upload_artifact
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient
 from clusterman.signals.protocol import SignalError
@@ -34,6 +43,18 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     evaluate.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the answer")
     evaluate.add_argument("--start", action="store_true", help="launch the signal runner first, and stop it after")
     evaluate.set_defaults(func=run_evaluate)
+
+    publish = actions.add_parser(
+        "publish", help="build clusterman_signals as of a git tag or branch into a virtualenv and upload it to S3"
+    )
+    publish.add_argument("--version", required=True, help="the git tag or branch; also the published version name")
+    publish.add_argument("--bucket", default=None, help="the S3 bucket (default: the main config's aws.signals_bucket)")
+    publish.add_argument("--codename", default=None, help="key prefix (default: $CMAN_SIGNALS_CODENAME or OS codename)")
+    publish.add_argument("--repo", type=Path, default=Path("."), help="the git repository holding clusterman_signals/")
+    publish.add_argument(
+        "--worktree", action="store_true", help="package the files on disk as they are (uncommitted changes too)"
+    )
+    publish.set_defaults(func=run_publish)
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:
@@ -109,4 +130,15 @@ def run_evaluate(args: argparse.Namespace) -> int:
                 runner.kill()
                 runner.wait()
     print(json.dumps(request.as_json()))
+    return 0
+
+
+def run_publish(args: argparse.Namespace) -> int:
+    main = load_main_config(args.env_config_path)
+    bucket = args.bucket or main.aws.signals_bucket
+    location = ArtifactLocation(bucket, args.codename or default_codename(), args.version)
+    with tempfile.TemporaryDirectory(prefix="clusterman-publish-") as tmp:
+        tarball = build_artifact(args.repo, args.version, Path(tmp), worktree=args.worktree)
+        digest = upload_artifact(aws_client(AwsSettings.from_config(main.aws), "s3"), location, tarball)
+    print(f"published {location.url} (sha256 {digest})")
     return 0

@@ -17,9 +17,10 @@ from clusterman.cluster.cloud_view import join
 from clusterman.cluster.model import Node
 from clusterman.cluster.model import PoolSnapshot
 from clusterman.cluster.model import Task
+from clusterman.errors import UserError
 
 
-class ConnectorError(Exception):
+class ConnectorError(UserError):
     """The scheduler could not be read, or answered something we cannot use; the message says which
     endpoint or object, and why."""
 

@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from typing import Any
 from typing import TypeVar
 
+from clusterman.errors import UserError
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration problem a person can fix: the message names the file and the key."""
 
     def __init__(self, source: str, key: str, problem: str) -> None:

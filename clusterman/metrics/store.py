@@ -19,12 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from clusterman.config.model import MetricType
+from clusterman.errors import UserError
 
 Value = float | dict[str, float]
 Series = list[tuple[int, Value]]
 
 
-class MetricsError(Exception):
+class MetricsError(UserError):
     """The store could not be read or written; the message says which store and why."""
 
 

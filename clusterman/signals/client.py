@@ -47,6 +47,24 @@ class SignalAddress:
         return f"{self.namespace}.{self.name} (app {self.app})"
 
 
+ALLOWED_UIDS_ENV = "CMAN_SIGNAL_ALLOWED_UIDS"
+
+
+def parse_uids(text: str, source: str = f"${ALLOWED_UIDS_ENV}") -> set[int]:
+    """Uids written comma- or space-separated, as in $CMAN_SIGNAL_ALLOWED_UIDS."""
+    uids = set()
+    for part in text.replace(",", " ").split():
+        if not part.isdigit():
+            raise ValueError(f"{source}: {part!r} is not a uid (expected numbers separated by commas or spaces)")
+        uids.add(int(part))
+    return uids
+
+
+def allowed_uids_from_env(environ: Mapping[str, str] = os.environ) -> set[int]:
+    """Our own uid plus $CMAN_SIGNAL_ALLOWED_UIDS: the same rule the runner applies to its peers."""
+    return {os.getuid(), *parse_uids(environ.get(ALLOWED_UIDS_ENV, ""))}
+
+
 def peer_uid(sock: socket.socket) -> int:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return int(struct.unpack("3i", creds)[1])

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from clusterman.errors import UserError
 from clusterman.resources import NO_OPINION
 from clusterman.resources import RESOURCE_NAMES
 from clusterman.resources import Amount
@@ -28,7 +29,7 @@ MAX_PAYLOAD_BYTES = (1 << 32) - 1
 MAX_REPLY_BYTES = 1 << 20
 
 
-class SignalError(Exception):
+class SignalError(UserError):
     """A signal could not be reached or gave no usable answer; the message names the signal."""
 
 

@@ -17,10 +17,12 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from clusterman.errors import UserError
+
 NO_EXPIRY = 0  # an item that never expires
 
 
-class StateError(Exception):
+class StateError(UserError):
     """The state store could not be read or written; the message names the store."""
 
 

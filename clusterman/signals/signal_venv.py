@@ -1,0 +1,152 @@
+"""Build a signal version's virtualenv and pack it; check an unpacked one runs.
+
+Layout of a tarball (and of a fetched version's directory)::
+
+    venv/                 python -m venv --copies --without-pip, with clusterman_signals in site-packages
+    BUILD_INFO.json       {"version": ..., "source": <git commit or "worktree">, "python": "3.11.7"}
+
+Relocation: signals run as ``venv/bin/python -I -m clusterman_signals.run ...``, so no script
+with a baked-in path is ever used (the ``activate`` scripts, which have one, are left out).
+``--copies`` makes ``bin/python`` a copy of the interpreter rather than a symbolic link to the
+build host's path, which a safe extraction refuses anyway; Python finds its standard library
+from ``pyvenv.cfg``'s ``home``, so the host that unpacks the venv needs the same Python at the
+same place (the same image), which the fetcher checks by running it before installing it.
+``clusterman_signals`` needs nothing outside the standard library, so it is copied into
+site-packages and byte-compiled by the venv's own interpreter; there is no pip step.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from clusterman.errors import UserError
+
+VENV = "venv"
+BUILD_INFO = "BUILD_INFO.json"
+TOP_LEVEL = frozenset({VENV, BUILD_INFO})
+PACKAGE = "clusterman_signals"
+
+
+class BuildError(UserError):
+    """The version could not be built: the message names the repository, ref or step."""
+
+
+@dataclass(frozen=True)
+class BuildInfo:
+    version: str
+    source: str  # the git commit the package came from, or "worktree"
+    python: str  # the interpreter version the venv was made with, e.g. "3.11.7"
+
+    def to_json(self) -> str:
+        return json.dumps({"version": self.version, "source": self.source, "python": self.python}, indent=2) + "\n"
+
+    @staticmethod
+    def read(root: Path) -> BuildInfo:
+        path = root / BUILD_INFO
+        try:
+            data = json.loads(path.read_text())
+            return BuildInfo(str(data["version"]), str(data["source"]), str(data["python"]))
+        except FileNotFoundError as e:
+            raise BuildError(f"{BUILD_INFO} is missing") from e
+        except (ValueError, KeyError, TypeError) as e:
+            raise BuildError(f"{BUILD_INFO} is malformed: {e}") from e
+
+
+def venv_python(root: Path) -> Path:
+    return root / VENV / "bin" / "python"
+
+
+def _run(cmd: list[str], what: str) -> str:
+    """The command's stdout; a failure is a BuildError saying ``what`` failed and why."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise BuildError(f"{what}: {proc.stderr.strip() or f'exit status {proc.returncode}'}")
+    return proc.stdout
+
+
+def export_git_ref(repo: Path, ref: str, destination: Path) -> str:
+    """Write ``clusterman_signals/`` as of ``ref`` (a tag or branch) into ``destination``; return the commit."""
+    try:
+        top = _run(["git", "-C", str(repo), "rev-parse", "--show-toplevel"], f"{repo} is not a git repository").strip()
+    except FileNotFoundError as e:
+        raise BuildError("git is not installed") from e
+    found = subprocess.run(
+        ["git", "-C", top, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], capture_output=True, text=True
+    )
+    if found.returncode != 0:
+        raise BuildError(f"{top}: no git tag or branch named {ref!r}")
+    commit = found.stdout.strip()
+    archive = destination / "source.tar"
+    with archive.open("wb") as out:
+        proc = subprocess.run(
+            ["git", "-C", top, "archive", "--format=tar", commit, "--", PACKAGE],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            check=False,
+        )
+    if proc.returncode != 0:
+        raise BuildError(f"{top}: {ref} has no {PACKAGE}/ directory ({proc.stderr.decode(errors='replace').strip()})")
+    with tarfile.open(archive) as tar:
+        tar.extractall(destination, filter="data")
+    archive.unlink()
+    return commit
+
+
+def build_venv(source: Path, root: Path, info: BuildInfo, python: str = sys.executable) -> None:
+    """Make ``root/venv`` holding ``source/clusterman_signals`` and write ``root/BUILD_INFO.json``."""
+    package = source / PACKAGE
+    if not (package / "__init__.py").is_file():
+        raise BuildError(f"{source} has no {PACKAGE}/__init__.py")
+    venv = root / VENV
+    _run([python, "-m", "venv", "--copies", "--without-pip", str(venv)], f"python -m venv {venv}")
+    for script in venv.glob("bin/[Aa]ctivate*"):
+        script.unlink()  # they hard-code the build directory, and nothing here uses them
+    py = str(venv_python(root))
+    site = _run([py, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], "find site-packages")
+    target = Path(site.strip()) / PACKAGE
+    shutil.copytree(package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    _run([py, "-I", "-m", "compileall", "-q", str(target)], "byte-compile clusterman_signals")
+    (root / BUILD_INFO).write_text(info.to_json())
+
+
+def interpreter_version(python: str = sys.executable) -> str:
+    return _run([python, "-I", "-c", "import platform; print(platform.python_version())"], "python version").strip()
+
+
+def pack(root: Path, tarball: Path) -> None:
+    """``root``'s venv and build info as a tar.gz, with owners cleared (they mean nothing elsewhere)."""
+
+    def anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        return info
+
+    with tarfile.open(tarball, "w:gz", compresslevel=6) as tar:
+        tar.add(root / BUILD_INFO, arcname=BUILD_INFO, filter=anonymous)
+        tar.add(root / VENV, arcname=VENV, filter=anonymous)
+
+
+def check_runs(root: Path, timeout: float = 30.0) -> None:
+    """Run the unpacked venv's interpreter once: a venv built for another Python or OS fails here."""
+    python = venv_python(root)
+    if python.is_symlink() or not python.is_file():
+        raise BuildError(f"{VENV}/bin/python is missing or a symbolic link (build with --copies)")
+    try:
+        proc = subprocess.run(
+            [str(python), "-I", "-c", "import clusterman_signals.run"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise BuildError(f"{VENV}/bin/python does not run here: {e}") from e
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise BuildError(f"{VENV}/bin/python cannot import clusterman_signals.run: {last}")

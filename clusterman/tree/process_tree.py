@@ -1,0 +1,174 @@
+"""Bring one tree up in order, watch it, and take it down: fetch → signals → autoscaler.
+
+Every wait has a deadline and ends in a ``TreeError`` naming the version or signal that failed,
+with the last lines of its log; a fetch failure never looks like success. ``stop_event`` (set by
+the bootstrap's SIGTERM/SIGINT handler) interrupts any wait with ``Stopped``.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from clusterman.errors import UserError
+from clusterman.signals.client import SignalAddress
+from clusterman.tree.environment import SignalProcess
+from clusterman.tree.environment import TreePlan
+from clusterman.tree.supervisor import ProcessStatus
+from clusterman.tree.supervisor import Supervisor
+
+log = logging.getLogger(__name__)
+
+FETCH_GROUP = "fetch_signals"
+SIGNALS_GROUP = "run_signals"
+AUTOSCALER = "autoscaler:autoscaler"
+POLL_SECONDS = 0.05
+
+
+class TreeError(UserError):
+    """The tree could not come up or broke down; the message names the version, signal or program."""
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGINT arrived while waiting."""
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds to wait for each step."""
+
+    supervisor: float = 15.0
+    fetch: float = 300.0
+    signals: float = 60.0
+    stop: float = 60.0
+
+
+def peer_pid(sock: socket.socket) -> int:
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[0])
+
+
+def accepts_from(process: SignalProcess, pid: int) -> bool:
+    """True when ``pid`` itself (not a stray process holding the name) accepts on the signal's socket."""
+    address = SignalAddress(process.namespace, process.name, process.app)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        try:
+            sock.connect(address.socket_name)
+        except OSError:
+            return False
+        return peer_pid(sock) == pid
+
+
+def _last_lines(text: str, count: int = 3) -> str:
+    """The last distinct lines of a log: a process that failed five times says why once."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    recent = list(dict.fromkeys(reversed(lines)))[:count]
+    return " | ".join(reversed(recent)) or "(no output)"
+
+
+class ProcessTree:
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        plan: TreePlan,
+        timeouts: Timeouts,
+        stop_event: threading.Event,
+        probe: Callable[[SignalProcess, int], bool] = accepts_from,
+    ) -> None:
+        self.supervisor = supervisor
+        self.plan = plan
+        self.timeouts = timeouts
+        self.stop_event = stop_event
+        self.probe = probe
+
+    def _wait(self, seconds: float) -> None:
+        if self.stop_event.wait(seconds):
+            raise Stopped()
+
+    def _failure(self, status: ProcessStatus) -> str:
+        log_lines = self.supervisor.log_tail(status.full_name)
+        tail = _last_lines("\n".join([log_lines, status.spawnerr]))  # spawnerr: it could not even start
+        how = f"exit status {status.exitstatus}" if status.state == "EXITED" else status.state
+        return f"{how}: {tail}"
+
+    def start(self) -> None:
+        started = time.monotonic()
+        self.supervisor.start(self.timeouts.supervisor)
+        self.wait_fetched()
+        log.info("fetched %d signal version(s) in %.2f s", len(self.plan.versions), time.monotonic() - started)
+        self.supervisor.start_group(SIGNALS_GROUP)
+        self.wait_signals()
+        log.info("%d signal(s) answering after %.2f s", len(self.plan.signals), time.monotonic() - started)
+        self.supervisor.start_process(AUTOSCALER)
+        log.info("started the autoscaler after %.2f s", time.monotonic() - started)
+
+    def _group(self, group: str, expected: int) -> list[ProcessStatus]:
+        """The group's processes, which must be as many as the plan says (else the config is not ours)."""
+        statuses = self.supervisor.processes(group)
+        if len(statuses) != expected:
+            raise TreeError(f"supervisord runs {len(statuses)} {group} processes, expected {expected}")
+        return statuses
+
+    def wait_fetched(self) -> None:
+        versions = {f"{FETCH_GROUP}_{n}": v for n, v in enumerate(self.plan.versions)}
+        deadline = time.monotonic() + self.timeouts.fetch
+        while True:
+            pending = []
+            for status in self._group(FETCH_GROUP, len(versions)):
+                version = versions[status.name]
+                if status.state == "EXITED" and status.exitstatus == 0:
+                    continue
+                if status.state in ("EXITED", "FATAL"):
+                    raise TreeError(f"signal version {version} could not be fetched ({self._failure(status)})")
+                pending.append(version)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise TreeError(f"signal version(s) {', '.join(pending)} not fetched within {self.timeouts.fetch:g} s")
+            self._wait(POLL_SECONDS)
+
+    def wait_signals(self) -> None:
+        by_name = {f"{SIGNALS_GROUP}_{n}": s for n, s in enumerate(self.plan.signals)}
+        deadline = time.monotonic() + self.timeouts.signals
+        ready: set[str] = set()
+        while True:
+            pending = []
+            for status in self._group(SIGNALS_GROUP, len(by_name)):
+                process = by_name[status.name]
+                label = f"signal {process.namespace}.{process.name}@{process.version} for {process.app}"
+                if status.state == "FATAL":
+                    raise TreeError(f"{label} does not start ({self._failure(status)})")
+                if status.name in ready:
+                    continue
+                started = status.state == "RUNNING" or (status.state == "STARTING" and status.pid)
+                if started and self.probe(process, status.pid):
+                    ready.add(status.name)
+                    continue
+                pending.append(f"{label} ({status.state})")
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise TreeError(f"not answering after {self.timeouts.signals:g} s: {'; '.join(pending)}")
+            self._wait(POLL_SECONDS)
+
+    def check(self) -> None:
+        """Between polls: supervisord must live; a signal that gave up is started again."""
+        code = self.supervisor.exit_status()
+        if code is not None:
+            raise TreeError(f"supervisord exited with status {code}")
+        for status in self.supervisor.processes():
+            if status.state != "FATAL":
+                continue
+            if status.full_name == AUTOSCALER:
+                raise TreeError(f"the autoscaler keeps exiting ({self._failure(status)})")
+            log.error("%s gave up starting (%s); starting it again", status.full_name, self._failure(status))
+            self.supervisor.start_process(status.full_name)
+
+    def stop(self) -> None:
+        self.supervisor.stop(self.timeouts.stop)

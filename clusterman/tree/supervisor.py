@@ -1,0 +1,183 @@
+"""One supervisord process, driven over its XML-RPC control socket with supervisor's own client.
+
+supervisord runs in the foreground as our child, in its own session (a Ctrl-C reaches only the
+bootstrap, which stops the tree in order) and with a parent-death signal, so it stops its
+programs even when the bootstrap is killed outright.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import http.client
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import xmlrpc.client
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from supervisor.xmlrpc import SupervisorTransport
+
+from clusterman.errors import UserError
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+RPC_ERRORS = (OSError, xmlrpc.client.Error, http.client.HTTPException)
+RUNNING_STATE = "RUNNING"
+
+
+class SupervisorError(UserError):
+    """supervisord did not start, or stopped answering."""
+
+
+@dataclass(frozen=True)
+class ProcessStatus:
+    """One program process as supervisord reports it (``statename``: RUNNING, EXITED, FATAL, ...)."""
+
+    group: str
+    name: str
+    state: str
+    pid: int
+    exitstatus: int
+    spawnerr: str
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.group}:{self.name}"
+
+    @staticmethod
+    def from_rpc(info: Mapping[str, Any]) -> ProcessStatus:
+        return ProcessStatus(
+            str(info["group"]),
+            str(info["name"]),
+            str(info["statename"]),
+            int(info["pid"]),
+            int(info["exitstatus"]),
+            str(info.get("spawnerr") or ""),
+        )
+
+
+def _die_with_parent(parent: int) -> None:
+    """Runs in the child between fork and exec: SIGTERM when the bootstrap's thread ends."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+class Supervisor:
+    def __init__(self, config: Path, private_dir: Path, env: Mapping[str, str]) -> None:
+        self.config = config
+        self.socket_path = self.socket_in(private_dir)
+        self.env = {**env, "CMAN_SUPERVISOR_DIR": str(private_dir)}
+        # Every process of the tree inherits this entry: it finds them if supervisord dies.
+        self.marker = f"CMAN_SUPERVISOR_DIR={private_dir}"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._rpc: Any = None
+        self._transport: Any = None
+
+    @staticmethod
+    def socket_in(private_dir: Path) -> Path:
+        """Where supervisord.conf puts the control socket."""
+        return private_dir / "supervisor.sock"
+
+    def start(self, timeout: float) -> None:
+        """Start supervisord and wait until its control socket answers."""
+        parent = os.getpid()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "supervisor.supervisord", "-c", str(self.config)],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=lambda: _die_with_parent(parent),
+        )
+        self._transport = SupervisorTransport(None, None, f"unix://{self.socket_path}")
+        self._rpc = xmlrpc.client.ServerProxy("http://127.0.0.1", transport=self._transport)
+        deadline = time.monotonic() + timeout
+        while True:
+            code = self._proc.poll()
+            if code is not None:
+                raise SupervisorError(f"supervisord exited with status {code} while starting (see its output above)")
+            try:
+                if self._call("getState")["statename"] == RUNNING_STATE:
+                    return
+            except SupervisorError:
+                pass
+            if time.monotonic() > deadline:
+                raise SupervisorError(f"supervisord did not answer on {self.socket_path} within {timeout:g} s")
+            time.sleep(0.05)
+
+    def exit_status(self) -> int | None:
+        """None while supervisord runs."""
+        return self._proc.poll() if self._proc is not None else None
+
+    def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self._rpc.supervisor, method)(*args)
+        except RPC_ERRORS as e:
+            self._transport.close()  # the kept-alive connection is unusable after a failure
+            raise SupervisorError(f"supervisord: {method} failed: {e}") from e
+
+    def processes(self, group: str | None = None) -> list[ProcessStatus]:
+        infos = [ProcessStatus.from_rpc(i) for i in self._call("getAllProcessInfo")]
+        return [p for p in infos if group is None or p.group == group]
+
+    def start_group(self, group: str) -> None:
+        self._call("startProcessGroup", group, False)
+
+    def start_process(self, full_name: str) -> None:
+        self._call("startProcess", full_name, False)
+
+    def log_tail(self, full_name: str, length: int = 2000) -> str:
+        try:
+            text, _offset, _overflow = self._call("tailProcessStdoutLog", full_name, 0, length)
+            return str(text)
+        except SupervisorError:
+            return ""
+
+    def stop(self, timeout: float) -> None:
+        """Ask supervisord to stop every program and exit; kill what is left after ``timeout``."""
+        if self._proc is None:
+            return
+        clean = False
+        if self._proc.poll() is None:
+            try:
+                self._call("shutdown")
+            except SupervisorError:
+                self._proc.terminate()
+            try:
+                self._proc.wait(timeout)
+                clean = True
+            except subprocess.TimeoutExpired:
+                log.error("supervisord did not stop within %g s; killing it and its programs", timeout)
+                self._proc.kill()
+                self._proc.wait()
+        if not clean:  # supervisord died or was killed: its programs may live on as orphans
+            for pid in processes_with_env(self.marker):
+                log.warning("killing pid %d left over from the tree", pid)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self._proc = None
+
+
+def processes_with_env(entry: str) -> list[int]:
+    """Pids of our processes whose environment holds ``entry`` (``NAME=value``), read from /proc."""
+    needle = entry.encode()
+    found = []
+    for proc_dir in Path("/proc").iterdir():
+        if not proc_dir.name.isdigit() or int(proc_dir.name) == os.getpid():
+            continue
+        try:
+            if needle in (proc_dir / "environ").read_bytes().split(b"\0"):
+                found.append(int(proc_dir.name))
+        except OSError:
+            continue  # gone, or not ours to read
+    return found
