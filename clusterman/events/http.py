@@ -164,7 +164,9 @@ class EventServer:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         httpd = _HTTPServer((self.host, self.requested_port), _Handler, family, self)
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name="event-http", daemon=True)
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="event-http", daemon=True
+        )
         self._thread.start()
         log.info("event API listening on %s", self.url)
         return self

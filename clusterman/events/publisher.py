@@ -40,7 +40,7 @@ class Closed:
 
 
 class Subscription:
-    """One live stream: events with ids above ``after_id``, in order, or an end marker.
+    """One live stream: events with ids above ``after_id``, in order, then an end marker.
 
     ``lowest_id .. after_id`` is what the ring held when the subscription began: the history a
     stream can send before its live events, with neither gap nor overlap.
@@ -50,7 +50,11 @@ class Subscription:
         self.lowest_id = lowest_id
         self.after_id = after_id
         self._queue: queue.Queue[EventRecord | Overflowed | Closed] = queue.Queue(maxsize=buffer_size)
-        self.ended = False
+        self._end: Overflowed | Closed | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self._end is not None
 
     def offer(self, record: EventRecord) -> bool:
         """Called by the publisher; False (and the subscriber is finished) when it is full."""
@@ -58,31 +62,30 @@ class Subscription:
             self._queue.put_nowait(record)
             return True
         except queue.Full:
-            self._end(Overflowed(record.id))
+            self._finish(Overflowed(record.id))
             return False
 
     def close(self) -> None:
-        self._end(Closed())
+        self._finish(Closed())
 
-    def _end(self, marker: Overflowed | Closed) -> None:
-        self.ended = True
-        # The queue may be full: make room, the stream stops at the marker anyway.
-        while True:
-            try:
-                self._queue.put_nowait(marker)
-                return
-            except queue.Full:
-                try:
-                    self._queue.get_nowait()
-                except queue.Empty:
-                    pass
+    def _finish(self, marker: Overflowed | Closed) -> None:
+        # What is queued still goes out first, so the stream ends without a gap.
+        if self._end is None:
+            self._end = marker
+        try:
+            self._queue.put_nowait(marker)  # wakes a reader waiting on an empty queue
+        except queue.Full:
+            pass  # the reader is busy; it finds the marker when the queue runs dry
 
     def get(self, timeout: float) -> EventRecord | Overflowed | Closed | None:
-        """The next item, or None if nothing came within ``timeout`` seconds."""
+        """The next item, the end marker once everything queued is out, or None after ``timeout``."""
+        if self._end is not None and self._queue.empty():
+            return self._end
         try:
-            return self._queue.get(timeout=timeout)
+            item = self._queue.get(timeout=timeout)
         except queue.Empty:
-            return None
+            return self._end
+        return self._end if isinstance(item, (Overflowed, Closed)) else item
 
 
 class _Flush:
