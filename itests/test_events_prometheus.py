@@ -1,11 +1,16 @@
 """A real Prometheus scrapes the autoscaler's /metrics; values are read back via its query API."""
 
+import json
+import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from clusterman.config.model import EventsConfig
+from clusterman.events.exporter import ErrorSource
+from clusterman.events.exporter import NodeAction
 from clusterman.events.exporter import NodeState
 from clusterman.events.record import ChangeDetail
 from clusterman.events.service import EventService
@@ -14,6 +19,7 @@ from clusterman.resources import Resources
 from itests.prometheus_server import PrometheusServer
 
 POOL = "web.kubernetes"
+DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "grafana-dashboard.json"
 
 
 @pytest.fixture
@@ -91,3 +97,45 @@ def test_prometheus_scrapes_the_autoscaler_metrics(service, prometheus):
     eventually(lambda: value(prometheus, f"clusterman_scale_lock{{{labels}}}"), 0.0)
     eventually(lambda: value(prometheus, f"clusterman_events_stored{{{labels}}}"), 100.0)
     eventually(lambda: value(prometheus, f"clusterman_events_published_total{{{labels}}}"), 207.0)
+
+
+def test_every_dashboard_query_runs_on_prometheus_against_real_series(service, prometheus):
+    rec = service.recorder
+    rec.signal_evaluated("web", "Sig@v1", ResourceRequest(cpus=30, mem=1000), 0.04)
+    rec.signal_failed("web", "Sig@v1", "timed out", 5.0, "previous request", {"cpus": 2})
+    rec.decision(
+        ChangeDetail.DECISION_UTILISATION,
+        0,
+        target=12,
+        demand=ResourceRequest(cpus=31, mem=1000),
+        capacity=Resources(cpus=40, mem=160000),
+        utilisation={"cpus": 0.775, "mem": 0.01},
+        setpoint=0.7,
+        explanation="within margin",
+    )
+    rec.node(NodeAction.JOIN, "i-1", "asg-web", Resources(cpus=4), join_seconds=80)
+    rec.lock_taken(300, "after scale-up")
+    rec.breaker_closed("ok")
+    rec.resumed("ok")
+    rec.config_reloaded("clusterman.yaml")
+    rec.error(ErrorSource.CLOUD, "asg-web", "Throttling")
+    metrics = service.metrics
+    metrics.observe_run(1.5)
+    metrics.observe_tasks(running=10, pending=2)
+    metrics.observe_nodes({NodeState.READY: 3})
+    metrics.observe_group("asg-web", target=12, fulfilled=10, minimum=2, maximum=40)
+    assert service.publisher.flush(10)
+    eventually(lambda: value(prometheus, f'clusterman_tasks{{pool="{POOL}",state="pending"}}'), 2.0)
+
+    scraped = {r["metric"]["__name__"] for r in prometheus.query('count by (__name__) ({__name__=~"clusterman_.+"})')}
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    exprs += [v["query"]["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"]
+    assert len(exprs) > 20
+    for expr in exprs:
+        named = set(re.findall(r"clusterman_[a-z_]+", expr))
+        assert named <= scraped, f"{expr}: no such series {named - scraped}"
+        concrete = expr.replace("$cluster", "itest").replace("$pool", POOL).replace("$__rate_interval", "1m")
+        if concrete.startswith("label_values("):  # a Grafana function: check the selector inside
+            concrete = concrete[len("label_values(") : concrete.rindex(",")]
+        prometheus.query(concrete)  # raises on a PromQL error

@@ -4,6 +4,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from clusterman.events.record import MAX_MESSAGE_CHARS
+from clusterman.events.record import RESOURCE_KEYS
 from clusterman.events.record import ChangeDetail
 from clusterman.events.record import ChangeType
 from clusterman.events.record import Event
@@ -216,3 +217,23 @@ def test_ring_matches_a_list_model(capacity, ops):
             assert page.lowest_id == (model[0] if model else next_id)
             assert page.highest_id == next_id - 1
     assert len(ring) == len(model)
+
+
+def test_the_enumerations_fit_the_packed_columns():
+    # ring.py packs change type into 2 bits, resource keys into 6, and DETAILS_NONE as type*100+99
+    assert len(RESOURCE_KEYS) <= 6
+    assert max(ChangeType) < 4
+    assert all(d.value % 100 != 99 and d.value < 65536 for d in ChangeDetail)
+
+
+def test_every_type_detail_and_change_reads_back():
+    ring = EventRing(500)
+    stored = []
+    for event_type in EventType:
+        for detail in [ChangeDetail.DETAILS_NONE, *(d for d in ChangeDetail if d and d.event_type is event_type)]:
+            for change in ChangeType:
+                amounts = resource(nodes=2) if change is not ChangeType.NONE else ()
+                e = Event(event_type, change, detail, len(stored), f"{event_type.name}", resource=amounts)
+                ring.append(e)
+                stored.append(e)
+    assert [r.event for r in ring.read(None, 500).records] == stored

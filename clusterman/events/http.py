@@ -42,7 +42,7 @@ BATCH_PATH: Final = "/ws/v1/events/batch"
 STREAM_PATH: Final = "/ws/v1/events/stream"
 HISTORY_PAGE: Final = 1000  # events read from the ring per lock hold while sending stream history
 STREAM_SEND_BUFFER: Final = 64 * 1024  # kernel memory per stream is bounded too
-_WHOLE_NUMBER: Final = re.compile(r"[0-9]+")
+_WHOLE_NUMBER: Final = re.compile(r"[0-9]{1,100}")
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,8 @@ def whole_number(params: Mapping[str, list[str]], name: str, *, minimum: int) ->
         raise BadRequest(f"{name} must not be negative, got {text}", f"{name} is a whole number of at least {minimum}")
     if not _WHOLE_NUMBER.fullmatch(text):
         raise BadRequest(
-            f"{name} must be a whole number, got {text!r}", f"{name} is a whole number of at least {minimum}"
+            f"{name} must be a whole number (at most 100 digits), got {text[:40]!r}",
+            f"{name} is a whole number of at least {minimum}",
         )
     value = int(text)
     if value < minimum:
@@ -263,7 +264,7 @@ class _StreamWriter:
         self.publisher = publisher
         self.sub = sub
         self.limits = limits
-        self.last_sent = sub.after_id
+        self.last_sent = sub.lowest_id - 1  # the first id sent is then last_sent + 1
 
     def run(self, history: int) -> None:
         ring = self.publisher.ring
@@ -363,6 +364,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_json(400, error_body(400, e.message, e.description))
         except (BrokenPipeError, ConnectionResetError):
             pass
+        except Exception as e:  # a bug: answer and keep serving, never take the autoscaler down
+            log.exception("event API: %s failed", self.path)
+            self.send_json(500, error_body(500, "internal error", f"{type(e).__name__}: {e}"))
 
     def _not_allowed(self) -> None:
         self.send_json(405, error_body(405, f"{self.command} is not supported", "every endpoint is GET only"))

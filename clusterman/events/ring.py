@@ -1,7 +1,7 @@
 """The event history: a fixed-capacity ring, oldest overwritten, ids never renumbered.
 
 Storage is columnar (one ``array`` per field, preallocated) instead of one Python object per
-event, and strings go through a reference-counted ``Interner``: about 41 bytes per event plus
+event, and strings go through a reference-counted ``Interner``: 39 bytes per event plus
 the distinct strings, where a list of small objects costs several hundred (``bench/events.py``
 measures both). Resource amounts are kept as 32-bit floats (7 significant digits, ample for
 cpus in shares and mem in MB) behind a bit mask of which ``RESOURCE_KEYS`` are present.
@@ -33,11 +33,17 @@ from clusterman.events.record import Event
 from clusterman.events.record import EventRecord
 from clusterman.events.record import EventType
 
+# Two small columns carry type, detail, change type and which resources are present:
+#   what  (16 bits)  the detail's value, or type * 100 + 99 for DETAILS_NONE (no detail ends in 99)
+#   shape (8 bits)   change type in the top 2 bits, a bit per RESOURCE_KEYS entry in the low 6
 _KEY_BIT: Final = {key: 1 << i for i, key in enumerate(RESOURCE_KEYS)}
-_MASK_KEYS: Final = tuple(tuple(k for k in RESOURCE_KEYS if m & _KEY_BIT[k]) for m in range(1 << len(RESOURCE_KEYS)))
-_TYPES: Final = {t.value: t for t in EventType}
-_CHANGES: Final = {c.value: c for c in ChangeType}
-_DETAILS: Final = {d.value: d for d in ChangeDetail}
+_WHAT: Final = {
+    **{d.value: (d.event_type, d) for d in ChangeDetail if d},
+    **{t.value * 100 + 99: (t, ChangeDetail.DETAILS_NONE) for t in EventType},
+}
+_SHAPE: Final = tuple(
+    (ChangeType(shape >> 6), tuple(k for k in RESOURCE_KEYS if shape & _KEY_BIT[k])) for shape in range(256)
+)
 _STRIDE: Final = MAX_RESOURCE_KEYS
 
 
@@ -68,10 +74,8 @@ class EventRing:
     # (attribute, values per slot) of every column, for resize
     _COLUMNS: Final = (
         ("_ts", 1),
-        ("_type", 1),
-        ("_change", 1),
-        ("_detail", 1),
-        ("_mask", 1),
+        ("_what", 1),
+        ("_shape", 1),
         ("_object", 1),
         ("_reference", 1),
         ("_message", 1),
@@ -92,10 +96,8 @@ class EventRing:
     def _allocate(self, capacity: int) -> None:
         self._capacity = capacity
         self._ts = array("q", bytes(8 * capacity))
-        self._type = array("B", bytes(capacity))
-        self._change = array("B", bytes(capacity))
-        self._detail = array("H", bytes(2 * capacity))
-        self._mask = array("B", bytes(capacity))
+        self._what = array("H", bytes(2 * capacity))
+        self._shape = array("B", bytes(capacity))
         self._object = array("I", bytes(4 * capacity))
         self._reference = array("I", bytes(4 * capacity))
         self._message = array("I", bytes(4 * capacity))
@@ -142,18 +144,16 @@ class EventRing:
             self._len += 1
         strings = self._strings
         self._ts[slot] = event.timestamp_ns
-        self._type[slot] = event.type
-        self._change[slot] = event.change
-        self._detail[slot] = event.detail
+        self._what[slot] = event.detail or event.type * 100 + 99
         self._object[slot] = strings.add(event.object_id)
         self._reference[slot] = strings.add(event.reference_id)
         self._message[slot] = strings.add(event.message)
-        mask = 0
+        shape = event.change << 6
         base = slot * _STRIDE
         for i, (key, amount) in enumerate(event.resource):
-            mask |= _KEY_BIT[key]
+            shape |= _KEY_BIT[key]
             self._amounts[base + i] = amount
-        self._mask[slot] = mask
+        self._shape[slot] = shape
         event_id = self._next_id
         self._next_id += 1
         return event_id
@@ -190,13 +190,14 @@ class EventRing:
 
     def _decode(self, slot: int, event_id: int) -> EventRecord:
         strings = self._strings
-        keys = _MASK_KEYS[self._mask[slot]]
+        event_type, detail = _WHAT[self._what[slot]]
+        change, keys = _SHAPE[self._shape[slot]]
         base = slot * _STRIDE
         amounts = self._amounts
         event = Event(
-            _TYPES[self._type[slot]],
-            _CHANGES[self._change[slot]],
-            _DETAILS[self._detail[slot]],
+            event_type,
+            change,
+            detail,
             self._ts[slot],
             strings.get(self._object[slot]),
             strings.get(self._reference[slot]),
