@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from typing import ClassVar
 
+from clusterman.config.schema import Check
 from clusterman.config.schema import field
 from clusterman.config.schema import fraction
 from clusterman.config.schema import non_negative
@@ -146,12 +147,33 @@ class StateConfig:
 
 
 @dataclass(frozen=True)
+class EventsConfig:
+    """The ``events`` block: event history, its HTTP API and ``/metrics`` (docs/events.md).
+
+    YuniKorn's spellings (``ringBufferCapacity``, ``RESTResponseSize``) are accepted too.
+    ``host`` and ``port`` are read at start; the rest applies on reload.
+    """
+
+    ring_capacity: int = field(100_000, check=positive, aliases={"ringBufferCapacity": None})
+    rest_response_size: int = field(10_000, check=positive, aliases={"RESTResponseSize": None})
+    host: str = "127.0.0.1"
+    port: int = field(7780, check=Check(lambda v: 0 <= v <= 65535, "must be a TCP port, 0 to 65535 (0: any free)"))
+    publish_queue_size: int = field(10_000, check=positive)
+    stream_buffer_size: int = field(1000, check=positive)
+    stream_max_total: int = field(100, check=positive)
+    stream_max_per_client: int = field(15, check=positive)
+    stream_heartbeat_seconds: float = field(15.0, check=positive)
+    stream_write_timeout_seconds: float = field(10.0, check=positive)
+
+
+@dataclass(frozen=True)
 class MainConfig:
     clusters: dict[str, ClusterConfig] = field(default_factory=dict, aliases={"mesos_clusters": None})
     aws: AwsConfig = field(default_factory=AwsConfig)
     autoscaling: AutoscalingDefaults = field(default_factory=AutoscalingDefaults)
     autoscale_signal: SignalConfig | None = field(None, aliases={"autoscaling_signal": None})
     batches: Batches = field(default_factory=Batches)
+    events: EventsConfig = field(default_factory=EventsConfig)
     cluster_config_directory: str = "/nail/srv/configs/clusterman-clusters"
     state_directory: str = "/var/lib/clusterman"
     state: StateConfig = field(default_factory=StateConfig)

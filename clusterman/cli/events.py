@@ -1,0 +1,155 @@
+"""``clusterman events``: what the autoscaler did and why, one line per event.
+
+Reads the autoscaler's event API (``/ws/v1/events/*``); ``--follow`` keeps printing new events
+as they happen, with no gap and no repeat between the history and the live part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from collections.abc import Iterable
+
+from clusterman.config.loader import load_main_config
+from clusterman.events.client import EventAPIError
+from clusterman.events.client import EventClient
+from clusterman.events.client import Heartbeat
+from clusterman.events.client import StreamEnded
+from clusterman.events.record import EventRecord
+from clusterman.events.record import EventType
+
+_ANY_ADDRESS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("events", help="show what the autoscaler did and why")
+    parser.add_argument("--url", help="the event API (default: host and port of the main config's events block)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--since", type=_non_negative, metavar="ID", help="start at this event id")
+    which.add_argument("--last", type=_non_negative, metavar="N", help="start with the N newest events")
+    parser.add_argument(
+        "--type",
+        action="append",
+        default=[],
+        metavar="T",
+        help=f"only these types (repeatable or comma-separated): {', '.join(t.name for t in EventType)}",
+    )
+    parser.add_argument("-f", "--follow", action="store_true", help="keep printing new events as they happen")
+    parser.add_argument("--json", action="store_true", help="one JSON record per line, for tools")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the API (and heartbeats)")
+    parser.set_defaults(func=run_events)
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {value}")
+    return value
+
+
+def parse_types(values: Iterable[str]) -> frozenset[EventType]:
+    """--type values; empty means every type."""
+    chosen = set()
+    for value in values:
+        for name in filter(None, (part.strip().upper() for part in value.split(","))):
+            if name not in EventType.__members__:
+                known = ", ".join(t.name for t in EventType)
+                raise ValueError(f"--type {name}: unknown event type (known: {known})")
+            chosen.add(EventType[name])
+    return frozenset(chosen)
+
+
+def default_url(env_config_path: str) -> str:
+    events = load_main_config(env_config_path).events
+    host = _ANY_ADDRESS.get(events.host, events.host)
+    return f"http://[{host}]:{events.port}" if ":" in host else f"http://{host}:{events.port}"
+
+
+def format_line(record: EventRecord) -> str:
+    e = record.event
+    when = datetime.datetime.fromtimestamp(e.timestamp_ns / 1e9, tz=datetime.UTC)
+    parts = [
+        when.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+        f"{record.id:>8}",
+        f"{e.type.name:<8}",
+        f"{e.change.name:<6}",
+        f"{e.detail.name:<22}",
+        e.object_id,
+    ]
+    if e.reference_id:
+        parts.append(f"({e.reference_id})")
+    if e.resource:
+        parts.append(" ".join(f"{k}={v:g}" for k, v in e.resource))
+    line = " ".join(parts)
+    return f"{line}: {e.message}" if e.message else line
+
+
+class _Printer:
+    def __init__(self, types: frozenset[EventType], as_json: bool) -> None:
+        self.types = types
+        self.as_json = as_json
+
+    def __call__(self, item: EventRecord | StreamEnded) -> None:
+        if isinstance(item, StreamEnded):
+            print(f"clusterman events: {item.message}: {item.description}", file=sys.stderr)
+            return
+        if self.types and item.event.type not in self.types:
+            return
+        text = json.dumps(item.to_json()) if self.as_json else format_line(item)
+        print(text, flush=True)
+
+
+def run_events(args: argparse.Namespace) -> int:
+    types = parse_types(args.type)
+    client = EventClient(args.url or default_url(args.env_config_path), timeout=args.timeout)
+    emit = _Printer(types, args.json)
+    try:
+        if args.follow:
+            return _follow(client, args, emit)
+        for item in client.history(_start(client, args)):
+            emit(item)
+        return 0
+    except EventAPIError as e:
+        print(f"clusterman events: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # piped into head(1) and the like
+        return 0
+
+
+def _start(client: EventClient, args: argparse.Namespace, highest: int | None = None) -> int | None:
+    if args.since is not None:
+        return int(args.since)
+    if args.last is None:
+        return None
+    if highest is None:
+        probe = client.batch(count=1)
+        highest = probe.highest_id
+    return max(0, highest - args.last + 1)
+
+
+def _follow(client: EventClient, args: argparse.Namespace, emit: _Printer) -> int:
+    # Subscribe first (no history), then read the history up to the subscription point by
+    # pages: the live part starts right after it, so nothing is missed or printed twice.
+    with client.stream(count=0) as stream:
+        highest = stream.header.highest_id
+        start = _start(client, args, highest)
+        if start is None:
+            start = stream.header.lowest_id
+        if start <= highest:
+            for item in client.history(start, until=highest):
+                emit(item)
+        for live in stream:
+            if isinstance(live, Heartbeat):
+                continue
+            if isinstance(live, StreamEnded):
+                emit(live)
+                return 1
+            if live.id >= start:
+                emit(live)
+    print("clusterman events: the event stream closed (autoscaler stopped?)", file=sys.stderr)
+    return 1

@@ -1,0 +1,187 @@
+"""A client of the event API (``clusterman events`` and tools): pages of history, live streams.
+
+Every failure is an ``EventAPIError`` whose message names the URL and what went wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.client import HTTPResponse
+from typing import Any
+
+from clusterman.errors import UserError
+from clusterman.events.http import BATCH_PATH
+from clusterman.events.http import STREAM_PATH
+from clusterman.events.record import EventRecord
+from clusterman.events.record import record_from_json
+
+
+class EventAPIError(UserError):
+    pass
+
+
+@dataclass(frozen=True)
+class Batch:
+    instance_uuid: str
+    lowest_id: int
+    highest_id: int
+    records: list[EventRecord]
+
+
+@dataclass(frozen=True)
+class StreamHeader:
+    instance_uuid: str
+    lowest_id: int
+    highest_id: int  # live events start after this id
+    history_from_id: int
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    timestamp_ns: int
+    last_id: int
+
+
+@dataclass(frozen=True)
+class StreamEnded:
+    """The server ended the stream; ``next_id`` is where to resume with a batch read."""
+
+    message: str
+    description: str
+    next_id: int
+
+
+StreamItem = EventRecord | Heartbeat | StreamEnded
+
+
+class EventClient:
+    def __init__(self, url: str, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def _open(self, path: str, params: dict[str, int], timeout: float) -> HTTPResponse:
+        query = urllib.parse.urlencode(params)
+        url = f"{self.url}{path}" + (f"?{query}" if query else "")
+        try:
+            response: HTTPResponse = urllib.request.urlopen(url, timeout=timeout)
+            return response
+        except urllib.error.HTTPError as e:
+            raise EventAPIError(f"{url}: HTTP {e.code}: {_error_message(e.read())}") from e
+        except (urllib.error.URLError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            raise EventAPIError(f"cannot reach the event API at {url}: {reason}") from e
+
+    def batch(self, start: int | None = None, count: int | None = None) -> Batch:
+        params = {k: v for k, v in (("start", start), ("count", count)) if v is not None}
+        with self._open(BATCH_PATH, params, self.timeout) as response:
+            body = _json(response.read(), BATCH_PATH)
+        try:
+            return Batch(
+                body["InstanceUUID"],
+                int(body["LowestID"]),
+                int(body["HighestID"]),
+                [record_from_json(r) for r in body["EventRecords"]],
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise EventAPIError(f"{self.url}{BATCH_PATH}: unexpected answer: {e}") from e
+
+    def history(self, start: int | None, until: int | None = None) -> Iterator[EventRecord | StreamEnded]:
+        """Events from ``start`` (default: the oldest kept) to ``until`` (default: the newest now).
+
+        Events overwritten before they were read are reported with a ``StreamEnded`` item naming
+        the gap, then reading goes on from the oldest kept; a server restart ends the history.
+        """
+        probe = self.batch(count=1)
+        uuid = probe.instance_uuid
+        stop = probe.highest_id if until is None else until
+        next_id = probe.lowest_id if start is None else start
+        while next_id <= stop:
+            page = self.batch(next_id)
+            if page.instance_uuid != uuid:
+                raise EventAPIError(f"{self.url}: the autoscaler restarted while reading (ids start again)")
+            if not page.records:
+                if next_id < page.lowest_id:
+                    yield StreamEnded("events overwritten", f"{next_id}..{page.lowest_id - 1} are gone", page.lowest_id)
+                    next_id = page.lowest_id
+                    continue
+                return
+            for record in page.records:
+                if record.id > stop:
+                    return
+                yield record
+            next_id = page.records[-1].id + 1
+
+    def stream(self, count: int = 0) -> Stream:
+        return Stream(self._open(STREAM_PATH, {"count": count}, self.timeout), self.url)
+
+
+class Stream:
+    """An open stream: ``header`` first, then iterate for events, heartbeats and the end."""
+
+    def __init__(self, response: HTTPResponse, url: str) -> None:
+        self._response = response
+        self._where = f"{url}{STREAM_PATH}"
+        line = self._next_line()
+        if line is None:
+            raise EventAPIError(f"{self._where}: the stream closed before its header")
+        try:
+            self.header = StreamHeader(
+                line["InstanceUUID"], int(line["LowestID"]), int(line["HighestID"]), int(line["HistoryFromID"])
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise EventAPIError(f"{self._where}: unexpected header {line!r}") from e
+
+    def _next_line(self) -> dict[str, Any] | None:
+        try:
+            raw = self._response.readline()
+        except TimeoutError as e:
+            raise EventAPIError(f"{self._where}: nothing received, not even a heartbeat") from e
+        if not raw:
+            return None
+        value = _json(raw, STREAM_PATH)
+        if not isinstance(value, dict):
+            raise EventAPIError(f"{self._where}: unexpected line {raw!r}")
+        return value
+
+    def __iter__(self) -> Iterator[StreamItem]:
+        while True:
+            line = self._next_line()
+            if line is None:
+                return
+            if "Error" in line:
+                error = line["Error"]
+                yield StreamEnded(str(error.get("message")), str(error.get("description")), int(line["NextID"]))
+                return
+            if "Heartbeat" in line:
+                yield Heartbeat(int(line["Heartbeat"]), int(line["LastID"]))
+            else:
+                yield record_from_json(line)
+
+    def close(self) -> None:
+        self._response.close()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _json(raw: bytes, where: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise EventAPIError(f"{where}: not JSON: {raw[:200]!r}") from e
+
+
+def _error_message(raw: bytes) -> str:
+    try:
+        body = json.loads(raw)
+        return f"{body['message']} ({body['description']})"
+    except (ValueError, KeyError, TypeError):
+        return raw[:200].decode(errors="replace")

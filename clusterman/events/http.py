@@ -1,0 +1,390 @@
+"""The HTTP endpoints: event history (batch and stream), Prometheus metrics, health.
+
+    GET /ws/v1/events/batch?start=ID&count=N   a page of history (YuniKorn's contract)
+    GET /ws/v1/events/stream?count=N           N recent events, then live ones, as JSON lines
+    GET /metrics                               Prometheus text format
+    GET /healthz                               200 while events are being stored
+
+Loopback by default: there is no authentication (as in YuniKorn), so exposing it further is a
+deliberate choice in the ``events:`` config. Errors are JSON ``{"status_code", "message",
+"description"}``. The stream protocol and its limits are described in docs/events.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler
+from http.server import ThreadingHTTPServer
+from typing import Any
+from typing import Final
+
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from clusterman.events.exporter import AutoscalerMetrics
+from clusterman.events.publisher import Closed
+from clusterman.events.publisher import EventPublisher
+from clusterman.events.publisher import Overflowed
+from clusterman.events.publisher import Subscription
+from clusterman.events.record import EventRecord
+
+log = logging.getLogger(__name__)
+
+BATCH_PATH: Final = "/ws/v1/events/batch"
+STREAM_PATH: Final = "/ws/v1/events/stream"
+HISTORY_PAGE: Final = 1000  # events read from the ring per lock hold while sending stream history
+STREAM_SEND_BUFFER: Final = 64 * 1024  # kernel memory per stream is bounded too
+_WHOLE_NUMBER: Final = re.compile(r"[0-9]{1,100}")
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    max_total: int = 100  # concurrent streams, all clients
+    max_per_client: int = 15  # concurrent streams from one client address
+    buffer_size: int = 1000  # live events waiting for one client before it is cut off
+    heartbeat_seconds: float = 15.0  # a line every so often when idle, so clients see a live link
+    write_timeout_seconds: float = 10.0  # a client that reads nothing for this long is cut off
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, description: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.description = description
+
+
+def whole_number(params: Mapping[str, list[str]], name: str, *, minimum: int) -> int | None:
+    """A query parameter as an integer >= ``minimum``; None when absent; BadRequest otherwise."""
+    values = params.get(name)
+    if values is None:
+        return None
+    if len(values) != 1:
+        raise BadRequest(f"{name} is given {len(values)} times", "give each parameter once")
+    text = values[0]
+    if text.startswith("-") and _WHOLE_NUMBER.fullmatch(text[1:]):
+        raise BadRequest(f"{name} must not be negative, got {text}", f"{name} is a whole number of at least {minimum}")
+    if not _WHOLE_NUMBER.fullmatch(text):
+        raise BadRequest(
+            f"{name} must be a whole number (at most 100 digits), got {text[:40]!r}",
+            f"{name} is a whole number of at least {minimum}",
+        )
+    value = int(text)
+    if value < minimum:
+        raise BadRequest(
+            f"{name} must be at least {minimum}, got {value}", f"{name} is a whole number of at least {minimum}"
+        )
+    return value
+
+
+def check_known(params: Mapping[str, list[str]], known: tuple[str, ...]) -> None:
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise BadRequest(f"unknown parameter(s) {', '.join(unknown)}", f"known parameters: {', '.join(known)}")
+
+
+class _StreamSlots:
+    """Counts concurrent streams, in total and per client address (not the Host header)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._per_client: dict[str, int] = {}
+        self.total = 0
+
+    def acquire(self, client: str, limits: StreamLimits) -> str | None:
+        """None when granted, else why not."""
+        with self._lock:
+            if self.total >= limits.max_total:
+                return f"{self.total} streams are open, the limit is {limits.max_total}"
+            mine = self._per_client.get(client, 0)
+            if mine >= limits.max_per_client:
+                return f"{client} has {mine} streams open, the limit per client is {limits.max_per_client}"
+            self._per_client[client] = mine + 1
+            self.total += 1
+            return None
+
+    def release(self, client: str) -> None:
+        with self._lock:
+            self.total -= 1
+            left = self._per_client[client] - 1
+            if left:
+                self._per_client[client] = left
+            else:
+                del self._per_client[client]
+
+
+class EventServer:
+    """Serves one publisher's history and one metrics registry; ``start`` binds, ``stop`` ends."""
+
+    def __init__(
+        self,
+        publisher: EventPublisher,
+        metrics: AutoscalerMetrics | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        rest_response_size: int = 10_000,
+        limits: StreamLimits | None = None,
+    ) -> None:
+        self.publisher = publisher
+        self.metrics = metrics
+        self.host = host
+        self.requested_port = port
+        self.rest_response_size = rest_response_size
+        self.limits = limits or StreamLimits()
+        self.slots = _StreamSlots()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._streams: set[Subscription] = set()
+        self._streams_lock = threading.Lock()
+
+    def apply(self, rest_response_size: int, limits: StreamLimits) -> None:
+        """New limits from a config reload; open streams keep the buffer they started with."""
+        self.rest_response_size = rest_response_size
+        self.limits = limits
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("the event server is not started")
+        return int(self._httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> EventServer:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        httpd = _HTTPServer((self.host, self.requested_port), _Handler, family, self)
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="event-http", daemon=True
+        )
+        self._thread.start()
+        log.info("event API listening on %s", self.url)
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is None:
+            return
+        self._httpd.shutdown()
+        with self._streams_lock:
+            for sub in self._streams:
+                sub.close()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        self._httpd = None
+
+    def __enter__(self) -> EventServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- request handling (called from handler threads) ------------------------------------
+
+    def batch(self, params: Mapping[str, list[str]]) -> dict[str, Any]:
+        check_known(params, ("start", "count"))
+        start = whole_number(params, "start", minimum=0)
+        count = whole_number(params, "count", minimum=1)
+        limit = self.rest_response_size
+        page = self.publisher.ring.read(start, min(count or limit, limit))
+        return {
+            "InstanceUUID": self.publisher.ring.instance_uuid,
+            "LowestID": page.lowest_id,
+            "HighestID": page.highest_id,
+            "EventRecords": [r.to_json() for r in page.records],
+        }
+
+    def health(self) -> tuple[int, dict[str, Any]]:
+        ring = self.publisher.ring
+        body = {
+            "InstanceUUID": ring.instance_uuid,
+            "publisher": "running" if self.publisher.running else "stopped",
+            "events_stored": len(ring),
+            "events_dropped": self.publisher.dropped,
+        }
+        return (200 if self.publisher.running else 503), body
+
+    def stream(self, handler: _Handler, params: Mapping[str, list[str]]) -> None:
+        check_known(params, ("count",))
+        count = whole_number(params, "count", minimum=0) or 0
+        limits = self.limits
+        client = handler.client_address[0]
+        refused = self.slots.acquire(client, limits)
+        if refused is not None:
+            handler.send_json(503, error_body(503, "too many event streams", refused))
+            return
+        sub = self.publisher.subscribe(limits.buffer_size)
+        with self._streams_lock:
+            self._streams.add(sub)
+        try:
+            handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SEND_BUFFER)
+            handler.connection.settimeout(limits.write_timeout_seconds)
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/x-ndjson")
+            handler.send_header("Cache-Control", "no-cache")
+            handler.send_header("Connection", "close")
+            handler.end_headers()
+            _StreamWriter(handler, self.publisher, sub, limits).run(count)
+        except TimeoutError:
+            self.publisher.cut(sub)
+            log.info("event stream to %s cut: it read nothing for %g s", client, limits.write_timeout_seconds)
+        except OSError as e:
+            log.debug("event stream to %s ended: %s", client, e)
+        finally:
+            self.publisher.unsubscribe(sub)
+            with self._streams_lock:
+                self._streams.discard(sub)
+            self.slots.release(client)
+
+
+def error_body(status: int, message: str, description: str) -> dict[str, Any]:
+    return {"status_code": status, "message": message, "description": description}
+
+
+def json_line(value: Mapping[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode() + b"\n"
+
+
+class _StreamWriter:
+    """One stream: header, history up to the subscription point, then live events."""
+
+    def __init__(self, handler: _Handler, publisher: EventPublisher, sub: Subscription, limits: StreamLimits):
+        self.out = handler.wfile
+        self.publisher = publisher
+        self.sub = sub
+        self.limits = limits
+        self.last_sent = sub.lowest_id - 1  # the first id sent is then last_sent + 1
+
+    def run(self, history: int) -> None:
+        ring = self.publisher.ring
+        start = max(self.sub.lowest_id, self.sub.after_id - history + 1)
+        self.write(
+            {
+                "InstanceUUID": ring.instance_uuid,
+                "LowestID": self.sub.lowest_id,
+                "HighestID": self.sub.after_id,
+                "HistoryFromID": start,
+            }
+        )
+        self.last_sent = start - 1
+        if not self.send_history(start):
+            return
+        self.send_live()
+
+    def write(self, value: Mapping[str, Any]) -> None:
+        self.out.write(json_line(value))
+
+    def write_records(self, records: list[EventRecord]) -> None:
+        if records:
+            self.out.write(b"".join(json_line(r.to_json()) for r in records))
+            self.last_sent = records[-1].id
+
+    def end(self, message: str, description: str) -> None:
+        body = error_body(503, message, description)
+        self.write({"Error": body, "NextID": self.last_sent + 1})
+
+    def send_history(self, start: int) -> bool:
+        next_id = start
+        while next_id <= self.sub.after_id:
+            count = min(HISTORY_PAGE, self.sub.after_id - next_id + 1)
+            page = self.publisher.ring.read(next_id, count)
+            if not page.records:  # overwritten while we were sending: say so, never skip silently
+                self.end(
+                    "history overwritten while being sent",
+                    f"events from {next_id} are gone; resume with {BATCH_PATH}?start={page.lowest_id}",
+                )
+                return False
+            self.write_records(page.records)
+            next_id = page.records[-1].id + 1
+        return True
+
+    def send_live(self) -> None:
+        heartbeat = self.limits.heartbeat_seconds
+        while True:
+            item = self.sub.get(timeout=heartbeat)
+            if item is None:
+                self.write({"Heartbeat": time.time_ns(), "LastID": self.last_sent})
+            elif isinstance(item, Overflowed):
+                self.end(
+                    "slow consumer",
+                    f"more than {self.limits.buffer_size} events waited for this stream; "
+                    f"resume with {BATCH_PATH}?start={self.last_sent + 1}",
+                )
+                return
+            elif isinstance(item, Closed):
+                self.end("server shutting down", f"resume with {BATCH_PATH}?start={self.last_sent + 1}")
+                return
+            else:
+                self.write_records([item])
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(
+        self, address: tuple[str, int], handler: type[_Handler], family: socket.AddressFamily, app: EventServer
+    ) -> None:
+        self.address_family = family
+        self.app = app
+        super().__init__(address, handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _HTTPServer
+    server_version = "clusterman-events"
+
+    def do_GET(self) -> None:
+        app = self.server.app
+        url = urllib.parse.urlsplit(self.path)
+        params = urllib.parse.parse_qs(url.query, keep_blank_values=True)
+        try:
+            if url.path == BATCH_PATH:
+                self.send_json(200, app.batch(params))
+            elif url.path == STREAM_PATH:
+                app.stream(self, params)
+            elif url.path == "/metrics" and app.metrics is not None:
+                self.send_body(200, app.metrics.exposition(), CONTENT_TYPE_LATEST)
+            elif url.path == "/healthz":
+                self.send_json(*app.health())
+            else:
+                self.send_json(404, error_body(404, f"no such endpoint: {url.path}", _ENDPOINTS))
+        except BadRequest as e:
+            self.send_json(400, error_body(400, e.message, e.description))
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        except Exception as e:  # a bug: answer and keep serving, never take the autoscaler down
+            log.exception("event API: %s failed", self.path)
+            self.send_json(500, error_body(500, "internal error", f"{type(e).__name__}: {e}"))
+
+    def _not_allowed(self) -> None:
+        self.send_json(405, error_body(405, f"{self.command} is not supported", "every endpoint is GET only"))
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = _not_allowed
+
+    def send_json(self, status: int, body: Mapping[str, Any]) -> None:
+        self.send_body(status, json.dumps(body, separators=(",", ":")).encode(), "application/json")
+
+    def send_body(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status, HTTPStatus(status).phrase)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+_ENDPOINTS: Final = f"endpoints: {BATCH_PATH}, {STREAM_PATH}, /metrics, /healthz"

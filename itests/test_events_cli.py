@@ -1,0 +1,115 @@
+"""``clusterman events`` against a real event server."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from clusterman.cli.main import main
+from clusterman.config.model import EventsConfig
+from clusterman.events.exporter import NodeAction
+from clusterman.events.service import EventService
+from clusterman.local.moto_server import free_port
+from clusterman.resources import ResourceRequest
+from clusterman.resources import Resources
+
+
+@pytest.fixture
+def service():
+    service = EventService(EventsConfig(port=0, ring_capacity=50, rest_response_size=7), "c", "p.simulated").start()
+    yield service
+    service.stop()
+
+
+def scale_up(service: EventService, nodes: int) -> None:
+    rec = service.recorder
+    rec.signal_evaluated("web", "Sig@v1", ResourceRequest(cpus=10), 0.02)
+    for n in range(nodes):
+        rec.node(NodeAction.TAINT, f"i-{n}", "asg-a", Resources(cpus=4, mem=8000), "oldest first")
+    rec.lock_taken(300, "after scale-up")
+    assert service.publisher.flush(10)
+
+
+def run(capsys, *args: str) -> tuple[int, list[str], str]:
+    status = main(["events", *args])
+    out, err = capsys.readouterr()
+    return status, out.splitlines(), err
+
+
+def test_prints_one_line_per_event_across_pages(service, capsys):
+    scale_up(service, 10)  # 12 events, 7 per page
+    status, lines, err = run(capsys, "--url", service.server.url)
+    assert (status, err) == (0, "")
+    assert len(lines) == 12
+    assert " SIGNAL " in lines[0] and "web (Sig@v1) cpus=10: answered in 20 ms" in lines[0]
+    assert lines[1].split()[1:6] == ["1", "NODE", "SET", "NODE_TAINT", "i-0"]
+    assert lines[1].endswith("(asg-a) cpus=4 mem=8000 disk=0 gpus=0: oldest first")
+    assert "LOCK_TAKEN" in lines[-1]
+
+
+def test_type_filter_since_last_and_json(service, capsys):
+    scale_up(service, 10)
+    _, lines, _ = run(capsys, "--url", service.server.url, "--type", "signal,lock")
+    assert [line.split()[2] for line in lines] == ["SIGNAL", "LOCK"]
+    _, lines, _ = run(capsys, "--url", service.server.url, "--since", "9", "--json")
+    assert [json.loads(line)["id"] for line in lines] == [9, 10, 11]
+    _, lines, _ = run(capsys, "--url", service.server.url, "--last", "2", "--json")
+    assert [json.loads(line)["eventChangeDetail"] for line in lines] == ["NODE_TAINT", "LOCK_TAKEN"]
+
+
+def test_overwritten_events_are_reported_not_skipped_silently(service, capsys):
+    scale_up(service, 60)  # 62 events in a ring of 50: ids 12..61 kept
+    status, lines, err = run(capsys, "--url", service.server.url, "--since", "5", "--json")
+    assert status == 0
+    assert "5..11 are gone" in err
+    assert [json.loads(line)["id"] for line in lines] == list(range(12, 62))
+
+
+def test_errors_are_one_line(service, capsys):
+    status, _, err = run(capsys, "--url", service.server.url, "--type", "wibble")
+    assert status == 1
+    assert err.startswith("clusterman events: --type WIBBLE: unknown event type (known: UNKNOWN, SIGNAL")
+    status, _, err = run(capsys, "--url", f"http://127.0.0.1:{free_port()}")
+    assert status == 1
+    assert err.startswith("clusterman events: cannot reach the event API at http://127.0.0.1:")
+    assert len(err.splitlines()) == 1
+
+
+def test_default_url_comes_from_the_main_config(service, capsys, tmp_path):
+    config = tmp_path / "clusterman.yaml"
+    config.write_text(f"events:\n  host: 0.0.0.0\n  port: {service.server.port}\n")
+    scale_up(service, 1)
+    status = main(["--env-config-path", str(config), "events", "--last", "1"])
+    out, _ = capsys.readouterr()
+    assert status == 0
+    assert "LOCK_TAKEN" in out
+
+
+def test_follow_prints_history_then_live_events(service):
+    scale_up(service, 2)  # ids 0..3
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clusterman.cli.main", "events", "--url", service.server.url, "--follow", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        history = [json.loads(proc.stdout.readline())["id"] for _ in range(4)]
+        deadline = time.monotonic() + 10
+        while service.publisher.streams == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        scale_up(service, 3)  # ids 4..8, live
+        live = [json.loads(proc.stdout.readline())["id"] for _ in range(5)]
+        assert history + live == list(range(9))
+        service.server.stop()  # the stream ends with a line saying so; the command exits 1
+        assert proc.wait(10) == 1
+        assert "server shutting down" in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
