@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
+from clusterman.cli import plan as plan_cmd
 from clusterman.cli import signal as signal_cmd
 from clusterman.config.loader import default_env_config_path
 from clusterman.config.schema import ConfigError
@@ -19,7 +20,7 @@ from clusterman.metrics.store import MetricsError
 from clusterman.signals.protocol import SignalError
 
 # Each module defines add_parser(subparsers) and sets `func` (args -> exit status) on its parser.
-SUBCOMMANDS: list[ModuleType] = [signal_cmd]
+SUBCOMMANDS: list[ModuleType] = [signal_cmd, plan_cmd]
 
 USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, SignalError, MetricsError, FileNotFoundError, ValueError)
 
