@@ -90,7 +90,7 @@ def test_margin_never_lets_the_target_creep():
     snap = snapshot(nodes(20), [group("g1", 20)])
     pol = policy(target_capacity_margin=0.1)
     for _ in range(5):
-        d = run(snap, request(13.5), pol)
+        d = run(snap, request(13), pol)  # 65%: ceil(20 × 65 / 70) = 19 is inside the band
         assert d.target_capacity == 20
         snap = apply(snap, d, 1)
 
