@@ -54,7 +54,7 @@ def test_young_nodes_are_tainted_last():
 
 
 def test_never_taints_a_pinned_node_nor_below_target_nor_past_max_weight_to_remove():
-    members = [node("pinned", tasks=pods(1, safe_to_evict=False))] + nodes(5)
+    members = [node("pinned", tasks=pods(1, safe_to_evict=False)), *nodes(5)]
     d = run(snapshot(members), request(0.1), policy(max_weight_to_remove=3, min_capacity=0))
     assert d.target_capacity == 3  # 6 − max_weight_to_remove
     assert "pinned" not in d.taint and len(d.taint) == 3
@@ -68,20 +68,21 @@ def test_heavy_node_is_not_tainted_when_that_takes_ready_below_target():
 
 class TestTermination:
     def test_soft_grace_period_waits_for_empty_nodes(self):
-        members = nodes(2) + [tainted("recent", ago=30), tainted("old", ago=90), tainted("busy", ago=90, tasks=2)]
+        members = [*nodes(2), tainted("recent", ago=30), tainted("old", ago=90), tainted("busy", ago=90, tasks=2)]
         d = run(snapshot(members, [group("g1", 2)]), request(1), policy(soft_delete_grace_period_seconds=60))
         assert d.terminate == ("old",)
         assert "empty, tainted 90s ≥ soft_delete_grace_period 60s" in d.node_reasons["old"]
 
     def test_hard_grace_period_terminates_regardless(self):
-        members = nodes(2) + [tainted("busy", ago=700, tasks=4)]
+        members = [*nodes(2), tainted("busy", ago=700, tasks=4)]
         pol = policy(soft_delete_grace_period_seconds=60, hard_delete_grace_period_seconds=600)
         d = run(snapshot(members, [group("g1", 2)]), request(1), pol)
         assert d.terminate == ("busy",)
         assert "hard_delete_grace_period 600s" in d.node_reasons["busy"]
 
     def test_max_tasks_to_kill_is_a_budget_per_run(self):
-        members = nodes(2) + [
+        members = [
+            *nodes(2),
             tainted("a", ago=90, tasks=3),
             tainted("b", ago=80, tasks=3),
             tainted("c", ago=70, tasks=1),
@@ -92,7 +93,7 @@ class TestTermination:
         assert d.terminate == ()
 
     def test_taint_of_unknown_age_is_past_soft_never_past_hard(self):
-        members = nodes(2) + [tainted("empty", ago=None), tainted("busy", ago=None, tasks=1)]
+        members = [*nodes(2), tainted("empty", ago=None), tainted("busy", ago=None, tasks=1)]
         pol = policy(soft_delete_grace_period_seconds=60, hard_delete_grace_period_seconds=600)
         d = run(snapshot(members, [group("g1", 2)]), request(1), pol)
         assert d.terminate == ("empty",)
@@ -108,7 +109,8 @@ class TestTermination:
         assert "3 already requested, waiting to join" in d.explanation
 
     def test_orphans(self):
-        members = nodes(2) + [
+        members = [
+            *nodes(2),
             node("lost", state=ORPHAN, launched_at=NOW - 2000),
             node("joining", state=ORPHAN, launched_at=NOW - 60),
             node("surplus", state=ORPHAN, launched_at=NOW - 30),

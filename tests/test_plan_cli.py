@@ -12,7 +12,12 @@ from clusterman.cli.main import main
 SEED = {
     "now": 1700000000,
     "config": {
-        "scaling_limits": {"min_capacity": 0, "max_capacity": 100, "max_weight_to_add": 100, "max_weight_to_remove": 100},
+        "scaling_limits": {
+            "min_capacity": 0,
+            "max_capacity": 100,
+            "max_weight_to_add": 100,
+            "max_weight_to_remove": 100,
+        },
         "autoscaling": {"scale_up_threshold_percent": 70},
     },
     "groups": [{"id": "g1", "target_capacity": 2, "min_capacity": 0, "max_capacity": 100}],

@@ -100,5 +100,5 @@ def test_bad_values_name_the_key(block, raw, key, problem):
 def test_taint_threshold_above_a_setpoint_from_the_main_file():
     taint = {"taint_upper_capacity_threshold_percent": 75, "taint_lower_capacity_threshold_percent": 10,
              "slow_node_removal_rate": 1, "fast_node_removal_rate": 2}  # fmt: skip
-    with pytest.raises(ConfigError, match="autoscaling.taint_upper_capacity_threshold: must be below the setpoint"):
+    with pytest.raises(ConfigError, match=r"autoscaling\.taint_upper_capacity_threshold: must be below the setpoint"):
         load(taint, defaults={"setpoint": 0.7})

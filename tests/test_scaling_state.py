@@ -25,7 +25,7 @@ class TestScaleLock:
         return snap, d
 
     def test_held_while_the_requested_capacity_joins(self):
-        snap, d = self.scaled_up()
+        _, d = self.scaled_up()
         waiting = snapshot(nodes(2), [group("g1", 8)])
         held = run(waiting, request(0.1), self.POLICY, d.state, now=NOW + 60)  # demand collapsed: still hold
         assert held.action is Action.NONE and held.target_capacity == 8 and held.taint == ()
@@ -64,7 +64,7 @@ class TestBreaker:
     def test_untaint_still_happens_while_open(self):
         state = AutoscalerState(breaker=run(snapshot(nodes(2)), request(5), self.POLICY).state.breaker)
         state = run(snapshot(nodes(2), [group("g1", 8)]), request(6), self.POLICY, state, NOW + 60).state
-        members = nodes(2) + [node("t", state=TAINTED, tainted_at=NOW - 10)]
+        members = [*nodes(2), node("t", state=TAINTED, tainted_at=NOW - 10)]
         d = run(snapshot(members, [group("g1", 9)]), request(7), self.POLICY, state, NOW + 120)
         assert d.untaint == ("t",) and "breaker open" in d.explanation
 

@@ -32,10 +32,11 @@ def demand_from_snapshot(snapshot: PoolSnapshot) -> ResourceRequest:
     Has an opinion on every resource (zero included): the scheduler knows all of its work.
     """
     known_groups = {g.id for g in snapshot.groups}
-    hosting = (NodeState.READY, NodeState.TAINTED)
+    ready, tainted = NodeState.READY, NodeState.TAINTED  # compared by identity, not hashed
     cpus, mem, disk, gpus = _sum_requests(snapshot.pending)
     for node in snapshot.nodes:
-        if node.state in hosting and node.group_id in known_groups:
+        state = node.state
+        if (state is ready or state is tainted) and node.group_id in known_groups:
             c, m, d, g = _sum_requests(node.tasks)
             cpus += c
             mem += m

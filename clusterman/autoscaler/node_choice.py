@@ -8,6 +8,8 @@ or a group's below its target, never more than max_weight_to_remove a run, never
 safe-to-evict=false pod. Terminate orphans past the orphan timeout (or not needed, or in stale
 groups), and tainted nodes once empty after the soft grace period, or within max_tasks_to_kill,
 or regardless after the hard grace period; never when that takes joined capacity below the target.
+
+Weights are counted in integer millionths (``exact.micro``) in these per-node loops.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from dataclasses import field
 from fractions import Fraction
 
 from clusterman.autoscaler.exact import ZERO
-from clusterman.autoscaler.exact import exact
+from clusterman.autoscaler.exact import from_micro
+from clusterman.autoscaler.exact import micro
 from clusterman.autoscaler.exact import show
 from clusterman.autoscaler.policy import ScalingPolicy
 from clusterman.autoscaler.pool_view import PoolView
@@ -57,186 +60,157 @@ class _Load:
         return _Load(tasks, batch, pinned)
 
 
+class _Choice:
+    """The working figures of one choice, in millionths of a weight unit."""
+
+    def __init__(self, view: PoolView, group_targets: dict[str, Fraction], policy: ScalingPolicy, now: float):
+        self.view, self.policy, self.now = view, policy, now
+        self.targets = {gid: micro(t) for gid, t in group_targets.items()}
+        self.stale = {g.id for g in view.groups.values() if g.stale}
+        self.live_target = sum(self.targets[g.id] for g in view.live_groups)
+        self.ready = {gid: micro(w) for gid, w in view.ready_weight.items()}
+        self.loads: dict[str, _Load] = {}
+        self.reasons: dict[str, str] = {}
+
+    def load(self, node: Node) -> _Load:
+        if node.id not in self.loads:
+            self.loads[node.id] = _Load.of(node)
+        return self.loads[node.id]
+
+    def untaint(self) -> list[Node]:
+        joining = self._joining()
+        chosen: list[Node] = []
+        for g in self.view.live_groups:
+            short = self.targets[g.id] - self.ready[g.id] - joining.get(g.id, 0)
+            if short <= 0:
+                continue
+            members = (n for n in self.view.tainted if n.group_id == g.id)
+            for node in sorted(members, key=lambda n: (-n.launched_at, n.id)):  # newest first
+                if short <= 0:
+                    break
+                w = micro(node.weight)
+                chosen.append(node)
+                self.ready[g.id] += w
+                short -= w
+                self.reasons[node.id] = (
+                    f"untaint: group {g.id} is short of its target {show(from_micro(self.targets[g.id]))}"
+                )
+        return chosen
+
+    def taint(self) -> list[Node]:
+        excess = sum(self.ready.values()) - self.live_target
+        if excess <= 0:
+            return []
+        now, min_uptime = self.now, self.policy.min_node_scalein_uptime_seconds
+        stale, loads = self.stale, self.loads
+        for node in self.view.ready:
+            loads[node.id] = _Load.of(node)
+
+        def order(n: Node) -> tuple[bool, bool, bool, int, int, float, str]:
+            load = loads[n.id]
+            young = n.launched_at != NO_TIME and now - n.launched_at < min_uptime
+            return (n.group_id not in stale, young, load.tasks > 0, load.batch, load.tasks, n.launched_at, n.id)
+
+        budget = micro(self.policy.max_weight_to_remove)
+        chosen: list[Node] = []
+        target_text = show(from_micro(self.live_target))
+        for node in sorted((n for n in self.view.ready if not loads[n.id].pinned), key=order):
+            if excess <= 0:
+                break
+            w, g = micro(node.weight), node.group_id
+            if w > excess or self.ready[g] - w < self.targets[g] or w > budget:
+                continue
+            chosen.append(node)
+            self.ready[g] -= w
+            excess -= w
+            budget -= w
+            load = loads[node.id]
+            why = "stale group" if g in stale else "idle" if not load.tasks else f"{load.tasks} tasks"
+            self.reasons[node.id] = f"taint: ready capacity above target {target_text} ({why})"
+        return chosen
+
+    def orphans(self) -> list[str]:
+        """Orphans past the timeout, in stale groups, or beyond what their group still needs to join."""
+        limit = self.policy.orphan_instance_uptime_threshold_seconds
+        needed = {gid: self.targets[gid] - self.ready[gid] for gid in self.ready}
+        chosen = []
+        for node in sorted(self.view.orphans, key=lambda n: (n.launched_at, n.id)):
+            g = node.group_id
+            age = self.now - node.launched_at if node.launched_at != NO_TIME else None
+            if age is not None and age >= limit:
+                why = f"orphan, not joined {age:g}s after launch (limit {limit:g}s)"
+            elif g in self.stale:
+                why = f"orphan in stale group {g}"
+            elif needed[g] > 0:
+                needed[g] -= micro(node.weight)  # on its way to fill the group's target: keep
+                continue
+            else:
+                why = f"orphan not needed, group {g} has its target ready"
+            chosen.append(node.id)
+            self.reasons[node.id] = f"terminate: {why}"
+        return chosen
+
+    def expired(self, tainted_before: list[Node], tainted_now: list[Node]) -> list[str]:
+        """Tainted nodes whose grace period is over, oldest taint first."""
+        policy, now = self.policy, self.now
+        soft, hard = policy.soft_delete_grace_period_seconds, policy.hard_delete_grace_period_seconds
+        nodes = [(n, n.tainted_at) for n in tainted_before] + [(n, now) for n in tainted_now]
+        joined = sum(self.ready.values()) + sum(micro(n.weight) for n, _ in nodes)
+        killed = 0
+        chosen = []
+        for node, tainted_at in sorted(nodes, key=lambda p: (p[1] if p[1] != NO_TIME else -math.inf, p[0].id)):
+            # a taint of unknown age counts as past the soft grace period, never past the hard one
+            age = now - tainted_at if tainted_at != NO_TIME else soft
+            load = self.load(node)
+            tasks = 0
+            if age >= hard:
+                why = f"tainted {age:g}s ≥ hard_delete_grace_period {hard:g}s"
+            elif load.pinned or age < soft:
+                continue
+            elif load.tasks == 0:
+                why = f"empty, tainted {age:g}s ≥ soft_delete_grace_period {soft:g}s"
+            elif load.tasks < policy.max_tasks_to_kill and killed + load.tasks <= policy.max_tasks_to_kill:
+                why, tasks = f"{load.tasks} tasks within max_tasks_to_kill {policy.max_tasks_to_kill:g}", load.tasks
+            else:
+                continue
+            w = micro(node.weight)
+            if joined - w < self.live_target:
+                continue
+            joined -= w
+            killed += tasks
+            chosen.append(node.id)
+            before = self.reasons.get(node.id)
+            self.reasons[node.id] = f"{before}; terminate: {why}" if before else f"terminate: {why}"
+        return chosen
+
+    def _joining(self) -> dict[str, int]:
+        """Orphans still within the orphan timeout: capacity on its way, per group."""
+        limit = self.policy.orphan_instance_uptime_threshold_seconds
+        joining: dict[str, int] = {}
+        for n in self.view.orphans:
+            if n.launched_at == NO_TIME or self.now - n.launched_at < limit:
+                joining[n.group_id] = joining.get(n.group_id, 0) + micro(n.weight)
+        return joining
+
+
 def choose(
     view: PoolView, group_targets: dict[str, Fraction], policy: ScalingPolicy, now: float, may_remove: bool
 ) -> NodeActions:
     """``may_remove`` is False while scale-down is blocked (scale lock, capacity-loss guard)."""
-    live_target = sum((group_targets[g.id] for g in view.live_groups), ZERO)
-    ready_w = dict(view.ready_weight)
-    reasons: dict[str, str] = {}
-
-    untainted = _untaint(view, group_targets, ready_w, policy, now, reasons)
+    c = _Choice(view, group_targets, policy, now)
+    untainted = c.untaint()
     tainted: list[Node] = []
     terminate: list[str] = []
-    loads: dict[str, _Load] = {}
     if may_remove:
-        tainted = _taint(view, group_targets, live_target, ready_w, policy, now, loads, reasons)
-        terminate = _orphans(view, group_targets, ready_w, policy, now, reasons)
+        tainted = c.taint()
+        terminate = c.orphans()
         untainted_ids = {n.id for n in untainted}
-        still_tainted = [n for n in view.tainted if n.id not in untainted_ids]
-        terminate += _expired(still_tainted, tainted, ready_w, live_target, policy, now, loads, reasons)
+        terminate += c.expired([n for n in view.tainted if n.id not in untainted_ids], tainted)
     return NodeActions(
         untaint=tuple(n.id for n in untainted),
         taint=tuple(n.id for n in tainted),
         terminate=tuple(terminate),
-        reasons=reasons,
-        untainted_weight=sum((exact(n.weight) for n in untainted), ZERO),
-        tainted_weight=sum((exact(n.weight) for n in tainted), ZERO),
+        reasons=c.reasons,
+        untainted_weight=from_micro(sum(micro(n.weight) for n in untainted)),
+        tainted_weight=from_micro(sum(micro(n.weight) for n in tainted)),
     )
-
-
-def _untaint(
-    view: PoolView,
-    group_targets: dict[str, Fraction],
-    ready_w: dict[str, Fraction],
-    policy: ScalingPolicy,
-    now: float,
-    reasons: dict[str, str],
-) -> list[Node]:
-    joining = _joining_weight(view, policy, now)
-    chosen: list[Node] = []
-    for g in view.live_groups:
-        short = group_targets[g.id] - ready_w[g.id] - joining.get(g.id, ZERO)
-        if short <= 0:
-            continue
-        newest_first = sorted((n for n in view.tainted if n.group_id == g.id), key=lambda n: (-n.launched_at, n.id))
-        for node in newest_first:
-            if short <= 0:
-                break
-            w = exact(node.weight)
-            chosen.append(node)
-            ready_w[g.id] += w
-            short -= w
-            reasons[node.id] = f"untaint: group {g.id} is short of its target {show(group_targets[g.id])}"
-    return chosen
-
-
-def _taint(
-    view: PoolView,
-    group_targets: dict[str, Fraction],
-    live_target: Fraction,
-    ready_w: dict[str, Fraction],
-    policy: ScalingPolicy,
-    now: float,
-    loads: dict[str, _Load],
-    reasons: dict[str, str],
-) -> list[Node]:
-    excess = sum(ready_w.values(), ZERO) - live_target
-    if excess <= 0:
-        return []
-    for node in view.ready:
-        loads[node.id] = _Load.of(node)
-    stale = {g.id for g in view.groups.values() if g.stale}
-    min_uptime = policy.min_node_scalein_uptime_seconds
-
-    def young(n: Node) -> bool:
-        return n.launched_at != NO_TIME and now - n.launched_at < min_uptime
-
-    def order(n: Node) -> tuple[int, int, int, int, int, float, str]:
-        load = loads[n.id]
-        return (
-            n.group_id not in stale,
-            young(n),
-            load.tasks > 0,
-            load.batch,
-            load.tasks,
-            n.launched_at,
-            n.id,
-        )
-
-    chosen: list[Node] = []
-    removed = ZERO
-    for node in sorted((n for n in view.ready if not loads[n.id].pinned), key=order):
-        if excess <= 0:
-            break
-        w = exact(node.weight)
-        g = node.group_id
-        if w > excess or ready_w[g] - w < group_targets[g] or removed + w > policy.max_weight_to_remove:
-            continue
-        chosen.append(node)
-        ready_w[g] -= w
-        excess -= w
-        removed += w
-        load = loads[node.id]
-        why = "stale group" if g in stale else "idle" if not load.tasks else f"{load.tasks} tasks"
-        reasons[node.id] = f"taint: ready capacity above target {show(live_target)} ({why})"
-    return chosen
-
-
-def _orphans(
-    view: PoolView,
-    group_targets: dict[str, Fraction],
-    ready_w: dict[str, Fraction],
-    policy: ScalingPolicy,
-    now: float,
-    reasons: dict[str, str],
-) -> list[str]:
-    """Orphans past the timeout, in stale groups, or beyond what their group still needs to join."""
-    limit = policy.orphan_instance_uptime_threshold_seconds
-    needed = {gid: group_targets[gid] - ready_w[gid] for gid in ready_w}
-    chosen = []
-    for node in sorted(view.orphans, key=lambda n: (n.launched_at, n.id)):
-        g = view.groups[node.group_id]
-        age = now - node.launched_at if node.launched_at != NO_TIME else None
-        if age is not None and age >= limit:
-            reasons[node.id] = f"terminate: orphan, not joined {show(exact(age))}s after launch (limit {limit:g}s)"
-        elif g.stale:
-            reasons[node.id] = f"terminate: orphan in stale group {g.id}"
-        elif needed[g.id] > 0:
-            needed[g.id] -= exact(node.weight)
-            continue
-        else:
-            reasons[node.id] = f"terminate: orphan not needed, group {g.id} has its target ready"
-        chosen.append(node.id)
-    return chosen
-
-
-def _expired(
-    tainted_before: list[Node],
-    tainted_now: list[Node],
-    ready_w: dict[str, Fraction],
-    live_target: Fraction,
-    policy: ScalingPolicy,
-    now: float,
-    loads: dict[str, _Load],
-    reasons: dict[str, str],
-) -> list[str]:
-    """Tainted nodes whose grace period is over, oldest taint first."""
-    soft, hard = policy.soft_delete_grace_period_seconds, policy.hard_delete_grace_period_seconds
-    nodes = [(n, n.tainted_at) for n in tainted_before] + [(n, now) for n in tainted_now]
-    joined = sum(ready_w.values(), ZERO) + sum((exact(n.weight) for n, _ in nodes), ZERO)
-    killed = 0
-    chosen = []
-    for node, tainted_at in sorted(nodes, key=lambda p: (p[1] if p[1] != NO_TIME else -math.inf, p[0].id)):
-        # a taint of unknown age counts as past the soft grace period, never past the hard one
-        age = now - tainted_at if tainted_at != NO_TIME else soft
-        load = loads.get(node.id) or _Load.of(node)
-        if age >= hard:
-            why = f"tainted {show(exact(age))}s ≥ hard_delete_grace_period {hard:g}s"
-            tasks = 0
-        elif load.pinned or age < soft:
-            continue
-        elif load.tasks == 0:
-            why, tasks = f"empty, tainted {show(exact(age))}s ≥ soft_delete_grace_period {soft:g}s", 0
-        elif load.tasks < policy.max_tasks_to_kill and killed + load.tasks <= policy.max_tasks_to_kill:
-            why, tasks = f"{load.tasks} tasks within max_tasks_to_kill {policy.max_tasks_to_kill:g}", load.tasks
-        else:
-            continue
-        w = exact(node.weight)
-        if joined - w < live_target:
-            continue
-        joined -= w
-        killed += tasks
-        chosen.append(node.id)
-        reasons[node.id] = f"{reasons[node.id]}; terminate: {why}" if node.id in reasons else f"terminate: {why}"
-    return chosen
-
-
-def _joining_weight(view: PoolView, policy: ScalingPolicy, now: float) -> dict[str, Fraction]:
-    """Orphans still within the orphan timeout: capacity on its way, per group."""
-    limit = policy.orphan_instance_uptime_threshold_seconds
-    joining: dict[str, Fraction] = {}
-    for n in view.orphans:
-        if n.launched_at == NO_TIME or now - n.launched_at < limit:
-            joining[n.group_id] = joining.get(n.group_id, ZERO) + exact(n.weight)
-    return joining

@@ -75,24 +75,25 @@ def view_of(snapshot: PoolSnapshot) -> PoolView:
             raise SnapshotError(f"group {g.id}: listed twice")
         groups[g.id] = g
     view = PoolView(groups)
-    by_state = {
-        NodeState.READY: view.ready,
-        NodeState.TAINTED: view.tainted,
-        NodeState.ORPHAN: view.orphans,
-        NodeState.CORDONED: view.cordoned,
-    }
+    ready, tainted, orphan, cordoned = NodeState.READY, NodeState.TAINTED, NodeState.ORPHAN, NodeState.CORDONED
     ready_weight: dict[str, float] = dict.fromkeys(groups, 0.0)
     for node in snapshot.nodes:
-        bucket = by_state.get(node.state)
-        if bucket is None or node.group_id not in groups:
+        state = node.state  # compared by identity: hashing an Enum member is a Python-level call
+        if node.group_id not in groups or state is NodeState.UNKNOWN:
             view.ignored += 1
             continue
         w = node.weight
         if not (w > 0 and math.isfinite(w)):
             raise SnapshotError(f"node {node.id}: weight must be a finite number > 0, got {w!r}")
-        bucket.append(node)
-        if node.state is NodeState.READY:
+        if state is ready:
+            view.ready.append(node)
             ready_weight[node.group_id] += w
+        elif state is tainted:
+            view.tainted.append(node)
+        elif state is orphan:
+            view.orphans.append(node)
+        elif state is cordoned:
+            view.cordoned.append(node)
     view.ready_weight = {g: exact(w) for g, w in ready_weight.items()}
     view.capacity = _sum_allocatable(view.ready)
     view.slack = _slack(view.ready)
