@@ -21,6 +21,7 @@ from tests.scaling_builders import snapshot
         ([group("a", 5, lo=5), group("b", 5), group("c", 1)], 8, {"a": 5, "b": 2, "c": 1}),
         ([group("a", 3), group("old", 4, stale=True)], Fraction(36, 5), {"a": 8, "old": 0}),  # ceil(7.2)
         ([group("a", 3, hi=4), group("b", 1, hi=2)], 10, {"a": 4, "b": 2}),  # every group at its max
+        ([group("a", 10, hi=12), group("b", 10)], 26, {"a": 12, "b": 14}),  # docs/scaling.md
     ],
 )
 def test_distribution(groups, total, expected):

@@ -235,6 +235,14 @@ def tasks_limit(value: Any) -> float:
     return float(value)
 
 
+def check_excluded_resources(names: tuple[str, ...]) -> None:
+    unknown = sorted(set(names) - set(RESOURCE_NAMES))
+    if unknown:
+        raise ValueError(
+            f"excluded_resources: unknown resource(s) {', '.join(unknown)} (known: {', '.join(RESOURCE_NAMES)})"
+        )
+
+
 @dataclass(frozen=True)
 class ScalingLimits:
     """``scaling_limits``: capacities in weight units (Escalator's min_nodes/max_nodes are accepted)."""
@@ -319,14 +327,6 @@ class PoolAutoscaling:
                 f"hard_delete_grace_period ({hard:g}s) is shorter than soft_delete_grace_period "
                 f"({self.soft_delete_grace_period_seconds:g}s)"
             )
-
-
-def check_excluded_resources(names: tuple[str, ...]) -> None:
-    unknown = sorted(set(names) - set(RESOURCE_NAMES))
-    if unknown:
-        raise ValueError(
-            f"excluded_resources: unknown resource(s) {', '.join(unknown)} (known: {', '.join(RESOURCE_NAMES)})"
-        )
 
 
 @dataclass(frozen=True)
