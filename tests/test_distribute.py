@@ -36,5 +36,5 @@ def test_decision_reports_what_the_groups_allow():
 
 def test_all_groups_stale_holds():
     d = run(snapshot(nodes(2), [group("g1", 2, stale=True)]), request(0.1))
-    assert d.taint == () and d.terminate == ()
+    assert d.taint == () and d.terminate == () and d.group_targets == {"g1": 2}
     assert d.explanation.startswith("no resource group to scale")

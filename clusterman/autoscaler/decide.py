@@ -69,7 +69,8 @@ def decide(
     if held:
         lock = state.scale_lock if view.live_groups else ScaleLock()
         after = AutoscalerState(lock, breaker, _remember(snapshot, joined, state.memory, ()))
-        return _decision(view, util, T, _current_targets(view), NodeActions(), held, notes, after)
+        as_is = {g.id: exact(g.target_capacity) for g in view.groups.values()}  # a hold changes nothing
+        return _decision(view, util, T, as_is, NodeActions(), held, notes, after)
 
     proposal = propose(view, util, policy)
     clamped = clamp(T, proposal.target, policy, blocked)
@@ -143,6 +144,7 @@ def _remember(
 
 
 def _current_targets(view: PoolView) -> dict[str, Fraction]:
+    """The live groups' targets as they are; stale groups drained to 0."""
     return {g.id: Fraction(0) if g.stale else exact(g.target_capacity) for g in view.groups.values()}
 
 

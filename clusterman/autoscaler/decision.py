@@ -45,10 +45,6 @@ class Decision:
         """The signed change of ready capacity this decision aims for."""
         return self.target_capacity - self.current_capacity
 
-    @property
-    def changes_cloud(self) -> bool:
-        return self.target_capacity != self.current_target
-
     def as_json(self) -> dict[str, Any]:
         def numbers(values: dict[str, Fraction]) -> dict[str, int | float]:
             return {k: number(v) for k, v in values.items()}

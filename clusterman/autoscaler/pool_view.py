@@ -11,7 +11,6 @@ The node sets (docs/scaling.md, "Which nodes count"):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 from dataclasses import field
 from fractions import Fraction
@@ -100,7 +99,7 @@ def view_of(snapshot: PoolSnapshot) -> PoolView:
     return view
 
 
-def _sum_allocatable(nodes: Iterable[Node]) -> dict[str, Fraction]:
+def _sum_allocatable(nodes: list[Node]) -> dict[str, Fraction]:
     cpus = mem = disk = gpus = 0.0
     for node in nodes:
         a = node.allocatable
