@@ -8,6 +8,8 @@ of their block: accepted and logged, never silently mistaken for a typo of ours.
 from __future__ import annotations
 
 import enum
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +21,7 @@ from clusterman.config.schema import fraction
 from clusterman.config.schema import non_negative
 from clusterman.config.schema import positive
 from clusterman.config.schema import unit_interval
+from clusterman.resources import RESOURCE_NAMES
 from clusterman.resources import Resources
 
 
@@ -116,6 +119,9 @@ class AutoscalingDefaults:
     cpus_per_weight: float | None = None
 
     IGNORED_KEYS: ClassVar = frozenset({"setpoint_margin"})
+
+    def __post_init__(self) -> None:
+        check_excluded_resources(self.excluded_resources)
 
 
 @dataclass(frozen=True)
@@ -222,13 +228,68 @@ def parse_resource_groups(value: Any) -> tuple[ResourceGroupConfig, ...]:
     return tuple(groups)
 
 
+def percent(value: float) -> float:
+    """Escalator writes thresholds in percent (70); clusterman keeps fractions (0.7)."""
+    return value / 100
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(value: Any) -> float:
+    """Seconds, from a number of seconds or a Go duration such as Escalator's ``2m`` or ``1h30m``."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected seconds or a duration such as 2m, got {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            parts = _DURATION_PART.findall(text)
+            if not parts or "".join(n + u for n, u in parts) != text:
+                raise ValueError(f"expected seconds or a duration such as 90s, 2m or 1h30m, got {value!r}") from None
+            seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    else:
+        raise ValueError(f"expected seconds or a duration such as 2m, got {value!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"expected a finite duration >= 0, got {value!r}")
+    return seconds
+
+
+def tasks_limit(value: Any) -> float:
+    """A whole number of tasks, or ``inf`` (Clusterman reads max_tasks_to_kill as an int or infinity)."""
+    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", ".inf"):
+        return math.inf
+    if isinstance(value, float) and value == math.inf:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
+        raise ValueError(f"expected a whole number or inf, got {value!r}")
+    if value < 0:
+        raise ValueError(f"must be at least 0, got {value!r}")
+    return float(value)
+
+
+def check_excluded_resources(names: tuple[str, ...]) -> None:
+    unknown = sorted(set(names) - set(RESOURCE_NAMES))
+    if unknown:
+        raise ValueError(
+            f"excluded_resources: unknown resource(s) {', '.join(unknown)} (known: {', '.join(RESOURCE_NAMES)})"
+        )
+
+
 @dataclass(frozen=True)
 class ScalingLimits:
-    min_capacity: int = field(check=non_negative)
-    max_capacity: int = field(check=non_negative)
+    """``scaling_limits``: capacities in weight units (Escalator's min_nodes/max_nodes are accepted)."""
+
+    min_capacity: int = field(check=non_negative, aliases={"min_nodes": None})
+    max_capacity: int = field(check=non_negative, aliases={"max_nodes": None})
     max_weight_to_add: float = field(check=positive)
     max_weight_to_remove: float = field(check=positive)
-    max_tasks_to_kill: int = field(0, check=non_negative)
+    # tasks a scale-down may kill per run (0: only empty nodes are terminated); may be ``inf``
+    max_tasks_to_kill: float = field(0.0, parser=tasks_limit)
     min_node_scalein_uptime_seconds: int = field(0, check=non_negative)
 
     def __post_init__(self) -> None:
@@ -238,14 +299,71 @@ class ScalingLimits:
 
 @dataclass(frozen=True)
 class PoolAutoscaling:
-    """The pool file's ``autoscaling`` block; unset values fall back to the main file's defaults."""
+    """The pool file's ``autoscaling`` block; unset values fall back to the main file's defaults.
 
-    setpoint: float | None = field(None, check=fraction)
+    Escalator's names are accepted for the same ideas: ``scale_up_threshold_percent`` is the setpoint
+    (in percent), the ``*_percent`` taint thresholds are converted to fractions, and its durations
+    (``2m``) to seconds. See docs/scaling.md.
+    """
+
+    setpoint: float | None = field(None, check=fraction, aliases={"scale_up_threshold_percent": percent})
     target_capacity_margin: float | None = field(None, check=unit_interval)
     excluded_resources: tuple[str, ...] | None = None
     prevent_scale_down_after_capacity_loss: bool = False
     instance_loss_threshold: int | None = field(None, check=non_negative)
     orphan_instance_uptime_threshold_seconds: int = field(1800, check=positive)
+    # Escalator's removal below taint thresholds (all four or none): when set, they replace the
+    # default scale-down (the target following utilisation down to the setpoint).
+    taint_upper_capacity_threshold: float | None = field(
+        None, check=unit_interval, aliases={"taint_upper_capacity_threshold_percent": percent}
+    )
+    taint_lower_capacity_threshold: float | None = field(
+        None, check=unit_interval, aliases={"taint_lower_capacity_threshold_percent": percent}
+    )
+    slow_node_removal_rate: float | None = field(None, check=positive)  # weight units per run
+    fast_node_removal_rate: float | None = field(None, check=positive)
+    soft_delete_grace_period_seconds: float = field(
+        0.0, parser=duration_seconds, aliases={"soft_delete_grace_period": None}
+    )
+    hard_delete_grace_period_seconds: float | None = field(
+        None, parser=duration_seconds, aliases={"hard_delete_grace_period": None}
+    )
+    scale_up_cool_down_period_seconds: float = field(
+        0.0, parser=duration_seconds, aliases={"scale_up_cool_down_period": None}
+    )
+    scale_up_failure_threshold: int = field(0, check=non_negative)
+    scale_up_failure_cooldown_seconds: float = field(
+        300.0, parser=duration_seconds, aliases={"scale_up_failure_cooldown": None}
+    )
+
+    def __post_init__(self) -> None:
+        check_excluded_resources(self.excluded_resources or ())
+        taint = {
+            "taint_upper_capacity_threshold": self.taint_upper_capacity_threshold,
+            "taint_lower_capacity_threshold": self.taint_lower_capacity_threshold,
+            "slow_node_removal_rate": self.slow_node_removal_rate,
+            "fast_node_removal_rate": self.fast_node_removal_rate,
+        }
+        given = [k for k, v in taint.items() if v is not None]
+        if given and len(given) < len(taint):
+            missing = ", ".join(k for k in taint if k not in given)
+            raise ValueError(f"{', '.join(given)} given without {missing}: Escalator's removal needs all four")
+        lower, upper = self.taint_lower_capacity_threshold, self.taint_upper_capacity_threshold
+        if lower is not None and upper is not None and not lower < upper:
+            raise ValueError(f"taint_lower_capacity_threshold ({lower:g}) must be below the upper one ({upper:g})")
+        if upper is not None and self.setpoint is not None and not upper < self.setpoint:
+            raise ValueError(
+                f"taint_upper_capacity_threshold ({upper:g}) must be below the setpoint ({self.setpoint:g})"
+            )
+        slow, fast = self.slow_node_removal_rate, self.fast_node_removal_rate
+        if slow is not None and fast is not None and slow > fast:
+            raise ValueError(f"slow_node_removal_rate ({slow:g}) is greater than fast_node_removal_rate ({fast:g})")
+        hard = self.hard_delete_grace_period_seconds
+        if hard is not None and hard < self.soft_delete_grace_period_seconds:
+            raise ValueError(
+                f"hard_delete_grace_period ({hard:g}s) is shorter than soft_delete_grace_period "
+                f"({self.soft_delete_grace_period_seconds:g}s)"
+            )
 
 
 # What the Kubernetes scheduler assumes for a container that requests nothing (100m CPU, 200 MiB).

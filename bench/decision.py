@@ -1,0 +1,101 @@
+"""Decision time for pools of 1,000 / 10,000 / 100,000 nodes with 30 pods per node.
+
+Goal: 10,000 nodes and 300,000 pods decided in under 1 s. Each size is timed next to a baseline
+measured in the same run: one plain Python pass summing the same pods' cpus and mem requests, the
+least any decision over those pods must do. Two cases per size: a scale-up (the internal demand is
+read from the pods, the target goes up) and a scale-down (the same, plus choosing which nodes to
+taint, which sorts the candidates). ``growth`` is each time over the previous size's: 10.0 is
+linear for a tenfold pool.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+from bench._timing import best_of
+from clusterman.autoscaler import AutoscalerState
+from clusterman.autoscaler import ScalingPolicy
+from clusterman.autoscaler import decide
+from clusterman.autoscaler import demand_from_snapshot
+from clusterman.autoscaler.exact import exact
+from clusterman.cluster.model import Node
+from clusterman.cluster.model import NodeState
+from clusterman.cluster.model import PoolSnapshot
+from clusterman.cluster.model import ResourceGroup
+from clusterman.cluster.model import Task
+from clusterman.resources import Resources
+
+PODS_PER_NODE = 30
+NOW = 1_700_000_000.0
+# a few pod shapes, as deployments repeat them; each pod is its own Task object
+SHAPES = [Resources(cpus=c, mem=m) for c, m in ((0.1, 256), (0.25, 512), (0.5, 1024), (0.05, 128))]
+
+
+def build(nodes: int, busy: bool) -> PoolSnapshot:
+    """``busy``: pods fill 90% of the CPUs (a scale-up at 70%); else 20% (a scale-down)."""
+    share = 0.9 if busy else 0.2
+    members = []
+    for i in range(nodes):
+        cpus_each = 16 * share / PODS_PER_NODE
+        tasks = tuple(
+            Task(f"p{i}-{k}", Resources(cpus=cpus_each, mem=SHAPES[k % 4].mem), batch=k % 7 == 0)
+            for k in range(PODS_PER_NODE)
+        )
+        members.append(
+            Node(f"n{i}", NodeState.READY, Resources(cpus=16, mem=65536), group_id=f"g{i % 3}",
+                 launched_at=NOW - 86400 + i, tasks=tasks)
+        )  # fmt: skip
+    share_of = [nodes // 3 + (1 if j < nodes % 3 else 0) for j in range(3)]  # node i is in group i % 3
+    groups = tuple(ResourceGroup(f"g{j}", share_of[j], share_of[j]) for j in range(3))
+    return PoolSnapshot(NOW, tuple(members), groups)
+
+
+def baseline(snapshot: PoolSnapshot) -> tuple[float, float]:
+    cpus = mem = 0.0
+    for node in snapshot.nodes:
+        for task in node.tasks:
+            cpus += task.requests.cpus
+            mem += task.requests.mem
+    return cpus, mem
+
+
+def decision(snapshot: PoolSnapshot, policy: ScalingPolicy) -> object:
+    return decide(snapshot, {"__default__": demand_from_snapshot(snapshot)}, policy, AutoscalerState(), NOW)
+
+
+def run(quick: bool) -> dict[str, Any]:
+    sizes = [100, 1_000] if quick else [1_000, 10_000, 100_000]
+    repeat = 3
+    policy = ScalingPolicy(
+        min_capacity=exact(0),
+        max_capacity=exact(1_000_000),
+        max_weight_to_add=exact(1_000_000),
+        max_weight_to_remove=exact(1_000_000),
+    )
+    results: dict[str, Any] = {"pods_per_node": PODS_PER_NODE, "sizes": {}}
+    previous: dict[str, float] = {}
+    for size in sizes:
+        row: dict[str, Any] = {"nodes": size, "pods": size * PODS_PER_NODE}
+        for case, busy in (("scale_up", True), ("scale_down", False)):
+            snapshot = build(size, busy)
+            gc.collect()
+            base = best_of(lambda s=snapshot: baseline(s), repeat)
+            took = best_of(lambda s=snapshot: decision(s, policy), repeat)
+            d = decision(snapshot, policy)
+            row[case] = {
+                "baseline_seconds": round(base, 4),
+                "decision_seconds": round(took, 4),
+                "ratio_to_baseline": round(took / base, 2),
+                "action": d.action.value,  # type: ignore[attr-defined]
+                "delta": float(d.delta),  # type: ignore[attr-defined]
+            }
+            if case in previous:
+                row[case]["growth"] = round(took / previous[case], 2)
+            previous[case] = took
+            del snapshot
+        results["sizes"][str(size)] = row
+    if "10000" in results["sizes"]:
+        at_10k = results["sizes"]["10000"]
+        results["goal_10k_nodes_under_1s"] = max(at_10k[c]["decision_seconds"] for c in ("scale_up", "scale_down")) < 1
+    return results

@@ -1,0 +1,78 @@
+"""The decision value: what the pool should look like now, and why (the ``clusterman plan`` output)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from dataclasses import field
+from fractions import Fraction
+from typing import Any
+
+from clusterman.autoscaler.exact import ZERO
+from clusterman.autoscaler.exact import number
+from clusterman.autoscaler.state import AutoscalerState
+
+
+class Action(enum.Enum):
+    SCALE_UP = "scale_up"
+    SCALE_DOWN = "scale_down"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Capacities in weight units; utilisation as fractions (2.5 = 250%)."""
+
+    action: Action
+    current_capacity: Fraction  # ready capacity now
+    current_target: Fraction  # the live groups' targets now (Clusterman's T)
+    target_capacity: Fraction  # the live groups' targets to set: the ready capacity wanted
+    group_targets: dict[str, Fraction]
+    explanation: str
+    utilisation: dict[str, Fraction] = field(default_factory=dict)
+    most_constrained: str = ""  # "" when the request had no opinion on any measurable resource
+    demand: dict[str, Fraction] = field(default_factory=dict)
+    load: dict[str, Fraction] = field(default_factory=dict)  # demand + slack
+    capacity: dict[str, Fraction] = field(default_factory=dict)  # of ready nodes
+    untaint: tuple[str, ...] = ()
+    taint: tuple[str, ...] = ()
+    terminate: tuple[str, ...] = ()
+    node_reasons: dict[str, str] = field(default_factory=dict)
+    state: AutoscalerState = field(default_factory=AutoscalerState)
+
+    @property
+    def delta(self) -> Fraction:
+        """The signed change of ready capacity this decision aims for."""
+        return self.target_capacity - self.current_capacity
+
+    def as_json(self) -> dict[str, Any]:
+        def numbers(values: dict[str, Fraction]) -> dict[str, int | float]:
+            return {k: number(v) for k, v in values.items()}
+
+        return {
+            "action": self.action.value,
+            "utilisation": numbers(self.utilisation),
+            "most_constrained": self.most_constrained or None,
+            "current_capacity": number(self.current_capacity),
+            "current_target": number(self.current_target),
+            "target_capacity": number(self.target_capacity),
+            "delta": number(self.delta),
+            "untaint": list(self.untaint),
+            "taint": list(self.taint),
+            "terminate": list(self.terminate),
+            "group_targets": numbers(self.group_targets),
+            "explanation": self.explanation,
+            "demand": numbers(self.demand),
+            "load": numbers(self.load),
+            "capacity": numbers(self.capacity),
+            "node_reasons": dict(self.node_reasons),
+            "state": self.state.as_json(),
+        }
+
+
+def action_of(current_target: Fraction, target: Fraction, untainted: Fraction, tainted: Fraction) -> Action:
+    """The direction of the change this decision makes: the cloud target first, else the taints."""
+    if target != current_target:
+        return Action.SCALE_UP if target > current_target else Action.SCALE_DOWN
+    net = untainted - tainted
+    return Action.SCALE_UP if net > ZERO else Action.SCALE_DOWN if net < ZERO else Action.NONE

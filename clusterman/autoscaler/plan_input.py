@@ -1,0 +1,293 @@
+"""The ``clusterman plan`` document: one JSON object in, checked field by field (docs/scaling.md).
+
+Every problem raises PlanInputError naming the file and the field (``nodes[3].allocatable.cpus``),
+never a traceback. The document's ``config`` block takes the same keys as a pool file's
+``scaling_limits`` and ``autoscaling`` blocks, checked by the same schema.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import replace
+from typing import Any
+
+from clusterman.autoscaler.breaker import Breaker
+from clusterman.autoscaler.demand import INTERNAL_APP
+from clusterman.autoscaler.demand import demand_from_snapshot
+from clusterman.autoscaler.loss_guard import NodeMemory
+from clusterman.autoscaler.policy import ScalingPolicy
+from clusterman.autoscaler.scale_lock import ScaleLock
+from clusterman.autoscaler.state import AutoscalerState
+from clusterman.cluster.model import NO_TIME
+from clusterman.cluster.model import Node
+from clusterman.cluster.model import NodeState
+from clusterman.cluster.model import PoolSnapshot
+from clusterman.cluster.model import ResourceGroup
+from clusterman.cluster.model import Task
+from clusterman.config.model import PoolAutoscaling
+from clusterman.config.model import ScalingLimits
+from clusterman.config.schema import parse
+from clusterman.errors import UserError
+from clusterman.resources import NO_OPINION
+from clusterman.resources import RESOURCE_NAMES
+from clusterman.resources import Amount
+from clusterman.resources import ResourceRequest
+from clusterman.resources import Resources
+
+
+class PlanInputError(UserError, ValueError):
+    def __init__(self, source: str, path: str, problem: str) -> None:
+        super().__init__(f"{source}: {path}: {problem}" if path else f"{source}: {problem}")
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    snapshot: PoolSnapshot
+    requests: dict[str, ResourceRequest]
+    policy: ScalingPolicy
+    state: AutoscalerState
+    now: float
+
+
+TOP_KEYS = ("now", "config", "groups", "nodes", "pods", "demand", "requests", "state")
+GROUP_KEYS = ("id", "target_capacity", "min_capacity", "max_capacity", "stale", "fulfilled_capacity",
+              "node_resources", "kind")  # fmt: skip
+NODE_KEYS = ("id", "group", "weight", "state", "allocatable", "reserved", "launched_at", "tainted_at",
+             "instance_id", "instance_type", "market")  # fmt: skip
+POD_KEYS = ("id", "requests", "node", "app", "daemon", "revocable", "from_reservation", "safe_to_evict", "batch")
+
+
+def parse_plan(doc: Any, source: str, default_now: float) -> PlanInput:
+    r = _Reader(source)
+    top = r.mapping(doc, "", TOP_KEYS)
+    now = r.number(top.get("now", default_now), "now")
+    config = r.mapping(top.get("config", {}), "config", ("scaling_limits", "autoscaling"))
+    limits = parse(ScalingLimits, config.get("scaling_limits"), source, "config.scaling_limits")
+    autoscaling = parse(PoolAutoscaling, config.get("autoscaling"), source, "config.autoscaling")
+    policy = ScalingPolicy.from_config(limits, autoscaling, source=source)
+
+    group_specs = r.items(top.get("groups"), "groups")
+    if not group_specs:
+        raise PlanInputError(source, "groups", "at least one resource group is needed")
+    node_specs = r.items(top.get("nodes", []), "nodes")
+    nodes = [_node(r, spec, f"nodes[{i}]") for i, spec in enumerate(node_specs)]
+    group_ids = [r.string(r.mapping(g, f"groups[{i}]", GROUP_KEYS).get("id"), f"groups[{i}].id")
+                 for i, g in enumerate(group_specs)]  # fmt: skip
+    _unique(r, group_ids, "groups", "group id")
+    _unique(r, [n.id for n in nodes], "nodes", "node id")
+    for i, n in enumerate(nodes):
+        if n.group_id not in group_ids:
+            raise PlanInputError(
+                source, f"nodes[{i}].group", f"unknown group {n.group_id!r} (groups: {', '.join(group_ids)})"
+            )
+    groups = tuple(_group(r, spec, f"groups[{i}]", nodes) for i, spec in enumerate(group_specs))
+
+    tasks: dict[str, list[Task]] = {n.id: [] for n in nodes}
+    pending: list[Task] = []
+    for i, spec in enumerate(r.items(top.get("pods", []), "pods")):
+        task, node_id = _pod(r, spec, f"pods[{i}]")
+        if node_id is None:
+            pending.append(task)
+        elif node_id in tasks:
+            tasks[node_id].append(task)
+        else:
+            raise PlanInputError(source, f"pods[{i}].node", f"unknown node {node_id!r}")
+    snapshot = PoolSnapshot(
+        taken_at=now,
+        nodes=tuple(replace(n, tasks=tuple(tasks[n.id])) for n in nodes),
+        groups=groups,
+        pending=tuple(pending),
+    )
+    if "demand" in top and "requests" in top:
+        raise PlanInputError(source, "demand", "give either demand or requests (per app), not both")
+    if "demand" in top:
+        requests = {INTERNAL_APP: _request(r, top["demand"], "demand")}
+    elif "requests" in top:
+        per_app = r.mapping(top["requests"], "requests")
+        requests = {str(app): _request(r, v, f"requests.{app}") for app, v in per_app.items()}
+    else:
+        requests = {INTERNAL_APP: demand_from_snapshot(snapshot)}
+    state = _state(r, top.get("state", {}), "state")
+    return PlanInput(snapshot, requests, policy, state, now)
+
+
+class _Reader:
+    """Type checks with the field's path in every message."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, path: str, problem: str) -> PlanInputError:
+        return PlanInputError(self.source, path, problem)
+
+    def mapping(self, value: Any, path: str, known: tuple[str, ...] | None = None) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.fail(path, f"expected an object, got {_describe(value)}")
+        if known is not None:
+            for key in value:
+                if key not in known:
+                    where = f"{path}.{key}" if path else str(key)
+                    raise self.fail(where, f"unknown key (known: {', '.join(known)})")
+        return value
+
+    def items(self, value: Any, path: str) -> list[Any]:
+        if not isinstance(value, list):
+            raise self.fail(path, f"expected a list, got {_describe(value)}")
+        return value
+
+    def string(self, value: Any, path: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(path, f"expected a non-empty string, got {_describe(value)}")
+        return value
+
+    def flag(self, value: Any, path: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(path, f"expected true or false, got {_describe(value)}")
+        return value
+
+    def number(self, value: Any, path: str, minimum: float | None = None, above: bool = False) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(path, f"expected a number, got {_describe(value)}")
+        if not math.isfinite(value):
+            raise self.fail(path, f"expected a finite number, got {value!r}")
+        if minimum is not None and (value <= minimum if above else value < minimum):
+            raise self.fail(path, f"must be {'greater than' if above else 'at least'} {minimum:g}, got {value!r}")
+        return float(value)
+
+    def resources(self, value: Any, path: str) -> Resources:
+        amounts = self.mapping(value, path, RESOURCE_NAMES)
+        return Resources(**{k: self.number(v, f"{path}.{k}", 0) for k, v in amounts.items()})
+
+
+def _node(r: _Reader, spec: Any, path: str) -> Node:
+    m = r.mapping(spec, path, NODE_KEYS)
+    for key in ("id", "group", "allocatable"):
+        if key not in m:
+            raise r.fail(f"{path}.{key}", "required key is missing")
+    allocatable = r.resources(m["allocatable"], f"{path}.allocatable")
+    for name in ("cpus", "mem"):
+        if name in m["allocatable"] and allocatable[name] <= 0:
+            raise r.fail(f"{path}.allocatable.{name}", f"must be greater than 0, got {m['allocatable'][name]!r}")
+    if not any(allocatable):
+        raise r.fail(f"{path}.allocatable", "a node needs some allocatable resource")
+    states = [s.value for s in NodeState]
+    state = m.get("state", "ready")
+    if state not in states:
+        raise r.fail(f"{path}.state", f"expected one of {', '.join(states)}, got {state!r}")
+    return Node(
+        id=r.string(m["id"], f"{path}.id"),
+        state=NodeState(state),
+        allocatable=allocatable,
+        group_id=r.string(m["group"], f"{path}.group"),
+        instance_id=str(m.get("instance_id", "")),
+        weight=r.number(m.get("weight", 1), f"{path}.weight", 0, above=True),
+        launched_at=_time(r, m.get("launched_at"), f"{path}.launched_at"),
+        tainted_at=_time(r, m.get("tainted_at"), f"{path}.tainted_at"),
+        reserved=r.resources(m.get("reserved", {}), f"{path}.reserved"),
+        instance_type=str(m.get("instance_type", "")),
+        market=str(m.get("market", "")),
+    )
+
+
+def _group(r: _Reader, spec: Any, path: str, nodes: list[Node]) -> ResourceGroup:
+    m = r.mapping(spec, path, GROUP_KEYS)
+    if "target_capacity" not in m:
+        raise r.fail(f"{path}.target_capacity", "required key is missing")
+    gid = m["id"]
+    lo = r.number(m.get("min_capacity", 0), f"{path}.min_capacity", 0)
+    hi = math.inf if m.get("max_capacity") is None else r.number(m["max_capacity"], f"{path}.max_capacity", 0)
+    if hi < lo:
+        raise r.fail(f"{path}.max_capacity", f"is below min_capacity ({lo:g})")
+    fulfilled = m.get("fulfilled_capacity")
+    if fulfilled is None:
+        counted = (NodeState.READY, NodeState.TAINTED, NodeState.CORDONED, NodeState.ORPHAN)
+        fulfilled = sum(n.weight for n in nodes if n.group_id == gid and n.state in counted)
+    return ResourceGroup(
+        id=gid,
+        target_capacity=r.number(m["target_capacity"], f"{path}.target_capacity", 0),
+        fulfilled_capacity=r.number(fulfilled, f"{path}.fulfilled_capacity", 0),
+        min_capacity=lo,
+        max_capacity=hi,
+        stale=r.flag(m.get("stale", False), f"{path}.stale"),
+        kind=str(m.get("kind", "simulated")),
+        node_resources=r.resources(m.get("node_resources", {}), f"{path}.node_resources"),
+    )
+
+
+def _pod(r: _Reader, spec: Any, path: str) -> tuple[Task, str | None]:
+    m = r.mapping(spec, path, POD_KEYS)
+    if "requests" not in m:
+        raise r.fail(f"{path}.requests", "required key is missing")
+    node = m.get("node")
+    task = Task(
+        id=str(m.get("id", path)),
+        requests=r.resources(m["requests"], f"{path}.requests"),
+        from_reservation=r.flag(m.get("from_reservation", False), f"{path}.from_reservation"),
+        revocable=r.flag(m.get("revocable", False), f"{path}.revocable"),
+        daemon=r.flag(m.get("daemon", False), f"{path}.daemon"),
+        safe_to_evict=r.flag(m.get("safe_to_evict", True), f"{path}.safe_to_evict"),
+        batch=r.flag(m.get("batch", False), f"{path}.batch"),
+        app=str(m.get("app", "")),
+    )
+    return task, (None if node is None else r.string(node, f"{path}.node"))
+
+
+def _request(r: _Reader, value: Any, path: str) -> ResourceRequest:
+    """A request: each resource a number, or null / absent for no opinion."""
+    amounts = r.mapping(value, path, RESOURCE_NAMES)
+    parsed: dict[str, Amount] = {
+        k: NO_OPINION if v is None else r.number(v, f"{path}.{k}", 0) for k, v in amounts.items()
+    }
+    return ResourceRequest(**parsed)
+
+
+def _state(r: _Reader, value: Any, path: str) -> AutoscalerState:
+    """The ``state`` a previous plan printed, so decisions can be chained by hand."""
+    m = r.mapping(value, path, ("scale_lock", "breaker", "memory"))
+    lock = r.mapping(m.get("scale_lock", {}), f"{path}.scale_lock", ("until", "requested"))
+    br = r.mapping(m.get("breaker", {}), f"{path}.breaker", ("failures", "awaiting", "opened_at"))
+    mem = r.mapping(m.get("memory", {}), f"{path}.memory", ("joined", "terminating"))
+
+    def ids(key: str) -> frozenset[str]:
+        where = f"{path}.memory.{key}"
+        return frozenset(r.string(v, f"{where}[{i}]") for i, v in enumerate(r.items(mem.get(key, []), where)))
+
+    failures = r.number(br.get("failures", 0), f"{path}.breaker.failures", 0)
+    if not failures.is_integer():
+        raise r.fail(f"{path}.breaker.failures", f"expected a whole number, got {br['failures']!r}")
+    return AutoscalerState(
+        scale_lock=ScaleLock(
+            until=_time(r, lock.get("until"), f"{path}.scale_lock.until"),
+            requested=r.number(lock.get("requested", 0), f"{path}.scale_lock.requested", 0),
+        ),
+        breaker=Breaker(
+            failures=int(failures),
+            awaiting=r.number(br.get("awaiting", 0), f"{path}.breaker.awaiting", 0),
+            opened_at=_time(r, br.get("opened_at"), f"{path}.breaker.opened_at"),
+        ),
+        memory=NodeMemory(ids("joined"), ids("terminating")),
+    )
+
+
+def _time(r: _Reader, value: Any, path: str) -> float:
+    return NO_TIME if value is None else r.number(value, path)
+
+
+def _unique(r: _Reader, ids: list[str], path: str, what: str) -> None:
+    seen: set[str] = set()
+    for i, x in enumerate(ids):
+        if x in seen:
+            raise r.fail(f"{path}[{i}].id", f"{what} {x!r} appears twice")
+        seen.add(x)
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    return f"{type(value).__name__} {value!r}"

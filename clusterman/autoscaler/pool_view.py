@@ -1,0 +1,138 @@
+"""One pass over a snapshot: which nodes count for what, and the exact totals the decision needs.
+
+The node sets (docs/scaling.md, "Which nodes count"):
+  ready     capacity: the denominator of utilisation, and the nodes a scale-down may taint
+  tainted   leaving: no capacity, but their work still needs a home, so it stays demand
+  orphan    launched, not joined: in-flight capacity, terminated past the orphan timeout
+  cordoned  set aside by an operator: neither capacity nor demand, never touched
+  unknown   not in any of the pool's groups (or in a group the snapshot does not list): ignored
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from dataclasses import field
+from fractions import Fraction
+
+from clusterman.autoscaler.exact import ZERO
+from clusterman.autoscaler.exact import exact
+from clusterman.cluster.accounting import account_node
+from clusterman.cluster.model import Node
+from clusterman.cluster.model import NodeState
+from clusterman.cluster.model import PoolSnapshot
+from clusterman.cluster.model import ResourceGroup
+from clusterman.errors import UserError
+from clusterman.resources import RESOURCE_NAMES
+from clusterman.resources import Resources
+
+
+class SnapshotError(UserError, ValueError):
+    """A snapshot the decision cannot trust (a connector bug or a bad file): names the object and field."""
+
+
+@dataclass
+class PoolView:
+    groups: dict[str, ResourceGroup]
+    ready: list[Node] = field(default_factory=list)
+    tainted: list[Node] = field(default_factory=list)
+    orphans: list[Node] = field(default_factory=list)
+    cordoned: list[Node] = field(default_factory=list)
+    ignored: int = 0
+    ready_weight: dict[str, Fraction] = field(default_factory=dict)  # per group, weight units
+    capacity: dict[str, Fraction] = field(default_factory=dict)  # over ready nodes, per resource
+    slack: dict[str, Fraction] = field(default_factory=dict)  # idle reservations on ready nodes
+
+    @property
+    def ready_total(self) -> Fraction:
+        return sum(self.ready_weight.values(), ZERO)
+
+    @property
+    def target(self) -> Fraction:
+        """Clusterman's T: the sum of the targets of the groups that are not stale."""
+        return sum((exact(g.target_capacity) for g in self.groups.values() if not g.stale), ZERO)
+
+    @property
+    def live_groups(self) -> list[ResourceGroup]:
+        return sorted((g for g in self.groups.values() if not g.stale), key=lambda g: g.id)
+
+    def unit_resources(self) -> dict[str, Fraction]:
+        """Resources per weight unit measured on joined nodes that are not ready (for a pool with no
+        ready capacity); empty when there are none."""
+        nodes = self.tainted + self.cordoned
+        weight = exact(math.fsum(n.weight for n in nodes))
+        if not weight:
+            return {}
+        totals = _sum_allocatable(nodes)
+        return {r: totals[r] / weight for r in RESOURCE_NAMES}
+
+
+def view_of(snapshot: PoolSnapshot) -> PoolView:
+    groups: dict[str, ResourceGroup] = {}
+    for g in snapshot.groups:
+        _check_group(g)
+        if g.id in groups:
+            raise SnapshotError(f"group {g.id}: listed twice")
+        groups[g.id] = g
+    view = PoolView(groups)
+    ready, tainted, orphan, cordoned = NodeState.READY, NodeState.TAINTED, NodeState.ORPHAN, NodeState.CORDONED
+    ready_weight: dict[str, float] = dict.fromkeys(groups, 0.0)
+    for node in snapshot.nodes:
+        state = node.state  # compared by identity: hashing an Enum member is a Python-level call
+        if node.group_id not in groups or state is NodeState.UNKNOWN:
+            view.ignored += 1
+            continue
+        w = node.weight
+        if not (w > 0 and math.isfinite(w)):
+            raise SnapshotError(f"node {node.id}: weight must be a finite number > 0, got {w!r}")
+        if state is ready:
+            view.ready.append(node)
+            ready_weight[node.group_id] += w
+        elif state is tainted:
+            view.tainted.append(node)
+        elif state is orphan:
+            view.orphans.append(node)
+        elif state is cordoned:
+            view.cordoned.append(node)
+    view.ready_weight = {g: exact(w) for g, w in ready_weight.items()}
+    view.capacity = _sum_allocatable(view.ready)
+    view.slack = _slack(view.ready)
+    return view
+
+
+def _sum_allocatable(nodes: list[Node]) -> dict[str, Fraction]:
+    cpus = mem = disk = gpus = 0.0
+    for node in nodes:
+        a = node.allocatable
+        cpus += a.cpus
+        mem += a.mem
+        disk += a.disk
+        gpus += a.gpus
+    totals = {"cpus": cpus, "mem": mem, "disk": disk, "gpus": gpus}
+    for name, total in totals.items():
+        if not (math.isfinite(total) and total >= 0):
+            bad = next(n for n in nodes if not (math.isfinite(n.allocatable[name]) and n.allocatable[name] >= 0))
+            raise SnapshotError(f"node {bad.id}: allocatable.{name} must be a finite number >= 0")
+    return {name: exact(total) for name, total in totals.items()}
+
+
+def _slack(ready: list[Node]) -> dict[str, Fraction]:
+    """Reserved-but-idle capacity on ready nodes (docs/accounting.md); only nodes with reservations
+    can have any, so the others are skipped without looking at their tasks."""
+    total = Resources()
+    for node in ready:
+        r = node.reserved
+        if r.cpus or r.mem or r.disk or r.gpus:
+            total = total + account_node(node).slack
+    return {name: exact(v) for name, v in total.items()}
+
+
+def _check_group(g: ResourceGroup) -> None:
+    for name in ("target_capacity", "min_capacity"):
+        value = getattr(g, name)
+        if not (math.isfinite(value) and value >= 0):
+            raise SnapshotError(f"group {g.id}: {name} must be a finite number >= 0, got {value!r}")
+    if math.isnan(g.max_capacity) or g.max_capacity < g.min_capacity:
+        raise SnapshotError(
+            f"group {g.id}: max_capacity ({g.max_capacity!r}) is below min_capacity ({g.min_capacity!r})"
+        )

@@ -1,0 +1,116 @@
+"""The target the pool should have before limits: Clusterman's rules, Escalator's scale-up, and
+optionally Escalator's removal rates (docs/scaling.md, "The target").
+
+All in weight units, exact. ``T`` is the current target (non-stale groups), ``W`` the ready
+capacity, ``u`` the utilisation of the most constrained resource, ``s`` the setpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from clusterman.autoscaler.exact import ZERO
+from clusterman.autoscaler.exact import ceil
+from clusterman.autoscaler.exact import exact
+from clusterman.autoscaler.exact import percent
+from clusterman.autoscaler.exact import show
+from clusterman.autoscaler.policy import ScalingPolicy
+from clusterman.autoscaler.pool_view import PoolView
+from clusterman.autoscaler.utilisation import Utilisation
+from clusterman.resources import RESOURCE_NAMES
+
+
+@dataclass(frozen=True)
+class Proposal:
+    target: Fraction
+    reason: str  # the start of the decision's explanation, with the numbers it used
+
+
+def propose(view: PoolView, util: Utilisation, policy: ScalingPolicy) -> Proposal:
+    T = view.target
+    if not util.has_opinion:
+        return Proposal(T, f"no opinion on any resource: keep target {show(T)}")
+    if util.all_zero:
+        return Proposal(ZERO, "every request is zero: target 0")
+    W = view.ready_total
+    if W == 0:
+        return _from_zero_ready(view, util, policy, T)
+    if not util.most_constrained:
+        return Proposal(T, f"no requested resource exists on ready nodes: keep target {show(T)}")
+    proposal = _from_utilisation(util, policy, T, W)
+    return _within_margin(proposal, T, policy.target_capacity_margin)
+
+
+def _from_utilisation(util: Utilisation, policy: ScalingPolicy, T: Fraction, W: Fraction) -> Proposal:
+    r, u, s = util.most_constrained, util.value, policy.setpoint
+    sizing = W * u / s
+    wanted = Fraction(ceil(sizing))
+    formula = f"ceil({show(W)} × {percent(u)} / {percent(s)}) = {show(wanted)}"
+    compare = ">" if u > s else "<" if u < s else "="
+    removal = policy.escalator_removal
+    if removal is None or u > s:
+        return Proposal(wanted, f"{r} {percent(u)}% {compare} setpoint {percent(s)}%: {formula}")
+    # Escalator's scale-down by removal rates, floored so that utilisation stays at most the setpoint
+    if u < removal.lower:
+        rate, name, edge = removal.fast, "fast_node_removal_rate", f"taint_lower {percent(removal.lower)}%"
+    elif u < removal.upper:
+        rate, name, edge = removal.slow, "slow_node_removal_rate", f"taint_upper {percent(removal.upper)}%"
+    else:
+        return Proposal(
+            T,
+            f"{r} {percent(u)}% between taint_upper {percent(removal.upper)}% and setpoint {percent(s)}%: "
+            f"keep target {show(T)}",
+        )
+    target = max(W - rate, wanted)
+    return Proposal(
+        target,
+        f"{r} {percent(u)}% < {edge}: remove {name} {show(rate)}, at most down to {formula}: "
+        f"max({show(W)} − {show(rate)}, {show(wanted)}) = {show(target)}",
+    )
+
+
+def _from_zero_ready(view: PoolView, util: Utilisation, policy: ScalingPolicy, T: Fraction) -> Proposal:
+    """No ready capacity to measure: size from the node size if known, else wait or probe."""
+    unit, source = _unit_resources(view, policy)
+    s = policy.setpoint
+    best: tuple[int, str] | None = None
+    for r in RESOURCE_NAMES:
+        per_unit = unit.get(r, ZERO)
+        if r in util.load and util.load[r] > 0 and per_unit > 0:
+            size = ceil(util.load[r] / (per_unit * s))
+            text = f"{r} {show(util.load[r])} / ({show(per_unit)} per unit × {percent(s)}%) → {size}"
+            if best is None or size > best[0]:
+                best = (size, text)
+    if best is None:
+        if T > 0:
+            return Proposal(T, f"no ready nodes yet: keep target {show(T)} while it joins")
+        return Proposal(Fraction(1), "no ready nodes and no node size known: one probe unit → 1")
+    size, text = best
+    if size < T:
+        return Proposal(T, f"no ready nodes ({source}): {text}; keep target {show(T)} while it joins")
+    return Proposal(Fraction(size), f"no ready nodes ({source}): {text}")
+
+
+def _unit_resources(view: PoolView, policy: ScalingPolicy) -> tuple[dict[str, Fraction], str]:
+    measured = view.unit_resources()
+    if measured:
+        return measured, "node size from tainted/cordoned nodes"
+    sizes = [g.node_resources for g in view.live_groups if any(g.node_resources)]
+    if sizes:
+        # the smallest unit over the groups, per resource: a new unit may land in any of them
+        return {r: min(exact(s[r]) for s in sizes) for r in RESOURCE_NAMES}, "node size from the groups"
+    if any(policy.unit_resources):
+        return {r: exact(v) for r, v in policy.unit_resources.items()}, "node size from cpus_per_weight"
+    return {}, ""
+
+
+def _within_margin(p: Proposal, T: Fraction, margin: Fraction) -> Proposal:
+    """Clusterman's target_capacity_margin: ignore a change smaller than margin × T.
+
+    Inside the band the result is T itself, nothing added to it: an offset applied on top of a kept
+    target is how Clusterman's capacity offset crept up run after run.
+    """
+    if T > 0 and p.target != T and abs(p.target - T) / T < margin:
+        return Proposal(T, f"{p.reason}, within margin {percent(margin)}% of target {show(T)}: keep {show(T)}")
+    return p

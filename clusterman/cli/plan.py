@@ -1,0 +1,39 @@
+"""``clusterman plan --snapshot FILE``: what would the autoscaler do now, and why?
+
+Reads one JSON document (docs/scaling.md, "clusterman plan") and prints the decision as JSON.
+A bad document is one line on stderr naming the field, and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from clusterman.autoscaler.decide import decide
+from clusterman.autoscaler.plan_input import PlanInputError
+from clusterman.autoscaler.plan_input import parse_plan
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("plan", help="print the scaling decision for a pool snapshot, and why")
+    parser.add_argument("--snapshot", required=True, type=Path, help="the JSON document (- for stdin)")
+    parser.set_defaults(func=run_plan)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    source = "stdin" if str(args.snapshot) == "-" else str(args.snapshot)
+    try:
+        text = sys.stdin.read() if source == "stdin" else args.snapshot.read_text()
+    except OSError as e:
+        raise PlanInputError(source, "", f"cannot read: {e.strerror}") from e
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise PlanInputError(source, "", f"not valid JSON: {e}") from e
+    plan = parse_plan(doc, source, default_now=time.time())
+    decision = decide(plan.snapshot, plan.requests, plan.policy, plan.state, plan.now)
+    print(json.dumps(decision.as_json(), indent=2, ensure_ascii=False))
+    return 0
