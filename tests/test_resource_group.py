@@ -5,7 +5,6 @@ from botocore.exceptions import ReadTimeoutError
 from clusterman.cloud.aws_calls import cloud_call
 from clusterman.cloud.aws_calls import is_ambiguous
 from clusterman.cloud.aws_calls import write_absolute
-from clusterman.cloud.resource_group import GroupState
 from clusterman.cloud.resource_group import Instance
 from clusterman.cloud.resource_group import InstanceState
 from clusterman.cloud.resource_group import ResourceGroupError
@@ -13,7 +12,8 @@ from clusterman.cloud.resource_group import clamp_target
 from clusterman.cloud.resource_group import plan_termination
 from clusterman.cloud.resource_group import tag_names_pool
 from clusterman.cloud.resource_group import whole_units
-from clusterman.cluster.model import ResourceGroup
+from clusterman.cloud.simulated import SimulatedGroup
+from clusterman.cloud.simulated import SimulatedMarket
 
 
 def client_error(code, status=400, message="m"):
@@ -42,12 +42,20 @@ def instance(i, weight=1.0, state=InstanceState.RUNNING):
 
 def test_plan_termination_keeps_the_minimum_and_skips_what_it_must():
     instances = (instance(1, 2), instance(2, 2), instance(3, 1), instance(4, state=InstanceState.SHUTTING_DOWN))
-    state = GroupState(ResourceGroup("g", 5, 5, kind="asg"), instances)
-    plan = plan_termination(state, ["i-1", "i-2", "i-3", "i-4", "i-9", "i-1"], target=5, minimum=1)
+    group = SimulatedGroup("g", [SimulatedMarket("m5.large", "us-west-2a")], clock=lambda: 0.0)
+    plan = plan_termination(group, instances, ["i-1", "i-2", "i-3", "i-4", "i-9", "i-1"], target=5, minimum=1)
     assert [i.id for i in plan.lower] == ["i-1", "i-2"]  # 5 → 3 → 1
     assert [i.id for i in plan.replace] == ["i-3"]  # would take the target under its minimum
-    assert plan.skipped == (("i-4", "already shutting-down"), ("i-9", "not an instance of asg g"))
-    assert plan.new_target == 1
+    assert plan.skipped == (("i-4", "already shutting-down"), ("i-9", "not an instance of simulated g"))
+    assert plan.lowered_by == 4
+
+    partly = plan.result(dry_run=False, done=["i-2", "i-3"], failed=[("i-1", "AccessDenied")])
+    assert (partly.terminated, partly.replaced, partly.lowered_by) == (("i-2", "i-3"), ("i-3",), 2)
+    assert partly.failed == (("i-1", "AccessDenied"),)
+
+    drained = plan_termination(group, instances, ["i-1", "i-2", "i-3"], target=5, minimum=1, drain=True)
+    assert [i.id for i in drained.chosen] == ["i-1", "i-2", "i-3"] and drained.lowered_by == 0
+    assert drained.result(dry_run=True).replaced == ()
 
 
 def test_pool_tags_follow_clusterman_json():

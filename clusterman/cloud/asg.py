@@ -41,7 +41,9 @@ from clusterman.cloud.resource_group import TargetChange
 from clusterman.cloud.resource_group import Termination
 from clusterman.cloud.resource_group import clamp_target
 from clusterman.cloud.resource_group import plan_termination
+from clusterman.cloud.resource_group import settled
 from clusterman.cloud.resource_group import tag_names_pool
+from clusterman.cloud.resource_group import whole_units
 from clusterman.cluster.model import ResourceGroup
 from clusterman.resources import Resources
 
@@ -109,79 +111,50 @@ class AutoScalingGroup(CloudGroup):
 
     def terminate_instances(self, instance_ids: Iterable[str], dry_run: bool = False) -> Termination:
         raw = self._describe()
-        instances = self._instances(raw)
         desired = float(raw["DesiredCapacity"])
-        state = GroupState(self._value(raw, instances), instances)
-        plan = plan_termination(state, instance_ids, desired, raw["MinSize"])
-        chosen = plan.lower + plan.replace
+        plan = plan_termination(self, self._instances(raw), instance_ids, desired, raw["MinSize"])
+        if dry_run or not plan.chosen:
+            return plan.result(dry_run)
         lowering = {i.id for i in plan.lower}
-        for instance_id, why in plan.skipped:
-            log.warning("%s: not terminating %s: %s", self.label, instance_id, why)
-        if dry_run or not chosen:
-            if chosen:
-                log.info("dry run: %s would terminate %s", self.label, ", ".join(i.id for i in chosen))
-            return Termination(
-                self.id,
-                dry_run,
-                tuple(i.id for i in chosen),
-                tuple(i.id for i in plan.replace),
-                desired - plan.new_target,
-                plan.skipped,
-            )
-
-        done: list[Instance] = []
-        unsure: list[tuple[Instance, str]] = []
-        failed: list[tuple[Instance, str]] = []
-        for inst in chosen:
+        done: list[str] = []
+        unsure: list[tuple[str, str]] = []
+        failed: list[tuple[str, str]] = []
+        for inst in plan.chosen:
             try:
                 with cloud_call(self.label, f"TerminateInstanceInAutoScalingGroup({inst.id})"):
                     self._clients.autoscaling.terminate_instance_in_auto_scaling_group(
                         InstanceId=inst.id, ShouldDecrementDesiredCapacity=inst.id in lowering
                     )
-                done.append(inst)
+                done.append(inst.id)
             except ResourceGroupError as e:
-                (unsure if e.ambiguous else failed).append((inst, e.problem))
+                (unsure if e.ambiguous else failed).append((inst.id, e.problem))
 
         try:
             after = self._describe()
         except ResourceGroupError as e:
-            terminated = ", ".join(i.id for i in done) or "nothing"
-            raise ResourceGroupError(self.label, f"terminated {terminated}, then {e.problem}") from e
+            raise ResourceGroupError(self.label, f"terminated {', '.join(done) or 'nothing'}, then {e.problem}") from e
         # An ambiguous failure (e.g. throttled after AWS acted) is settled by what the group shows now.
         still_in = {m["InstanceId"] for m in after.get("Instances", []) if member_state(m, InstanceState.RUNNING).live}
-        for inst, problem in unsure:
-            if inst.id in still_in:
-                failed.append((inst, problem))
+        for instance_id, problem in unsure:
+            if instance_id in still_in:
+                failed.append((instance_id, problem))
             else:
-                done.append(inst)
+                done.append(instance_id)
 
-        lowered = sum(i.weight for i in done if i.id in lowering)
-        expected = max(float(raw["MinSize"]), desired - lowered)
-        if lowered and float(after["DesiredCapacity"]) != expected:
+        result = plan.result(False, done, failed)
+        expected = max(float(raw["MinSize"]), desired - result.lowered_by)
+        if result.lowered_by and float(after["DesiredCapacity"]) != expected:
             # AWS lowers by the instance's weight; moto lowers by 1 per instance. Say what we mean.
             log.warning(
                 "%s: desired capacity is %s after terminating weight %g from %g; setting %g",
                 self.label,
                 after["DesiredCapacity"],
-                lowered,
+                result.lowered_by,
                 desired,
                 expected,
             )
-            self._set_desired(int(expected))
-        for inst, problem in failed:
-            log.warning("%s: could not terminate %s: %s", self.label, inst.id, problem)
-        if failed and not done:
-            raise ResourceGroupError(self.label, "; ".join(problem for _, problem in failed))
-        log.info("%s: terminated %s (target lowered by %g)", self.label, ", ".join(i.id for i in done), lowered)
-        return Termination(
-            self.id,
-            False,
-            tuple(i.id for i in done),
-            tuple(i.id for i in done if i.id not in lowering),
-            lowered,
-            plan.skipped,
-            tuple((i.id, problem) for i, problem in failed),
-        )
+            self._set_desired(whole_units(expected))
+        return settled(self.label, result)
 
     def _describe(self) -> dict[str, Any]:
         with cloud_call(self.label, "DescribeAutoScalingGroups"):

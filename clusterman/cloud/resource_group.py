@@ -18,6 +18,7 @@ import json
 import logging
 import math
 from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -213,35 +214,80 @@ def clamp_target(label: str, requested: float, minimum: float, maximum: float) -
 
 @dataclass(frozen=True)
 class TerminationPlan:
+    group_id: str
     lower: tuple[Instance, ...]  # terminate and lower the target by their weight
     replace: tuple[Instance, ...]  # terminate and keep the target: the group replaces them
     skipped: tuple[tuple[str, str], ...]
-    new_target: float
+    drain: bool = False  # a stale group: terminate, and leave its target alone
+
+    @property
+    def chosen(self) -> tuple[Instance, ...]:
+        return self.lower + self.replace
+
+    @property
+    def lowered_by(self) -> float:
+        return 0.0 if self.drain else sum(i.weight for i in self.lower)
+
+    def result(
+        self, dry_run: bool, done: Iterable[str] | None = None, failed: Sequence[tuple[str, str]] = ()
+    ) -> Termination:
+        """The ``Termination`` once ``done`` (default: every chosen instance) went."""
+        ids = {i.id for i in self.chosen} if done is None else set(done)
+        if dry_run and ids:
+            log.info("dry run: %s would terminate %s", self.group_id, ", ".join(sorted(ids)))
+        return Termination(
+            self.group_id,
+            dry_run,
+            terminated=tuple(i.id for i in self.chosen if i.id in ids),
+            replaced=() if self.drain else tuple(i.id for i in self.replace if i.id in ids),
+            lowered_by=0.0 if self.drain else sum(i.weight for i in self.lower if i.id in ids),
+            skipped=self.skipped,
+            failed=tuple(failed),
+        )
 
 
-def plan_termination(state: GroupState, instance_ids: Iterable[str], target: float, minimum: float) -> TerminationPlan:
+def plan_termination(
+    group: CloudGroup,
+    instances: Iterable[Instance],
+    instance_ids: Iterable[str],
+    target: float,
+    minimum: float,
+    drain: bool = False,
+) -> TerminationPlan:
     """Which of the chosen instances to terminate, and which of those lower the target.
 
-    Only this group's live instances are terminated; the rest are skipped with a reason. The
+    Only the group's live instances are terminated; the rest are skipped with a reason. The
     target never drops below the group's minimum: an instance whose weight would take it there is
-    still terminated, but replaced (the cloud launches another).
+    still terminated, but replaced (the cloud launches another). A stale group is drained.
     """
     lower: list[Instance] = []
     replace: list[Instance] = []
     skipped: list[tuple[str, str]] = []
-    by_id = {i.id: i for i in state.instances}
+    by_id = {i.id: i for i in instances}
     for instance_id in dict.fromkeys(instance_ids):
         inst = by_id.get(instance_id)
         if inst is None:
-            skipped.append((instance_id, f"not an instance of {state.group.kind} {state.group.id}"))
+            skipped.append((instance_id, f"not an instance of {group.label}"))
         elif not inst.state.live:
             skipped.append((instance_id, f"already {inst.state.value}"))
-        elif target - inst.weight >= minimum - UNIT_TOLERANCE:
+        elif drain or target - inst.weight >= minimum - UNIT_TOLERANCE:
             lower.append(inst)
             target -= inst.weight
         else:
             replace.append(inst)
-    return TerminationPlan(tuple(lower), tuple(replace), tuple(skipped), target)
+    for instance_id, why in skipped:
+        log.warning("%s: not terminating %s: %s", group.label, instance_id, why)
+    return TerminationPlan(group.id, tuple(lower), tuple(replace), tuple(skipped), drain)
+
+
+def settled(label: str, result: Termination) -> Termination:
+    """Log a termination's outcome; an error when nothing at all could be terminated."""
+    for instance_id, problem in result.failed:
+        log.warning("%s: could not terminate %s: %s", label, instance_id, problem)
+    if result.failed and not result.terminated:
+        raise ResourceGroupError(label, "; ".join(problem for _, problem in result.failed))
+    log.info("%s: terminated %s (target lowered by %g)", label, ", ".join(result.terminated), result.lowered_by)
+    return result
 
 
 def pool_of_tag(value: str) -> tuple[str, str]:

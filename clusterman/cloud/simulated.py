@@ -124,7 +124,7 @@ class SimulatedGroup(CloudGroup):
 
     def set_target_capacity(self, new_target: float, dry_run: bool = False) -> TargetChange:
         self._advance()
-        previous = self._target
+        previous = 0.0 if self.stale else self._target
         if self.stale:
             note = "group is stale: its target cannot change"
             return TargetChange(self.id, previous, new_target, previous, dry_run, note)
@@ -135,18 +135,14 @@ class SimulatedGroup(CloudGroup):
         return TargetChange(self.id, previous, new_target, float(wanted), dry_run, note)
 
     def terminate_instances(self, instance_ids: Iterable[str], dry_run: bool = False) -> Termination:
-        state = self.read()
-        plan = plan_termination(state, instance_ids, self._target, self.min_capacity)
-        chosen = plan.lower + plan.replace
-        lowered = 0.0 if self.stale else self._target - plan.new_target
-        replaced = () if self.stale else tuple(i.id for i in plan.replace)
+        instances = self.read().instances
+        plan = plan_termination(self, instances, instance_ids, self._target, self.min_capacity, drain=self.stale)
         if not dry_run:
-            for inst in chosen:
+            for inst in plan.chosen:
                 del self._instances[inst.id]
-            if not self.stale:
-                self._target = plan.new_target
+            self._target -= plan.lowered_by
             self._launch(self._clock())
-        return Termination(self.id, dry_run, tuple(i.id for i in chosen), replaced, lowered, plan.skipped)
+        return plan.result(dry_run)
 
     def _advance(self) -> float:
         if self._broken:

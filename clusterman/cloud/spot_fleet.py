@@ -44,6 +44,7 @@ from clusterman.cloud.resource_group import TargetChange
 from clusterman.cloud.resource_group import Termination
 from clusterman.cloud.resource_group import clamp_target
 from clusterman.cloud.resource_group import plan_termination
+from clusterman.cloud.resource_group import settled
 from clusterman.cloud.resource_group import tag_names_pool
 from clusterman.cloud.resource_group import whole_units
 from clusterman.cluster.model import NO_TIME
@@ -141,8 +142,9 @@ class SpotFleetGroup(CloudGroup):
 
     def set_target_capacity(self, new_target: float, dry_run: bool = False) -> TargetChange:
         raw = self._describe()
-        previous = float(raw["SpotFleetRequestConfig"]["TargetCapacity"])
-        if self._stale(raw):
+        stale = self._stale(raw)
+        previous = 0.0 if stale else float(raw["SpotFleetRequestConfig"]["TargetCapacity"])
+        if stale:
             note = f"fleet is {self._status(raw)}: its target cannot change"
             return TargetChange(self.id, previous, new_target, previous, dry_run, note)
         wanted, note = clamp_target(self.label, new_target, 0, math.inf)
@@ -157,31 +159,16 @@ class SpotFleetGroup(CloudGroup):
 
     def terminate_instances(self, instance_ids: Iterable[str], dry_run: bool = False) -> Termination:
         raw = self._describe()
-        instances = self._instances(raw)
-        stale = self._stale(raw)
         target = float(raw["SpotFleetRequestConfig"]["TargetCapacity"])
-        plan = plan_termination(GroupState(self._value(raw, instances), instances), instance_ids, target, 0)
-        chosen = plan.lower + plan.replace
-        for instance_id, why in plan.skipped:
-            log.warning("%s: not terminating %s: %s", self.label, instance_id, why)
         # A stale fleet launches nothing more: terminating drains it and leaves its target alone.
-        lowered = 0.0 if stale else sum(i.weight for i in plan.lower)
-        replaced = () if stale else tuple(i.id for i in plan.replace)
-        if dry_run or not chosen:
-            if chosen:
-                log.info("dry run: %s would terminate %s", self.label, ", ".join(i.id for i in chosen))
-            return Termination(self.id, dry_run, tuple(i.id for i in chosen), replaced, lowered, plan.skipped)
-
-        if lowered:
+        plan = plan_termination(self, self._instances(raw), instance_ids, target, 0, drain=self._stale(raw))
+        if dry_run or not plan.chosen:
+            return plan.result(dry_run)
+        if plan.lowered_by:
             # Target first: with noTermination the fleet keeps everything until we terminate it.
-            self._set_target(whole_units(target - lowered))
-        done, failed = self._terminate([i.id for i in chosen])
-        for instance_id, problem in failed:
-            log.warning("%s: could not terminate %s: %s", self.label, instance_id, problem)
-        if failed and not done:
-            raise ResourceGroupError(self.label, f"target lowered by {lowered:g}, but {failed[0][1]}")
-        log.info("%s: terminated %s (target lowered by %g)", self.label, ", ".join(done), lowered)
-        return Termination(self.id, False, tuple(done), replaced, lowered, plan.skipped, tuple(failed))
+            self._set_target(whole_units(target - plan.lowered_by))
+        done, failed = self._terminate([i.id for i in plan.chosen])
+        return settled(self.label, plan.result(False, done, failed))
 
     def _terminate(self, ids: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
         done: list[str] = []
