@@ -31,7 +31,6 @@ from clusterman.cloud.ec2_instances import describe_instances
 from clusterman.cloud.ec2_instances import instance_from_ec2
 from clusterman.cloud.ec2_instances import is_true
 from clusterman.cloud.ec2_instances import tags_of
-from clusterman.cloud.resource_group import UNKNOWN_SIZE
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import GroupState
 from clusterman.cloud.resource_group import Instance
@@ -193,9 +192,7 @@ class AutoScalingGroup(CloudGroup):
             instances.append(replace(inst, state=state))
         return tuple(instances)
 
-    def _value(
-        self, raw: dict[str, Any], instances: tuple[Instance, ...], unit: Resources = UNKNOWN_SIZE
-    ) -> ResourceGroup:
+    def _value(self, raw: dict[str, Any], instances: tuple[Instance, ...], unit: Resources) -> ResourceGroup:
         stale = raw.get("Status") == DELETING or is_true(tags_of(raw).get(STALE_TAG))
         return ResourceGroup(
             id=self.id,

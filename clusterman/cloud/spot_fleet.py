@@ -34,7 +34,6 @@ from clusterman.cloud.ec2_instances import InstanceTypeCatalog
 from clusterman.cloud.ec2_instances import describe_instances
 from clusterman.cloud.ec2_instances import instance_from_ec2
 from clusterman.cloud.ec2_instances import unix_seconds
-from clusterman.cloud.resource_group import UNKNOWN_SIZE
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import GroupState
 from clusterman.cloud.resource_group import Instance
@@ -57,7 +56,8 @@ log = logging.getLogger(__name__)
 # missing value as "Default", i.e. terminate), so we always send it.
 NO_TERMINATION: Final = "noTermination"
 GONE_STATES: Final = frozenset({"cancelled", "cancelled_terminating"})
-STALE_STATES: Final = frozenset({"cancelled", "cancelled_running", "cancelled_terminating", "failed"})
+# "expired" is our name for a fleet past its ValidUntil that AWS has not cancelled yet.
+STALE_STATES: Final = frozenset({"cancelled", "cancelled_running", "cancelled_terminating", "failed", "expired"})
 S3_RESOURCE_PREFIX: Final = "aws_spot_fleet_request"
 _TERMINATE_CHUNK = 500
 
@@ -237,11 +237,9 @@ class SpotFleetGroup(CloudGroup):
         return str(raw.get("SpotFleetRequestState", ""))
 
     def _stale(self, raw: dict[str, Any]) -> bool:
-        return self._status(raw) in STALE_STATES | {"expired"}
+        return self._status(raw) in STALE_STATES
 
-    def _value(
-        self, raw: dict[str, Any], instances: tuple[Instance, ...], unit: Resources = UNKNOWN_SIZE
-    ) -> ResourceGroup:
+    def _value(self, raw: dict[str, Any], instances: tuple[Instance, ...], unit: Resources) -> ResourceGroup:
         stale = self._stale(raw)
         return ResourceGroup(
             id=self.id,
