@@ -34,7 +34,7 @@ DEFAULT_TAG_KEY = "clusterman:pool"
 # ``node_resources`` of a group whose capacity unit has no known size.
 UNKNOWN_SIZE = Resources()
 
-# Capacity arithmetic in floats: 41.99999999 units are 42, never 43 (Clusterman's ceil artefact).
+# Capacity arithmetic in floats: 42.0000001 units are 42, never 43 (Clusterman's ceil artefact).
 UNIT_TOLERANCE = 1e-6
 
 

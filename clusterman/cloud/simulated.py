@@ -2,9 +2,9 @@
 
 It behaves like an Auto Scaling group whose instances are protected from scale-in: instances of
 the initial target are running from the start; raising the target launches instances at once
-(``pending``), each ``running`` after a join delay (plus seeded jitter); lowering
-the target terminates nothing; ``terminate_instances`` removes exactly the chosen instances and
-lowers the target by their weight, never below the minimum (below it, the group replaces them).
+(``pending``), each ``running`` after a join delay (plus seeded jitter); lowering the target
+terminates nothing; ``terminate_instances`` removes exactly the chosen instances and lowers the
+target by their weight, never below the minimum (below it, the group replaces them).
 
 Pure apart from the clock, which is passed in (the simulator's clock, or ``time.time``), and a
 random generator seeded from ``seed`` and the group id: the same calls at the same times give the
@@ -14,7 +14,6 @@ belong to ``clusterman.cluster.simulated``; this module only knows instances.
 
 from __future__ import annotations
 
-import logging
 import math
 import random
 from collections.abc import Callable
@@ -36,8 +35,6 @@ from clusterman.cloud.resource_group import plan_termination
 from clusterman.cloud.resource_group import tag_names_pool
 from clusterman.cluster.model import ResourceGroup
 from clusterman.resources import Resources
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -151,13 +148,12 @@ class SimulatedGroup(CloudGroup):
         self._launch(now)
         return now
 
-    def _fulfilled(self) -> float:
-        return sum(i.market.weight for i in self._instances.values())
-
     def _launch(self, now: float, joined: bool = False) -> None:
         """Launch until the target is met (possibly overshooting by less than one weight, like AWS)."""
-        while not self.stale and self._fulfilled() < self._target:
+        fulfilled = sum(i.market.weight for i in self._instances.values())
+        while not self.stale and fulfilled < self._target:
             market = self._rng.choice(self.markets)
+            fulfilled += market.weight
             jitter = self._rng.uniform(0, self.join_jitter_seconds) if self.join_jitter_seconds else 0.0
             instance_id = f"i-{self._rng.getrandbits(68):017x}"
             running_at = now if joined else now + self.join_delay_seconds + jitter
