@@ -90,6 +90,12 @@ def test_internal_signal_needs_no_name(tmp_path):
         ("scaling_limits: {min_capacity: 11, max_capacity: 10, max_weight_to_add: 5, max_weight_to_remove: 1}\n",
          "scaling_limits", "greater than max_capacity"),
         (LIMITS + "resource_groups: [{gcp: {tag: x}}]\n", "resource_groups", "unknown group kind"),
+        (LIMITS + "resource_groups: [{asg: {tag: '{\"pool\": \"web\"}'}}]\n", "resource_groups",
+         "resource_groups[0].asg.tag: expected a tag key"),
+        (LIMITS + "resource_groups: [{asg: {s3: {bucket: b, prefix: p}}}]\n", "resource_groups",
+         "only sfr groups are listed in S3"),
+        (LIMITS + "resource_groups: [{sfr: {s3: {bucket: b}}}]\n", "resource_groups",
+         "resource_groups[0].sfr.s3: expected {bucket: ..., prefix: ...}"),
         (LIMITS + "autoscale_signal: {name: X, branch_or_tag: v1, period_minutes: 1, required_metrics: "
          "[{name: a, type: bogus_metrics, minute_range: 1}]}\n",
          "autoscale_signal.required_metrics[0].type", "expected one of"),

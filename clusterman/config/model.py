@@ -199,7 +199,12 @@ class MainConfig:
 
 @dataclass(frozen=True)
 class ResourceGroupConfig:
-    """One entry of ``resource_groups``: ``- asg: {tag: ...}`` or ``- sfr: {tag: ...}``."""
+    """One entry of ``resource_groups``: ``- asg: {tag: ...}`` or ``- sfr: {tag: ... | s3: ...}``.
+
+    ``tag`` is a tag *key* (Yelp's configs use ``puppet:role::paasta``); a group belongs to the
+    pool when that tag's value is JSON ``{"pool": <pool>, "paasta_cluster": <cluster>}``.
+    ``s3`` (Spot Fleets only) names Clusterman's JSON listing of fleet ids.
+    """
 
     kind: str
     tag: str | None = None
@@ -223,8 +228,20 @@ def parse_resource_groups(value: Any) -> tuple[ResourceGroupConfig, ...]:
         unknown = set(body) - {"tag", "s3"}
         if unknown:
             raise ValueError(f"resource_groups[{i}].{kind}: unknown key(s) {', '.join(sorted(unknown))}")
+        where = f"resource_groups[{i}].{kind}"
+        tag = body.get("tag")
+        if tag is not None and (not isinstance(tag, str) or tag.lstrip().startswith("{")):
+            raise ValueError(
+                f"{where}.tag: expected a tag key such as puppet:role::paasta (the groups' value of that tag "
+                f'is the JSON {{"pool": ..., "paasta_cluster": ...}}), got {tag!r}'
+            )
         s3 = body.get("s3") or {}
-        groups.append(ResourceGroupConfig(kind, body.get("tag"), s3.get("bucket"), s3.get("prefix")))
+        if s3:
+            if kind != "sfr":
+                raise ValueError(f"{where}.s3: only sfr groups are listed in S3; {kind} groups are found by tag")
+            if not isinstance(s3, Mapping) or set(s3) != {"bucket", "prefix"}:
+                raise ValueError(f"{where}.s3: expected {{bucket: ..., prefix: ...}}, got {s3!r}")
+        groups.append(ResourceGroupConfig(kind, tag, s3.get("bucket"), s3.get("prefix")))
     return tuple(groups)
 
 

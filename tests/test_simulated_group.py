@@ -1,0 +1,183 @@
+import math
+
+import pytest
+
+from clusterman.cloud.discovery import discover_groups
+from clusterman.cloud.resource_group import DEFAULT_TAG_KEY
+from clusterman.cloud.resource_group import InstanceState
+from clusterman.cloud.resource_group import ResourceGroupError
+from clusterman.cloud.resource_group import read_groups
+from clusterman.cloud.simulated import SimulatedCloud
+from clusterman.cloud.simulated import SimulatedGroup
+from clusterman.cloud.simulated import SimulatedMarket
+from clusterman.config.model import ResourceGroupConfig
+from clusterman.resources import Resources
+
+SMALL = SimulatedMarket("m5.large", "us-west-2a", 1.0, Resources(cpus=2, mem=8000))
+LARGE = SimulatedMarket("m5.xlarge", "us-west-2b", 2.0, Resources(cpus=4, mem=16000))
+POOL_TAG = '{"pool": "web", "paasta_cluster": "c1"}'
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def group(clock, **kw):
+    kw.setdefault("markets", [SMALL])
+    return SimulatedGroup(kw.pop("group_id", "g1"), kw.pop("markets"), clock, **kw)
+
+
+def test_instances_launch_pending_and_run_after_the_join_delay():
+    clock = Clock()
+    g = group(clock, join_delay_seconds=120)
+    change = g.set_target_capacity(3)
+    assert (change.previous, change.target, change.changed) == (0, 3, True)
+    state = g.read()
+    assert [i.state for i in state.instances] == [InstanceState.PENDING] * 3
+    assert all(i.launched_at == 1000.0 for i in state.instances)
+    assert state.group.fulfilled_capacity == 3  # pending counts, as in AWS
+    clock.now += 119
+    assert {i.state for i in g.read().instances} == {InstanceState.PENDING}
+    clock.now += 1
+    assert {i.state for i in g.read().instances} == {InstanceState.RUNNING}
+
+
+def test_same_seed_same_instances_other_seed_other_instances():
+    def run(seed):
+        clock = Clock()
+        g = group(clock, markets=[SMALL, LARGE], seed=seed, join_delay_seconds=60, join_jitter_seconds=30)
+        g.set_target_capacity(10)
+        clock.now += 70
+        g.terminate_instances([g.read().instances[0].id])
+        g.set_target_capacity(14)
+        return [(i.id, i.instance_type, i.state) for i in g.read().instances]
+
+    assert run(7) == run(7)
+    assert run(7) != run(8)
+
+
+def test_weighted_markets_fill_the_target_and_size_a_unit():
+    g = group(Clock(), markets=[LARGE], target_capacity=5)
+    state = g.read()
+    assert len(state.instances) == 3  # 3 × weight 2 ≥ 5: overshoots by less than one weight, like AWS
+    assert state.group.fulfilled_capacity == 6
+    mixed = group(
+        Clock(), markets=[SMALL, SimulatedMarket("r5.large", "us-west-2a", 1.0, Resources(cpus=2, mem=16000))]
+    )
+    assert mixed.read().group.node_resources == Resources(cpus=2, mem=8000)  # the smallest of each
+
+
+def test_target_is_clamped_rounded_and_validated():
+    g = group(Clock(), min_capacity=2, max_capacity=10)
+    assert g.read().group.target_capacity == 2  # starts at its minimum
+    change = g.set_target_capacity(50)
+    assert change.target == 10 and "maximum" in change.note
+    change = g.set_target_capacity(0)
+    assert change.target == 2 and "minimum" in change.note
+    assert g.set_target_capacity(4.2).target == 5
+    assert g.set_target_capacity(6.0000000001).target == 6  # float noise is not a unit
+    with pytest.raises(ResourceGroupError, match="refusing target capacity nan"):
+        g.set_target_capacity(math.nan)
+
+
+def test_lowering_the_target_terminates_nothing():
+    g = group(Clock(), target_capacity=5)
+    before = [i.id for i in g.read().instances]
+    g.set_target_capacity(1)
+    state = g.read()
+    assert [i.id for i in state.instances] == before
+    assert (state.group.target_capacity, state.group.fulfilled_capacity) == (1, 5)
+
+
+def test_terminate_removes_exactly_the_chosen_and_lowers_the_target_by_their_weight():
+    g = group(Clock(), markets=[LARGE], target_capacity=8)
+    ids = [i.id for i in g.read().instances]
+    result = g.terminate_instances([ids[1], ids[3], "i-not-mine", ids[1]])
+    assert result.terminated == (ids[1], ids[3])
+    assert result.lowered_by == 4 and result.replaced == ()
+    assert result.skipped == (("i-not-mine", "not an instance of simulated g1"),)
+    state = g.read()
+    assert [i.id for i in state.instances] == [ids[0], ids[2]]
+    assert state.group.target_capacity == 4
+
+
+def test_terminating_at_the_minimum_replaces_instead_of_shrinking():
+    g = group(Clock(), min_capacity=2, target_capacity=3)
+    ids = [i.id for i in g.read().instances]
+    result = g.terminate_instances(ids[:2])
+    assert result.terminated == tuple(ids[:2])
+    assert result.replaced == (ids[1],) and result.lowered_by == 1
+    state = g.read()
+    assert state.group.target_capacity == 2
+    assert len(state.instances) == 2 and ids[0] not in {i.id for i in state.instances}
+
+
+def test_dry_run_changes_nothing():
+    g = group(Clock(), target_capacity=4)
+    before = g.read()
+    change = g.set_target_capacity(9, dry_run=True)
+    assert change.dry_run and change.target == 9
+    result = g.terminate_instances([before.instances[0].id], dry_run=True)
+    assert result.dry_run and result.terminated == (before.instances[0].id,) and result.lowered_by == 1
+    assert g.read() == before
+
+
+def test_a_broken_group_fails_alone():
+    clock = Clock()
+    good, bad = group(clock, target_capacity=2), group(clock, group_id="g2", target_capacity=2)
+    bad.break_with("AccessDenied: not allowed")
+    with pytest.raises(ResourceGroupError, match="simulated g2: AccessDenied"):
+        bad.set_target_capacity(5)
+    readings = read_groups([bad, good])
+    assert list(readings.states) == ["g1"] and readings.states["g1"].group.fulfilled_capacity == 2
+    assert [str(e) for e in readings.errors] == ["simulated g2: AccessDenied: not allowed"]
+    bad.break_with("")
+    assert bad.read().group.target_capacity == 2
+
+
+def test_a_stale_group_is_drained_not_resized():
+    g = group(Clock(), target_capacity=3)
+    g.mark_stale()
+    state = g.read()
+    assert state.group.stale and state.group.target_capacity == 0 and state.group.fulfilled_capacity == 3
+    assert not g.set_target_capacity(10).changed
+    result = g.terminate_instances([i.id for i in state.instances])
+    assert result.lowered_by == 0 and result.replaced == () and len(result.terminated) == 3
+    assert g.read().instances == ()  # nothing launched to replace them
+
+
+def test_lost_instances_are_replaced_at_the_same_target():
+    clock = Clock()
+    g = group(clock, target_capacity=3, join_delay_seconds=30)
+    clock.now += 60
+    lost = g.read().instances[0].id
+    assert g.lose_instances([lost, "i-unknown"]) == [lost]
+    state = g.read()
+    assert state.group.target_capacity == 3 and len(state.instances) == 3
+    assert lost not in {i.id for i in state.instances}
+    assert sorted(i.state.value for i in state.instances) == ["pending", "running", "running"]
+
+
+def test_discovery_finds_the_pools_simulated_groups_by_tag():
+    clock = Clock()
+    cloud = SimulatedCloud(
+        [
+            group(clock, group_id="mine", tags={DEFAULT_TAG_KEY: POOL_TAG}),
+            group(clock, group_id="other-pool", tags={DEFAULT_TAG_KEY: '{"pool": "db", "paasta_cluster": "c1"}'}),
+            group(clock, group_id="bad-tag", tags={DEFAULT_TAG_KEY: "web"}),
+            group(clock, group_id="custom", tags={"puppet:role::paasta": POOL_TAG}),
+        ]
+    )
+    entries = [ResourceGroupConfig("simulated"), ResourceGroupConfig("simulated", tag="puppet:role::paasta")]
+    found = discover_groups("c1", "web", entries, simulated=cloud)
+    assert [g.id for g in found.groups] == ["mine", "custom"]
+    assert len(found.errors) == 1
+    assert "bad-tag" in str(found.errors[0]) and "resource_groups[0] (simulated)" in str(found.errors[0])
+
+    no_aws = discover_groups("c1", "web", [ResourceGroupConfig("asg", tag="k"), entries[0]], simulated=cloud)
+    assert [g.id for g in no_aws.groups] == ["mine"]
+    assert "need AWS clients" in str(no_aws.errors[0])
