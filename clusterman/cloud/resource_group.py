@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from clusterman.cluster.model import ResourceGroup
+from clusterman.errors import UserError
 from clusterman.resources import Resources
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ UNKNOWN_SIZE = Resources()
 UNIT_TOLERANCE = 1e-6
 
 
-class ResourceGroupError(Exception):
+class ResourceGroupError(UserError):
     """A resource group could not be read or changed; the message names the group.
 
     ``ambiguous`` is true when the cloud may or may not have applied the request (throttled after
