@@ -162,6 +162,25 @@ def test_drain_failures_are_per_pod_and_a_gone_pod_is_no_failure(api, lifecycle)
     assert f"1 failed: evicting pod {WEB}: 500 Internal Server Error: This pod has more than one" in result.detail
 
 
+def test_drain_never_evicts_a_pinned_pod_nor_one_already_terminating(api, config):
+    pinned_key = "clusterman.com/safe_to_evict"
+    api.pod("default", "sidecar-6c7d8e9f0-klmno")["metadata"]["annotations"] = {pinned_key: "false"}
+    api.pod("default", "besteffort-7e8f9a0b1-pqrst")["metadata"]["deletionTimestamp"] = "2024-05-02T11:00:00Z"
+    life = KubernetesLifecycle(
+        config, safe_to_evict_keys=("cluster-autoscaler.kubernetes.io/safe-to-evict", pinned_key)
+    )
+    life.taint([N.format(10)], NOW)
+    result = life.drain(N.format(10), NOW)
+    life.close()
+    assert (result.status, result.evicted, result.remaining) == (DrainStatus.NOT_NOW, 3, 2)
+    assert result.detail == (
+        "evicted 3 pod(s); 1 already terminating; "
+        "1 not safe to evict (left for the hard grace period): default/sidecar-6c7d8e9f0-klmno; 2 pod(s) remain"
+    )
+    evicted = {r.path.split("/")[-2] for r in api.requests if r.method == "POST"}
+    assert "sidecar-6c7d8e9f0-klmno" not in evicted and "besteffort-7e8f9a0b1-pqrst" not in evicted
+
+
 def test_drain_only_follows_a_scale_down_taint(api, lifecycle):
     cordoned = lifecycle.drain(N.format(12), NOW)  # an operator's cordon, not a decision
     assert cordoned.status is DrainStatus.FAILED
@@ -181,7 +200,8 @@ def test_dry_run_reads_and_writes_nothing(api, config):
     dry = KubernetesLifecycle(config, dry_run=True)
     tainted = dry.taint([N.format(10), N.format(11)], NOW)
     untainted = dry.untaint([N.format(11), N.format(10)])
-    drained = dry.drain(N.format(11), NOW)
+    drained = dry.drain(N.format(14), NOW)
+    pinned = dry.drain(N.format(11), NOW)
     dry.close()
 
     assert api.writes == []
@@ -192,6 +212,11 @@ def test_dry_run_reads_and_writes_nothing(api, config):
     assert (untainted[N.format(11)].outcome, untainted[N.format(10)].outcome) == (Outcome.CHANGED, Outcome.UNCHANGED)
     assert (drained.status, drained.evicted, drained.remaining) == (DrainStatus.NOT_NOW, 1, 1)
     assert drained.detail == "dry run: would have evicted 1 pod(s)"
+    assert (pinned.status, pinned.evicted, pinned.remaining) == (DrainStatus.NOT_NOW, 0, 1)
+    assert pinned.detail == (
+        "dry run: would have evicted 0 pod(s); "
+        "1 not safe to evict (left for the hard grace period): batch/train-8f9a0b1c2-d3e4f"
+    )
 
 
 def test_unreachable_api_or_bad_kubeconfig_fail_each_node_without_raising(tmp_path):

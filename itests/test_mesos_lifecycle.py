@@ -168,3 +168,13 @@ def test_an_unreachable_master_fails_each_node(tmp_path):
     results = nobody.taint([S.format(0), S.format(1)], NOW)
     assert [r.outcome for r in results.values()] == [Outcome.FAILED] * 2
     assert "cannot reach it" in nobody.drain(S.format(0), NOW).detail
+
+
+def test_a_schedule_we_cannot_read_fails_the_nodes_and_raises_nothing(master, lifecycle):
+    master.windows = ["not a window"]
+    results = lifecycle.taint([S.format(0), S.format(3)], NOW)
+    assert [r.outcome for r in results.values()] == [Outcome.FAILED] * 2
+    assert results[S.format(0)].detail.startswith("AttributeError")
+    drained = lifecycle.drain(S.format(0), NOW)
+    assert drained.status is DrainStatus.FAILED and drained.detail.startswith("AttributeError")
+    assert master.writes == []

@@ -7,6 +7,7 @@ import pytest
 from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEY
 from clusterman.cluster.kubernetes_lifecycle import KubernetesLifecycle
 from clusterman.cluster.kubernetes_lifecycle import blocking_pods
+from clusterman.cluster.kubernetes_lifecycle import is_pinned
 from clusterman.cluster.kubernetes_lifecycle import with_scale_down_taint
 from clusterman.cluster.kubernetes_lifecycle import without_scale_down_taints
 from clusterman.cluster.lifecycle import DrainStatus
@@ -72,6 +73,15 @@ def test_daemonset_and_mirror_pods_do_not_block_a_drain():
     mirror = {"metadata": {"name": "proxy", "annotations": {"kubernetes.io/config.mirror": "x"}}}
     bare = {"metadata": {"name": "bare"}}
     assert blocking_pods([app, daemon, mirror, bare]) == [app, bare]
+
+
+def test_a_pod_is_pinned_by_any_of_the_keys_saying_false():
+    keys = ("cluster-autoscaler.kubernetes.io/safe-to-evict", "clusterman.com/safe_to_evict")
+    pod = {"metadata": {"annotations": {"clusterman.com/safe_to_evict": " False "}}}
+    assert is_pinned(pod, keys)
+    assert not is_pinned({"metadata": {"annotations": {"clusterman.com/safe_to_evict": "true"}}}, keys)
+    assert not is_pinned(pod, keys[:1])
+    assert not is_pinned({}, keys)
 
 
 # --- the Mesos schedule ---
@@ -149,6 +159,7 @@ def test_one_nodes_exception_is_its_own_failure():
     results = life.each([first, second], act, "taint")
     assert (results[first].outcome, results[first].detail) == (Outcome.FAILED, "taint: KeyError: 'spec'")
     assert results[second].outcome is Outcome.CHANGED
+    assert (results[first].ok, results[second].ok) == (False, True)
 
 
 def test_simulated_taint_drain_untaint():
@@ -205,6 +216,7 @@ def test_factory_builds_each_scheduler_and_honours_draining_enabled():
     draining = PoolConfig(scaling_limits=LIMITS, draining_enabled=True)
     kube = lifecycle_for_pool(MAIN, PoolIdentity("c1", "web", Scheduler.KUBERNETES), draining, dry_run=True)
     assert isinstance(kube, KubernetesLifecycle) and kube.dry_run and kube.kubeconfig_path == "/etc/kube.conf"
+    assert kube.safe_to_evict_keys == ("cluster-autoscaler.kubernetes.io/safe-to-evict", "clusterman.com/safe_to_evict")
     mesos = lifecycle_for_pool(MAIN, PoolIdentity("c1", "web", Scheduler.MESOS), draining)
     assert isinstance(mesos, MesosLifecycle) and mesos.url == "http://master.c1:5050" and not mesos.dry_run
 

@@ -4,7 +4,8 @@
            a node that already carries a scale-down taint (ours, Escalator's, Yelp's) keeps it and its time
   untaint  remove every scale-down taint the read side recognises (ours, Escalator's, Yelp's)
   drain    evict every pod on the node that is not a DaemonSet or mirror pod, through the Eviction API;
-           a disruption budget's refusal (429) is "not now"; a pod already gone (404) is fine
+           a disruption budget's refusal (429) is "not now"; a pod already gone (404) is fine; a pod
+           annotated safe-to-evict=false is never evicted (it keeps the drain from being DONE)
   cordons  ``spec.unschedulable`` is an operator's: never written here. A node is only drained when
            it carries a scale-down taint, so a cordoned node is drained only if the decision tainted it
 
@@ -28,6 +29,8 @@ import kubernetes.config
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from clusterman.cluster.kubernetes import FALSE_WORDS
+from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
 from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEY
 from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEYS
 from clusterman.cluster.kubernetes import _api_error
@@ -75,6 +78,12 @@ def blocking_pods(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [p for p in pods if not is_daemon(p)]
 
 
+def is_pinned(pod: Mapping[str, Any], keys: Iterable[str]) -> bool:
+    """Annotated not safe to evict (``false`` under one of ``keys``): the owner asked us never to evict it."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return any(str(annotations.get(k, "")).strip().lower() in FALSE_WORDS for k in keys)
+
+
 # --- the adapter --------------------------------------------------------------------------------
 
 
@@ -95,8 +104,10 @@ class KubernetesLifecycle(NodeLifecycle):
         timeout_seconds: float = 30.0,
         conflict_retries: int = 5,
         page_size: int = 500,
+        safe_to_evict_keys: tuple[str, ...] = (SAFE_TO_EVICT_ANNOTATION,),
     ) -> None:
         self.kubeconfig_path = kubeconfig_path
+        self.safe_to_evict_keys = safe_to_evict_keys
         self.dry_run = dry_run
         self.timeout_seconds = timeout_seconds
         self.conflict_retries = conflict_retries
@@ -179,11 +190,13 @@ class KubernetesLifecycle(NodeLifecycle):
         if not pods:
             return self._drained(node_id, DrainStatus.DONE, 0, 0, "no pods left to evict")
         leaving = [p for p in pods if (p.get("metadata") or {}).get("deletionTimestamp")]
-        to_evict = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        pinned = [pod_name(p) for p in pods if p not in leaving and is_pinned(p, self.safe_to_evict_keys)]
+        to_evict = [p for p in pods if p not in leaving and pod_name(p) not in pinned]
+        kept = [f"{len(leaving)} already terminating"] if leaving else []
+        if pinned:
+            kept.append(f"{len(pinned)} not safe to evict (left for the hard grace period): {', '.join(pinned)}")
         if self.dry_run:
-            detail = self.would(f"evicted {len(to_evict)} pod(s)") + (
-                f"; {len(leaving)} already terminating" if leaving else ""
-            )
+            detail = "; ".join([self.would(f"evicted {len(to_evict)} pod(s)"), *kept])
             return self._drained(node_id, DrainStatus.NOT_NOW, len(pods), len(to_evict), detail)
         evicted, refused, failed = 0, [], []
         for pod in to_evict:
@@ -198,7 +211,7 @@ class KubernetesLifecycle(NodeLifecycle):
                 else:
                     failed.append(str(e))
         remaining = len(blocking_pods(self._pods_on(node_id)))
-        parts = [f"evicted {evicted} pod(s)"]
+        parts = [f"evicted {evicted} pod(s)", *kept]
         if refused:
             parts.append(f"{len(refused)} refused for now by a disruption budget: {', '.join(refused)}")
         if failed:

@@ -3,7 +3,7 @@
 The decision names nodes to untaint, taint and terminate; a ``NodeLifecycle`` carries that out in
 one scheduler, in this order for a node that leaves (docs/node_lifecycle.md):
 
-    taint  ->  drain (called each period until DONE, or until the decision's hard grace period)
+    taint  ->  drain (each period while tainted)  ->  [the decision chooses to terminate]
            ->  before_terminate  ->  the cloud terminates the instance  ->  after_terminate
 
 and ``untaint`` for a tainted node the pool needs again. Every call answers per node and never
@@ -100,9 +100,6 @@ class NodeLifecycle(abc.ABC):
 
     def unchanged(self, node_ids: Iterable[str], detail: str) -> Results:
         return {n: self.result(n, Outcome.UNCHANGED, detail) for n in unique(node_ids)}
-
-    def failed_all(self, node_ids: Iterable[str], detail: str) -> Results:
-        return {n: self.result(n, Outcome.FAILED, detail) for n in unique(node_ids)}
 
     def each(self, node_ids: Iterable[str], act: Callable[[str], NodeResult], what: str) -> Results:
         """``act`` on each node alone: an exception is that node's failure, never the others'."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.factory import _cluster
+from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
 from clusterman.cluster.kubernetes_lifecycle import KubernetesLifecycle
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import WithoutDraining
@@ -36,7 +37,8 @@ def lifecycle_for_pool(
         kubeconfig = _cluster(main, identity).kubeconfig_path
         if not kubeconfig:
             raise ConfigError(f"clusters.{identity.cluster}", "kubeconfig_path", f"required for the pool {identity}")
-        lifecycle = KubernetesLifecycle(kubeconfig, dry_run=dry_run)
+        keys = tuple(dict.fromkeys((SAFE_TO_EVICT_ANNOTATION, pool.safe_to_evict_key)))
+        lifecycle = KubernetesLifecycle(kubeconfig, dry_run=dry_run, safe_to_evict_keys=keys)
     elif identity.scheduler is Scheduler.MESOS:
         fqdn = _cluster(main, identity).mesos_master_fqdn
         if not fqdn:

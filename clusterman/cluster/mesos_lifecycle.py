@@ -180,6 +180,9 @@ class MesosLifecycle(NodeLifecycle):
             tasks = self._active_tasks(node_id)
         except MasterFailure as e:
             return self._drained(node_id, DrainStatus.FAILED, detail=str(e))
+        except Exception as e:  # a surprise in the master's answer: this node's failure, logged in full
+            log.exception("drain %s failed", node_id)
+            return self._drained(node_id, DrainStatus.FAILED, detail=f"{type(e).__name__}: {e}")
         if tasks == 0:
             return self._drained(node_id, DrainStatus.DONE, 0, "no active tasks left")
         return self._drained(
@@ -242,9 +245,12 @@ class MesosLifecycle(NodeLifecycle):
         try:
             if machines:
                 step(machines, results)
-        except MasterFailure as e:
+        except Exception as e:  # the master's failure, or a surprise (logged in full): theirs alone
+            if not isinstance(e, MasterFailure):
+                log.exception("mesos maintenance call failed")
+            detail = str(e) if isinstance(e, MasterFailure) else f"{type(e).__name__}: {e}"
             for node_id in machines:
-                results.setdefault(node_id, self.result(node_id, Outcome.FAILED, str(e)))
+                results.setdefault(node_id, self.result(node_id, Outcome.FAILED, detail))
         return {n: results[n] for n in ids}
 
     def _release(self, machines: Mapping[str, Machine], results: Results) -> None:
