@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+from collections.abc import Callable
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +36,11 @@ class Request:
     path: str
     query: dict[str, str]
     headers: dict[str, str]
+    method: str = "GET"
+    body: bytes = b""
+
+    def json(self) -> Any:
+        return json.loads(self.body or b"null")
 
 
 @dataclass
@@ -55,6 +61,10 @@ class RecordedApi:
 
     def answer(self, request: Request) -> tuple[int, bytes]:
         self.requests.append(request)
+        if request.method != "GET":
+            return 405, json.dumps(
+                {"kind": "Status", "code": 405, "message": "recorded answers are read only"}
+            ).encode()
         route = self.routes.get(request.path)
         if route is None:
             return 404, json.dumps({"kind": "Status", "code": 404, "message": f"{request.path} not found"}).encode()
@@ -124,31 +134,41 @@ def kubeconfig(path: Path, server: str) -> str:
 
 
 @contextmanager
-def recorded_api() -> Iterator[RecordedApi]:
-    api = RecordedApi()
+def http_server(answer: Callable[[Request], tuple[int, bytes]]) -> Iterator[str]:
+    """Serve ``answer`` on a free loopback port (any method); yields the base URL."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
+        def handle_any(self) -> None:
             parts = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
             headers = {k.lower(): v for k, v in self.headers.items()}
-            status, body = api.answer(Request(parts.path, query, headers))
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            status, reply = answer(Request(parts.path, query, headers, self.command, body))
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Length", str(len(reply)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(reply)
+
+        do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = handle_any
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    api.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        yield api
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@contextmanager
+def recorded_api() -> Iterator[RecordedApi]:
+    api = RecordedApi()
+    with http_server(api.answer) as url:
+        api.url = url
+        yield api

@@ -286,3 +286,33 @@ def test_placement_is_plain_first_fit(ops):
         reference_first_fit(order, states, 4.0, placed, pending, sizes)
         assert placement(snap) == placed
         assert [t.id for t in snap.pending] == pending
+
+
+def test_evict_moves_a_tainted_nodes_tasks_to_the_other_nodes():
+    _, connector = pool(target=2, delay=0.0, workload=TaskList(tasks(3)))
+    snap = connector.snapshot(0.0)
+    first, second = (n.id for n in snap.nodes)
+    assert len(snap.node(first).tasks) == 3
+    with pytest.raises(ValueError, match="is not tainted"):
+        connector.scheduler.evict(first)
+    connector.scheduler.taint([first], 5.0)
+    assert connector.scheduler.evict(first) == 3
+    assert connector.scheduler.node(first).tasks == ()  # at once, before the next step
+    assert len(connector.scheduler.pending()) == 3
+    snap = connector.snapshot(10.0)  # placed again, never on the tainted node
+    assert set(placement(snap).values()) == {second} and snap.pending == ()
+    assert connector.scheduler.evict(first) == 0
+    with pytest.raises(ValueError, match="no joined node 'nope'"):
+        connector.scheduler.evict("nope")
+
+
+def test_node_is_the_current_value_of_one_node():
+    _, connector = pool(target=1, delay=60.0)
+    (orphan_node,) = connector.snapshot(0.0).nodes
+    assert connector.scheduler.node(orphan_node.id).state is NodeState.ORPHAN
+    assert connector.scheduler.node("nope") is None
+    connector.snapshot(60.0)
+    connector.scheduler.taint([orphan_node.id], 70.0)
+    node = connector.scheduler.node(orphan_node.id)
+    assert (node.state, node.tainted_at) == (NodeState.TAINTED, 70.0)
+    assert connector.scheduler.nodes() == (node,)  # the full list agrees

@@ -388,6 +388,32 @@ class SimulatedScheduler:
                 self._touch(node)
                 self._room_at(node.index)
 
+    def evict(self, node_id: str) -> int:
+        """Move a tainted node's tasks back to pending (the next step places them on ready nodes, as a
+        drain's evicted pods are rescheduled); returns how many moved."""
+        (node,) = self._joined_nodes([node_id])
+        if node.state is not NodeState.TAINTED:
+            raise ValueError(f"simulated scheduler: node {node_id!r} is not tainted")
+        for task in node.tasks.values():
+            task.node = None
+            node.add(task, -1.0)
+            self._pending[task.value.id] = task
+        moved = len(node.tasks)
+        if moved:
+            node.tasks.clear()
+            self._touch(node)
+            self._pending_value = None
+        return moved
+
+    def node(self, node_id: str) -> Node | None:
+        """One node's current value; None for an instance this scheduler has not seen (or that is gone)."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            return None
+        if node.changed and node.pos >= 0:
+            self._values[node.pos] = node.build()  # it stays in _changed: nodes() only rebuilds it again
+        return node.value
+
     def nodes(self) -> tuple[Node, ...]:
         if self._nodes_value is None:
             for node in self._changed:

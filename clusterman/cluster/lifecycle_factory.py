@@ -1,0 +1,51 @@
+"""Build a pool's node lifecycle from its srv-configs (no network: lifecycles connect on use).
+
+The scheduler is the pool file's suffix, as for connectors (``factory.py``). A simulated pool's
+lifecycle acts on the scheduler inside its connector, so that connector is passed in. A pool with
+``draining_enabled: false`` (the default, as in Clusterman) terminates nodes without draining them.
+"""
+
+from __future__ import annotations
+
+from clusterman.cluster.connector import ClusterConnector
+from clusterman.cluster.factory import _cluster
+from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
+from clusterman.cluster.kubernetes_lifecycle import KubernetesLifecycle
+from clusterman.cluster.lifecycle import NodeLifecycle
+from clusterman.cluster.lifecycle import WithoutDraining
+from clusterman.cluster.mesos import master_url
+from clusterman.cluster.mesos_lifecycle import MesosLifecycle
+from clusterman.cluster.simulated import SimulatedConnector
+from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
+from clusterman.config.model import MainConfig
+from clusterman.config.model import PoolConfig
+from clusterman.config.model import PoolIdentity
+from clusterman.config.model import Scheduler
+from clusterman.config.schema import ConfigError
+
+
+def lifecycle_for_pool(
+    main: MainConfig,
+    identity: PoolIdentity,
+    pool: PoolConfig,
+    *,
+    connector: ClusterConnector | None = None,
+    dry_run: bool = False,
+) -> NodeLifecycle:
+    lifecycle: NodeLifecycle
+    if identity.scheduler is Scheduler.KUBERNETES:
+        kubeconfig = _cluster(main, identity).kubeconfig_path
+        if not kubeconfig:
+            raise ConfigError(f"clusters.{identity.cluster}", "kubeconfig_path", f"required for the pool {identity}")
+        keys = tuple(dict.fromkeys((SAFE_TO_EVICT_ANNOTATION, pool.safe_to_evict_key)))
+        lifecycle = KubernetesLifecycle(kubeconfig, dry_run=dry_run, safe_to_evict_keys=keys)
+    elif identity.scheduler is Scheduler.MESOS:
+        fqdn = _cluster(main, identity).mesos_master_fqdn
+        if not fqdn:
+            raise ConfigError(f"clusters.{identity.cluster}", "mesos_master_fqdn", f"required for the pool {identity}")
+        lifecycle = MesosLifecycle(master_url(fqdn), dry_run=dry_run)
+    else:
+        if not isinstance(connector, SimulatedConnector):
+            raise ValueError(f"the simulated pool {identity}: pass the pool's SimulatedConnector as connector=")
+        lifecycle = SimulatedLifecycle(connector.scheduler, dry_run=dry_run)
+    return lifecycle if pool.draining_enabled else WithoutDraining(lifecycle)

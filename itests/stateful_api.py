@@ -1,0 +1,295 @@
+"""Stateful fakes of the Kubernetes API server and the Mesos master, on loopback, for the real clients.
+
+``recorded_api`` answers reads with recorded JSON; acting on nodes needs a server that changes. These
+keep the recorded objects as state and apply, for the few calls the node lifecycle makes, the rules
+the real servers apply (read from their documentation and source), so a wrong request fails here as
+it would there:
+
+Kubernetes
+  GET    /api/v1/nodes, /api/v1/pods       lists, with selectors and paging (``recorded_api``)
+  GET    /api/v1/nodes/{name}              one node, or 404
+  PATCH  /api/v1/nodes/{name}              a strategic-merge or merge patch; ``metadata.resourceVersion``
+                                           in the patch is a precondition (409 Conflict when stale);
+                                           lists are replaced whole (``spec.taints`` has no merge key)
+  POST   /api/v1/namespaces/{ns}/pods/{name}/eviction
+                                           a ``policy/v1`` Eviction: 404 for a missing pod, 429 for a
+                                           pod whose disruption budget refuses, else the pod is gone
+Mesos master
+  GET    /master/slaves, /master/frameworks
+  GET    /master/maintenance/schedule      ``{}`` when empty, as the master's protobuf JSON
+  POST   /master/maintenance/schedule      validated as the master does: windows have machines and an
+                                           unavailability; a machine has a hostname or an ip, appears
+                                           once; every DOWN machine stays; new machines are DRAINING
+  POST   /master/machine/down, /up         only DRAINING machines go down (agents removed, tasks lost);
+                                           only DOWN machines come up (and leave the schedule)
+  GET    /master/maintenance/status        draining and down machines
+
+Every request is kept (``requests``; ``writes`` are the ones that are not GETs) so a test can show
+that a dry run wrote nothing. Kubernetes requests must carry the kubeconfig's bearer token.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import json
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from typing import TypeVar
+
+from itests.recorded_api import Request
+from itests.recorded_api import http_server
+from itests.recorded_api import kubernetes_page
+
+Answer = tuple[int, bytes]
+
+
+class FakeServer(abc.ABC):
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self.url = ""
+        self._lock = threading.Lock()
+
+    @property
+    def writes(self) -> list[Request]:
+        return [r for r in self.requests if r.method != "GET"]
+
+    def answer(self, request: Request) -> Answer:
+        with self._lock:
+            self.requests.append(request)
+            return self.handle(request)
+
+    @abc.abstractmethod
+    def handle(self, request: Request) -> Answer:
+        """Answer one request (called under the lock: one request at a time changes the state)."""
+
+
+# --- Kubernetes ---------------------------------------------------------------------------------
+
+
+def status(code: int, reason: str, message: str) -> Answer:
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason}
+    return code, json.dumps({**body, "message": message}).encode()
+
+
+def merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386: objects merge, ``null`` deletes, anything else (lists too) replaces."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+class FakeKubernetes(FakeServer):
+    PATCH_TYPES = ("application/strategic-merge-patch+json", "application/merge-patch+json")
+    NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
+    EVICTION = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction$")
+
+    def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], token: str = "recorded-token") -> None:
+        super().__init__()
+        self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
+        self.pods = {(p["metadata"]["namespace"], p["metadata"]["name"]): copy.deepcopy(p) for p in pods}
+        self.token = token
+        self.version = 50_000_000
+        self.budget_refuses: set[str] = set()  # "ns/name": evictions answered 429 (a disruption budget)
+        self.eviction_errors: dict[str, Answer] = {}  # "ns/name": any other answer to its eviction
+        # node name -> how many of its next PATCHes race another writer, which adds a taint first
+        self.races: dict[str, int] = {}
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pods.get((namespace, name))
+
+    def handle(self, request: Request) -> Answer:
+        if request.headers.get("authorization") != f"Bearer {self.token}":
+            return status(401, "Unauthorized", "no bearer token")
+        node = self.NODE.match(request.path)
+        eviction = self.EVICTION.match(request.path)
+        if request.method == "GET" and request.path == "/api/v1/nodes":
+            return self._list("NodeList", list(self.nodes.values()), request)
+        if request.method == "GET" and request.path == "/api/v1/pods":
+            return self._list("PodList", list(self.pods.values()), request)
+        if request.method == "GET" and node:
+            found = self.nodes.get(node[1])
+            if found is None:
+                return status(404, "NotFound", f'nodes "{node[1]}" not found')
+            return 200, json.dumps(found).encode()
+        if request.method == "PATCH" and node:
+            return self._patch(node[1], request)
+        if request.method == "POST" and eviction:
+            return self._evict(eviction[1], eviction[2], request)
+        return status(404, "NotFound", f"{request.method} {request.path}: not served by this fake")
+
+    def _list(self, kind: str, items: list[dict[str, Any]], request: Request) -> Answer:
+        recorded = {"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": str(self.version)}}
+        return 200, json.dumps(kubernetes_page({**recorded, "items": items}, request.query)).encode()
+
+    def _bump(self, obj: dict[str, Any]) -> None:
+        self.version += 1
+        obj["metadata"]["resourceVersion"] = str(self.version)
+
+    def _patch(self, name: str, request: Request) -> Answer:
+        node = self.nodes.get(name)
+        if node is None:
+            return status(404, "NotFound", f'nodes "{name}" not found')
+        if request.headers.get("content-type") not in self.PATCH_TYPES:
+            return status(415, "UnsupportedMediaType", f"unsupported patch type {request.headers.get('content-type')}")
+        if self.races.get(name, 0) > 0:  # someone else changes the node between our read and our write
+            self.races[name] -= 1
+            taints = node["spec"].setdefault("taints", [])
+            taints.append({"key": f"example.com/other-writer-{self.races[name]}", "effect": "PreferNoSchedule"})
+            self._bump(node)
+        patch = request.json()
+        wanted = (patch.get("metadata") or {}).pop("resourceVersion", None)
+        if wanted is not None and wanted != node["metadata"]["resourceVersion"]:
+            message = (
+                f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; '
+                "please apply your changes to the latest version and try again"
+            )
+            return status(409, "Conflict", message)
+        merge(node, patch)
+        self._bump(node)
+        return 200, json.dumps(node).encode()
+
+    def _evict(self, namespace: str, name: str, request: Request) -> Answer:
+        body = request.json() or {}
+        meta = body.get("metadata") or {}
+        if (body.get("apiVersion"), body.get("kind")) != ("policy/v1", "Eviction") or meta.get("name") != name:
+            return status(400, "BadRequest", f"not a policy/v1 Eviction of {namespace}/{name}: {body}")
+        key = f"{namespace}/{name}"
+        if (namespace, name) not in self.pods:
+            return status(404, "NotFound", f'pods "{name}" not found')
+        if key in self.budget_refuses:
+            return status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
+        if key in self.eviction_errors:
+            return self.eviction_errors[key]
+        del self.pods[(namespace, name)]
+        return 201, json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}).encode()
+
+
+# --- Mesos --------------------------------------------------------------------------------------
+
+
+def machine_key(obj: dict[str, Any]) -> tuple[str, str]:
+    return str(obj.get("hostname", "")).lower(), str(obj.get("ip", ""))
+
+
+def agent_key(agent: dict[str, Any]) -> tuple[str, str]:
+    return str(agent.get("hostname", "")).lower(), str(agent.get("pid", "")).partition("@")[2].rpartition(":")[0]
+
+
+class FakeMesosMaster(FakeServer):
+    def __init__(self, slaves: dict[str, Any], frameworks: dict[str, Any]) -> None:
+        super().__init__()
+        self.agents: list[dict[str, Any]] = copy.deepcopy(slaves["slaves"])
+        self.frameworks: list[dict[str, Any]] = copy.deepcopy(frameworks["frameworks"])
+        self.windows: list[dict[str, Any]] = []
+        self.modes: dict[tuple[str, str], str] = {}  # machines in maintenance: DRAINING or DOWN
+
+    def finish_tasks(self, agent_id: str) -> None:
+        """The frameworks moved their work off the agent."""
+        for framework in self.frameworks:
+            framework["tasks"] = [t for t in framework.get("tasks") or () if t.get("slave_id") != agent_id]
+
+    def handle(self, request: Request) -> Answer:
+        route = (request.method, request.path)
+        if route == ("GET", "/master/slaves"):
+            return self._ok({"slaves": self.agents, "recovered_slaves": []})
+        if route == ("GET", "/master/frameworks"):
+            return self._ok({"frameworks": self.frameworks})
+        if route == ("GET", "/master/maintenance/schedule"):
+            return self._ok({"windows": self.windows} if self.windows else {})
+        if route == ("GET", "/master/maintenance/status"):
+            draining = [{"id": self._machine(k)} for k, mode in self.modes.items() if mode == "DRAINING"]
+            down = [self._machine(k) for k, mode in self.modes.items() if mode == "DOWN"]
+            return self._ok(
+                {**({"draining_machines": draining} if draining else {}), **({"down_machines": down} if down else {})}
+            )
+        try:
+            body = request.json()
+        except ValueError as e:
+            return 400, str(e).encode()
+        if route == ("POST", "/master/maintenance/schedule"):
+            return self._post_schedule(body)
+        if route == ("POST", "/master/machine/down"):
+            return self._transition(body, "DRAINING", "DOWN", "brought down")
+        if route == ("POST", "/master/machine/up"):
+            return self._transition(body, "DOWN", "UP", "brought up")
+        return 404, b""
+
+    def _ok(self, body: Any) -> Answer:
+        return 200, json.dumps(body).encode()
+
+    def _machine(self, key: tuple[str, str]) -> dict[str, str]:
+        for window in self.windows:
+            for obj in window["machine_ids"]:
+                if machine_key(obj) == key:
+                    return dict(obj)
+        return {"hostname": key[0], "ip": key[1]}
+
+    def _post_schedule(self, body: Any) -> Answer:
+        if not isinstance(body, dict):
+            return 400, b"Expecting a JSON object"
+        windows = body.get("windows") or []
+        seen: set[tuple[str, str]] = set()
+        for window in windows:
+            machines = window.get("machine_ids") or []
+            if not machines:
+                return 400, b"List of machines in the maintenance window is empty"
+            start = (window.get("unavailability") or {}).get("start") or {}
+            if not isinstance(start.get("nanoseconds"), int):
+                return 400, b"Maintenance window does not specify an unavailability start"
+            for obj in machines:
+                if not obj.get("hostname") and not obj.get("ip"):
+                    return 400, b"Both 'hostname' and 'ip' for a machine are empty"
+                if machine_key(obj) in seen:
+                    return 400, f"Machine '{json.dumps(obj)}' appears more than once in the schedule".encode()
+                seen.add(machine_key(obj))
+        for key, mode in self.modes.items():
+            if mode == "DOWN" and key not in seen:
+                return (
+                    400,
+                    f"Machine '{json.dumps(self._machine(key))}' is deactivated and must be in the schedule".encode(),
+                )
+        self.modes = {key: self.modes.get(key, "DRAINING") for key in seen}
+        self.windows = copy.deepcopy(windows)
+        return 200, b""
+
+    def _transition(self, body: Any, source: str, target: str, verb: str) -> Answer:
+        if not isinstance(body, list) or not body:
+            return 400, b"List of machines is empty"
+        keys = [machine_key(obj) for obj in body]
+        if len(set(keys)) != len(keys):
+            return 400, b"Machine appears more than once"
+        for obj, key in zip(body, keys, strict=True):
+            if key not in self.modes:
+                return 400, f"Machine '{json.dumps(obj)}' is not part of a maintenance schedule".encode()
+            if self.modes[key] != source:
+                return 400, f"Machine '{json.dumps(obj)}' is not in {source} mode and cannot be {verb}".encode()
+        for key in keys:
+            if target == "DOWN":
+                self.modes[key] = "DOWN"
+                for agent in [a for a in self.agents if agent_key(a) == key]:
+                    self.agents.remove(agent)  # shut down and removed: its tasks are lost
+                    self.finish_tasks(agent["id"])
+            else:
+                del self.modes[key]
+                for window in self.windows:
+                    window["machine_ids"] = [m for m in window["machine_ids"] if machine_key(m) != key]
+                self.windows = [w for w in self.windows if w["machine_ids"]]
+        return 200, b""
+
+
+F = TypeVar("F", bound=FakeServer)
+
+
+@contextmanager
+def serving(fake: F) -> Iterator[F]:
+    with http_server(fake.answer) as url:
+        fake.url = url
+        yield fake

@@ -1,0 +1,245 @@
+"""Node lifecycle: taint lists, the Mesos schedule, per-node results, the simulated adapter, the factory."""
+
+import copy
+
+import pytest
+
+from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEY
+from clusterman.cluster.kubernetes_lifecycle import KubernetesLifecycle
+from clusterman.cluster.kubernetes_lifecycle import blocking_pods
+from clusterman.cluster.kubernetes_lifecycle import is_pinned
+from clusterman.cluster.kubernetes_lifecycle import with_scale_down_taint
+from clusterman.cluster.kubernetes_lifecycle import without_scale_down_taints
+from clusterman.cluster.lifecycle import DrainStatus
+from clusterman.cluster.lifecycle import Outcome
+from clusterman.cluster.lifecycle import WithoutDraining
+from clusterman.cluster.lifecycle import unique
+from clusterman.cluster.lifecycle_factory import lifecycle_for_pool
+from clusterman.cluster.mesos_lifecycle import NANOS
+from clusterman.cluster.mesos_lifecycle import Machine
+from clusterman.cluster.mesos_lifecycle import MesosLifecycle
+from clusterman.cluster.mesos_lifecycle import down_machines
+from clusterman.cluster.mesos_lifecycle import scheduled
+from clusterman.cluster.mesos_lifecycle import with_machines
+from clusterman.cluster.mesos_lifecycle import without_machines
+from clusterman.cluster.model import NodeState
+from clusterman.cluster.simulated import SimulatedCloud
+from clusterman.cluster.simulated import SimulatedConnector
+from clusterman.cluster.simulated import SimulatedGroupSpec
+from clusterman.cluster.simulated import SimulatedScheduler
+from clusterman.cluster.simulated import TaskList
+from clusterman.cluster.simulated import WorkItem
+from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
+from clusterman.config.model import ClusterConfig
+from clusterman.config.model import MainConfig
+from clusterman.config.model import PoolConfig
+from clusterman.config.model import PoolIdentity
+from clusterman.config.model import ScalingLimits
+from clusterman.config.model import Scheduler
+from clusterman.config.schema import ConfigError
+from clusterman.resources import Resources
+
+CORDON = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": "2024-05-02T07:00:00Z"}
+OURS = {"key": SCALE_DOWN_TAINT_KEY, "value": "1714640000", "effect": "NoSchedule"}
+ESCALATOR = {"key": "atlassian.com/escalator", "value": "1714640300", "effect": "NoSchedule"}
+
+# --- Kubernetes taint lists ---
+
+
+def test_tainting_adds_ours_after_the_others_with_whole_seconds():
+    assert with_scale_down_taint([CORDON], 1714650000.9) == [
+        CORDON,
+        {"key": SCALE_DOWN_TAINT_KEY, "value": "1714650000", "effect": "NoSchedule"},
+    ]
+    assert with_scale_down_taint([], 5.0) == [{"key": SCALE_DOWN_TAINT_KEY, "value": "5", "effect": "NoSchedule"}]
+
+
+@pytest.mark.parametrize(
+    "marked", [OURS, ESCALATOR, {"key": "clusterman.yelp.com/terminating", "effect": "NoSchedule"}]
+)
+def test_a_node_already_marked_keeps_its_taint_and_time(marked):
+    assert with_scale_down_taint([CORDON, marked], 1714650000.0) is None
+
+
+def test_untainting_removes_every_scale_down_key_and_nothing_else():
+    assert without_scale_down_taints([CORDON, OURS, ESCALATOR]) == [CORDON]
+    assert without_scale_down_taints([CORDON]) is None
+    assert without_scale_down_taints([]) is None
+
+
+def test_daemonset_and_mirror_pods_do_not_block_a_drain():
+    app = {"metadata": {"name": "web", "ownerReferences": [{"kind": "ReplicaSet"}]}}
+    daemon = {"metadata": {"name": "agent", "ownerReferences": [{"kind": "DaemonSet"}]}}
+    mirror = {"metadata": {"name": "proxy", "annotations": {"kubernetes.io/config.mirror": "x"}}}
+    bare = {"metadata": {"name": "bare"}}
+    assert blocking_pods([app, daemon, mirror, bare]) == [app, bare]
+
+
+def test_a_pod_is_pinned_by_any_of_the_keys_saying_false():
+    keys = ("cluster-autoscaler.kubernetes.io/safe-to-evict", "clusterman.com/safe_to_evict")
+    pod = {"metadata": {"annotations": {"clusterman.com/safe_to_evict": " False "}}}
+    assert is_pinned(pod, keys)
+    assert not is_pinned({"metadata": {"annotations": {"clusterman.com/safe_to_evict": "true"}}}, keys)
+    assert not is_pinned(pod, keys[:1])
+    assert not is_pinned({}, keys)
+
+
+# --- the Mesos schedule ---
+
+A = Machine("ip-10-0-1-10.us-west-2.compute.internal", "10.0.1.10")
+B = Machine("ip-10-0-1-13.us-west-2.compute.internal", "10.0.1.13")
+OPERATOR = {
+    "machine_ids": [{"hostname": "other", "ip": "10.0.9.9"}, {"ip": "10.0.9.10"}],
+    "unavailability": {"start": {"nanoseconds": 1000 * NANOS}, "duration": {"nanoseconds": 60 * NANOS}},
+}
+
+
+def test_scheduling_adds_one_window_and_keeps_the_others():
+    schedule = {"windows": [OPERATOR]}
+    before = copy.deepcopy(schedule)
+    new = with_machines(schedule, [A, B, A], 2000.5, 600)
+    assert schedule == before  # not changed in place
+    assert new["windows"][0] == OPERATOR
+    assert new["windows"][1] == {
+        "machine_ids": [{"hostname": A.hostname, "ip": A.ip}, {"hostname": B.hostname, "ip": B.ip}],
+        "unavailability": {"start": {"nanoseconds": 2000500000000}, "duration": {"nanoseconds": 600 * NANOS}},
+    }
+    assert scheduled(new) == {("other", "10.0.9.9"): 1000.0, ("", "10.0.9.10"): 1000.0, A.key: 2000.5, B.key: 2000.5}
+
+
+def test_a_scheduled_machine_keeps_its_window_whatever_the_hostnames_case():
+    schedule = with_machines({}, [A], 1000.0, 600)
+    upper = Machine(A.hostname.upper(), A.ip)
+    assert with_machines(schedule, [upper], 2000.0, 600) == schedule
+    assert scheduled(schedule)[upper.key] == 1000.0
+
+
+def test_unscheduling_removes_machines_and_windows_left_empty():
+    schedule = with_machines({"windows": [OPERATOR]}, [A, B], 2000.0, 600)
+    assert without_machines(schedule, [Machine(A.hostname.upper(), A.ip)])["windows"][1]["machine_ids"] == [
+        {"hostname": B.hostname, "ip": B.ip}
+    ]
+    assert without_machines(schedule, [A, B]) == {"windows": [OPERATOR]}
+    assert without_machines(schedule, [Machine("", "10.0.9.10")])["windows"][0]["machine_ids"] == [
+        {"hostname": "other", "ip": "10.0.9.9"}
+    ]
+    assert without_machines({}, [A]) == {"windows": []}  # posting this cancels nothing else: there is nothing
+
+
+def test_down_machines_from_the_status():
+    status = {"draining_machines": [{"id": {"hostname": "x", "ip": "1.2.3.4"}}], "down_machines": [A.json()]}
+    assert down_machines(status) == {A.key}
+    assert down_machines({}) == set()
+
+
+# --- per-node results and the simulated adapter ---
+
+
+def simulated(n_nodes=2, n_tasks=3, dry_run=False):
+    cloud = SimulatedCloud([SimulatedGroupSpec("g1", Resources(cpus=4, mem=16000))], {"g1": n_nodes})
+    work = TaskList(WorkItem(f"t{i}", Resources(cpus=1)) for i in range(n_tasks))
+    connector = SimulatedConnector(cloud, SimulatedScheduler(work))
+    nodes = [n.id for n in connector.snapshot(0.0).nodes]
+    return connector, SimulatedLifecycle(connector.scheduler, dry_run=dry_run), nodes
+
+
+def test_unique_keeps_order_and_takes_a_string_as_one_id():
+    assert unique(["b", "a", "b"]) == ["b", "a"]
+    assert unique("i-0abc") == ["i-0abc"]
+
+
+def test_one_nodes_exception_is_its_own_failure():
+    _, life, (first, second) = simulated()
+
+    def act(node_id):
+        if node_id == first:
+            raise KeyError("spec")
+        return life.result(node_id, Outcome.CHANGED, "fine")
+
+    results = life.each([first, second], act, "taint")
+    assert (results[first].outcome, results[first].detail) == (Outcome.FAILED, "taint: KeyError: 'spec'")
+    assert results[second].outcome is Outcome.CHANGED
+    assert (results[first].ok, results[second].ok) == (False, True)
+
+
+def test_simulated_taint_drain_untaint():
+    connector, life, (first, second) = simulated()
+    results = life.taint([first, "nope", first], 5.0)
+    assert {n: r.outcome for n, r in results.items()} == {first: Outcome.CHANGED, "nope": Outcome.FAILED}
+    assert life.taint([first], 9.0)[first].outcome is Outcome.UNCHANGED
+    assert connector.scheduler.node(first).tainted_at == 5.0
+
+    assert life.drain(second, 6.0).status is DrainStatus.FAILED  # not tainted
+    drained = life.drain(first, 6.0)
+    assert (drained.status, drained.evicted, drained.remaining) == (DrainStatus.DONE, 3, 0)
+    snap = connector.snapshot(10.0)
+    assert len(snap.node(second).tasks) == 3 and snap.node(first).tasks == ()
+    assert life.drain("gone", 6.0).status is DrainStatus.DONE
+
+    assert life.untaint([first, second]) == {
+        first: life.result(first, Outcome.CHANGED, "untainted"),
+        second: life.result(second, Outcome.UNCHANGED, "not tainted"),
+    }
+    assert connector.snapshot(20.0).node(first).state is NodeState.READY
+    assert life.before_terminate([first], 30.0)[first].outcome is Outcome.UNCHANGED
+
+
+def test_simulated_dry_run_changes_nothing():
+    connector, life, (first, _) = simulated(dry_run=True)
+    assert life.taint([first], 5.0)[first].detail == "dry run: would have tainted at 5"
+    assert connector.scheduler.node(first).state is NodeState.READY
+    connector.scheduler.taint([first], 5.0)
+    drained = life.drain(first, 6.0)
+    assert (drained.status, drained.evicted, drained.remaining, drained.dry_run) == (DrainStatus.NOT_NOW, 3, 3, True)
+    assert len(connector.scheduler.node(first).tasks) == 3
+    assert life.untaint([first])[first].outcome is Outcome.CHANGED
+    assert connector.scheduler.node(first).state is NodeState.TAINTED
+
+
+def test_without_draining_terminates_at_once_and_delegates_the_rest():
+    connector, inner, (first, _) = simulated()
+    life = WithoutDraining(inner)
+    assert life.taint([first], 5.0)[first].outcome is Outcome.CHANGED
+    drained = life.drain(first, 6.0)
+    assert (drained.status, drained.detail) == (DrainStatus.DONE, "draining is disabled for this pool")
+    assert len(connector.scheduler.node(first).tasks) == 3  # nothing was evicted
+    assert life.untaint([first])[first].outcome is Outcome.CHANGED
+
+
+# --- the factory ---
+
+LIMITS = ScalingLimits(min_capacity=1, max_capacity=10, max_weight_to_add=5, max_weight_to_remove=5)
+MAIN = MainConfig(clusters={"c1": ClusterConfig(kubeconfig_path="/etc/kube.conf", mesos_master_fqdn="master.c1")})
+
+
+def test_factory_builds_each_scheduler_and_honours_draining_enabled():
+    draining = PoolConfig(scaling_limits=LIMITS, draining_enabled=True)
+    kube = lifecycle_for_pool(MAIN, PoolIdentity("c1", "web", Scheduler.KUBERNETES), draining, dry_run=True)
+    assert isinstance(kube, KubernetesLifecycle) and kube.dry_run and kube.kubeconfig_path == "/etc/kube.conf"
+    assert kube.safe_to_evict_keys == ("cluster-autoscaler.kubernetes.io/safe-to-evict", "clusterman.com/safe_to_evict")
+    mesos = lifecycle_for_pool(MAIN, PoolIdentity("c1", "web", Scheduler.MESOS), draining)
+    assert isinstance(mesos, MesosLifecycle) and mesos.url == "http://master.c1:5050" and not mesos.dry_run
+
+    plain = PoolConfig(scaling_limits=LIMITS)  # draining_enabled defaults to false, as in Clusterman
+    wrapped = lifecycle_for_pool(MAIN, PoolIdentity("c1", "web", Scheduler.KUBERNETES), plain, dry_run=True)
+    assert isinstance(wrapped, WithoutDraining) and isinstance(wrapped.inner, KubernetesLifecycle) and wrapped.dry_run
+
+    connector, _, _ = simulated()
+    sim = lifecycle_for_pool(MAIN, PoolIdentity("c1", "sim", Scheduler.SIMULATED), draining, connector=connector)
+    assert isinstance(sim, SimulatedLifecycle) and sim.scheduler is connector.scheduler
+
+
+def test_factory_errors_name_what_is_missing():
+    pool = PoolConfig(scaling_limits=LIMITS)
+    with pytest.raises(ConfigError, match=r"clusters.c2: kubeconfig_path: required for the pool c2/web.kubernetes"):
+        lifecycle_for_pool(
+            MainConfig(clusters={"c2": ClusterConfig()}), PoolIdentity("c2", "web", Scheduler.KUBERNETES), pool
+        )
+    with pytest.raises(ConfigError, match="mesos_master_fqdn"):
+        lifecycle_for_pool(
+            MainConfig(clusters={"c2": ClusterConfig()}), PoolIdentity("c2", "web", Scheduler.MESOS), pool
+        )
+    with pytest.raises(ConfigError, match="unknown cluster"):
+        lifecycle_for_pool(MAIN, PoolIdentity("c9", "web", Scheduler.MESOS), pool)
+    with pytest.raises(ValueError, match="pass the pool's SimulatedConnector"):
+        lifecycle_for_pool(MAIN, PoolIdentity("c1", "sim", Scheduler.SIMULATED), pool)
