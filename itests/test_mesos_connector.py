@@ -58,7 +58,7 @@ def test_snapshot_from_recorded_master(master):
     # allocated = what the master's used_resources says, as Clusterman reports it
     assert account_nodes(snap.nodes).allocated == Resources(15.25 + 2, 34000 + 4000, 2000, 0)
     assert snap.pending == ()
-    assert [r.path for r in master.requests] == ["/master/slaves", "/master/frameworks"]
+    assert [r.path for r in master.requests] == ["/master/slaves", "/master/frameworks", "/master/maintenance/schedule"]
 
 
 def test_join_by_ip_with_the_clouds_view(master):

@@ -5,6 +5,7 @@ import pytest
 
 from clusterman.cluster.lifecycle import DrainStatus
 from clusterman.cluster.lifecycle import Outcome
+from clusterman.cluster.mesos import OUR_WINDOW_SIGNATURE_NANOS
 from clusterman.cluster.mesos_lifecycle import NANOS
 from clusterman.cluster.mesos_lifecycle import MesosLifecycle
 from itests.recorded_api import load
@@ -62,7 +63,10 @@ def test_taint_puts_the_machines_in_one_new_window_and_keeps_the_operators(maste
                 dict(zip(("hostname", "ip"), M0, strict=True)),
                 dict(zip(("hostname", "ip"), M3, strict=True)),
             ],
-            "unavailability": {"start": {"nanoseconds": int(NOW) * NANOS}, "duration": {"nanoseconds": 600 * NANOS}},
+            "unavailability": {
+                "start": {"nanoseconds": int(NOW) * NANOS},
+                "duration": {"nanoseconds": 600 * NANOS + OUR_WINDOW_SIGNATURE_NANOS},
+            },
         },
     ]
     assert machines(master)[M0] == machines(master)[M3] == "DRAINING"
@@ -178,3 +182,25 @@ def test_a_schedule_we_cannot_read_fails_the_nodes_and_raises_nothing(master, li
     drained = lifecycle.drain(S.format(0), NOW)
     assert drained.status is DrainStatus.FAILED and drained.detail.startswith("AttributeError")
     assert master.writes == []
+
+
+def test_the_connector_reads_our_maintenance_window_as_a_taint(master, lifecycle):
+    """The read side closes the loop: a machine we scheduled is a tainted node since its window start."""
+    from clusterman.cluster.mesos import MesosConnector
+    from clusterman.cluster.mesos import MesosPool
+    from clusterman.cluster.model import NodeState
+
+    master.agents[1]["hostname"], master.agents[1]["pid"] = (
+        OPERATOR["machine_ids"][0]["hostname"],
+        "slave(1)@10.0.9.99:5051",
+    )
+    master.agents[1]["active"] = True
+    lifecycle.taint([S.format(0)], NOW)
+    connector = MesosConnector(MesosPool("default"), master.url)
+    nodes = {n.id: n for n in connector.scheduler_view(NOW + 5).nodes}
+    assert nodes[S.format(0)].state is NodeState.TAINTED
+    assert nodes[S.format(0)].tainted_at == NOW
+    assert nodes[S.format(1)].state is NodeState.CORDONED  # the operator's window: not ours to remove
+    lifecycle.untaint([S.format(0)])
+    assert {n.id: n.state for n in connector.scheduler_view(NOW).nodes}[S.format(0)] is NodeState.READY
+    connector.close()

@@ -15,6 +15,7 @@ from clusterman.cluster.lifecycle import Outcome
 from clusterman.cluster.lifecycle import WithoutDraining
 from clusterman.cluster.lifecycle import unique
 from clusterman.cluster.lifecycle_factory import lifecycle_for_pool
+from clusterman.cluster.mesos import OUR_WINDOW_SIGNATURE_NANOS
 from clusterman.cluster.mesos_lifecycle import NANOS
 from clusterman.cluster.mesos_lifecycle import Machine
 from clusterman.cluster.mesos_lifecycle import MesosLifecycle
@@ -102,7 +103,10 @@ def test_scheduling_adds_one_window_and_keeps_the_others():
     assert new["windows"][0] == OPERATOR
     assert new["windows"][1] == {
         "machine_ids": [{"hostname": A.hostname, "ip": A.ip}, {"hostname": B.hostname, "ip": B.ip}],
-        "unavailability": {"start": {"nanoseconds": 2000500000000}, "duration": {"nanoseconds": 600 * NANOS}},
+        "unavailability": {
+            "start": {"nanoseconds": 2000500000000},
+            "duration": {"nanoseconds": 600 * NANOS + OUR_WINDOW_SIGNATURE_NANOS},
+        },
     }
     assert scheduled(new) == {("other", "10.0.9.9"): 1000.0, ("", "10.0.9.10"): 1000.0, A.key: 2000.5, B.key: 2000.5}
 

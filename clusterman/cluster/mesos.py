@@ -21,6 +21,7 @@ import logging
 from collections.abc import Iterable
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 import requests
@@ -77,6 +78,60 @@ def split_resources(amounts: Any, where: str) -> tuple[Resources, Resources]:
     return Resources(**regular), Resources(**revocable)
 
 
+NANOS = 1_000_000_000
+MAINTENANCE_SCHEDULE_PATH = "/master/maintenance/schedule"
+# Our maintenance windows end their duration in these nanoseconds, so the read side can tell the
+# machines the autoscaler is draining (tainted: it may terminate them) from an operator's
+# maintenance (cordoned: neither capacity nor ours to remove). Mesos windows carry no other label.
+OUR_WINDOW_SIGNATURE_NANOS = 1771
+
+
+def is_our_window(window: Mapping[str, Any]) -> bool:
+    duration = ((window.get("unavailability") or {}).get("duration") or {}).get("nanoseconds", 0)
+    return int(duration) % 1_000_000 == OUR_WINDOW_SIGNATURE_NANOS
+
+
+@dataclass(frozen=True)
+class Machine:
+    hostname: str
+    ip: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """How the master tells machines apart: the hostname ignoring case, and the address."""
+        return self.hostname.lower(), self.ip
+
+    def json(self) -> dict[str, str]:
+        return {k: v for k, v in (("hostname", self.hostname), ("ip", self.ip)) if v}
+
+    def __str__(self) -> str:
+        return f"{self.hostname or '?'} ({self.ip or '?'})"
+
+
+def machine_from(obj: Mapping[str, Any]) -> Machine:
+    return Machine(str(obj.get("hostname", "")), str(obj.get("ip", "")))
+
+
+def scheduled(schedule: Mapping[str, Any]) -> dict[tuple[str, str], float]:
+    """Machines in the schedule, by key, with the start of their window (Unix seconds)."""
+    return {key: start for key, (start, _) in scheduled_windows(schedule).items()}
+
+
+def scheduled_windows(schedule: Mapping[str, Any]) -> dict[tuple[str, str], tuple[float, bool]]:
+    """Machines in the schedule, by key: (window start in Unix seconds, whether the window is ours)."""
+    out: dict[tuple[str, str], tuple[float, bool]] = {}
+    for window in schedule.get("windows") or ():
+        start = ((window.get("unavailability") or {}).get("start") or {}).get("nanoseconds", 0)
+        ours = is_our_window(window)
+        for obj in window.get("machine_ids") or ():
+            out[machine_from(obj).key] = (float(start) / NANOS, ours)
+    return out
+
+
+def agent_machine(agent: Mapping[str, Any]) -> Machine:
+    return Machine(str(agent.get("hostname", "")), agent_ip(str(agent.get("pid", ""))))
+
+
 def agent_ip(pid: str) -> str:
     """``slave(1)@10.0.0.1:5051`` -> ``10.0.0.1``."""
     return pid.partition("@")[2].rpartition(":")[0]
@@ -119,9 +174,17 @@ def tasks_of(
 
 
 def build_view(
-    agents: Iterable[Mapping[str, Any]], frameworks: Iterable[Mapping[str, Any]], pool: MesosPool
+    agents: Iterable[Mapping[str, Any]],
+    frameworks: Iterable[Mapping[str, Any]],
+    pool: MesosPool,
+    maintenance: Mapping[tuple[str, str], tuple[float, bool]] | None = None,
 ) -> SchedulerView:
-    """The pool's agents with their tasks, from the raw ``slaves`` and ``frameworks`` lists."""
+    """The pool's agents with their tasks, from the raw ``slaves`` and ``frameworks`` lists.
+
+    ``maintenance`` (from ``scheduled_windows``) marks the agents in our own maintenance windows
+    as tainted since the window's start (Mesos' form of our taint), and agents in an operator's
+    windows as cordoned.
+    """
     ours = [a for a in agents if in_pool(a, pool)]
     reserved_roles: dict[str, frozenset[str]] = {}
     for agent in ours:
@@ -134,7 +197,19 @@ def build_view(
     for framework in frameworks:
         for agent_id, task in tasks_of(framework, pool, reserved_roles):
             tasks[agent_id].append(task)
-    return SchedulerView(tuple(node_from(agent, tasks[str(agent["id"])]) for agent in ours), ())
+    nodes = []
+    for agent in ours:
+        node = node_from(agent, tasks[str(agent["id"])])
+        window = (maintenance or {}).get(agent_machine(agent).key)
+        if window is not None and node.state is NodeState.READY:
+            started, is_ours = window
+            node = (
+                replace(node, state=NodeState.TAINTED, tainted_at=started)
+                if is_ours
+                else replace(node, state=NodeState.CORDONED)
+            )
+        nodes.append(node)
+    return SchedulerView(tuple(nodes), ())
 
 
 def node_from(agent: Mapping[str, Any], tasks: list[Task]) -> Node:
@@ -175,14 +250,25 @@ class MesosConnector(ClusterConnector):
     def scheduler_view(self, now: float) -> SchedulerView:
         agents = self._get("/master/slaves", "slaves")
         frameworks = self._get("/master/frameworks", "frameworks")
-        return build_view(agents, frameworks, self.pool)
+        return build_view(agents, frameworks, self.pool, scheduled_windows(self._schedule()))
 
     def close(self) -> None:
         if self._session is not None:
             self._session.close()
             self._session = None
 
+    def _schedule(self) -> dict[str, Any]:
+        """The maintenance schedule; a master without the endpoint (404) has none."""
+        response = self._request(MAINTENANCE_SCHEDULE_PATH)
+        if response.status_code == 404:
+            return {}
+        return self._json(response, MAINTENANCE_SCHEDULE_PATH, "windows", optional=True)
+
     def _get(self, path: str, key: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self._json(self._request(path), path, key)[key]
+        return items
+
+    def _request(self, path: str) -> requests.Response:
         if self._session is None:
             self._session = requests.Session()
         url = self.url + path
@@ -190,13 +276,16 @@ class MesosConnector(ClusterConnector):
             response = self._session.get(url, timeout=self.timeout_seconds)
         except requests.RequestException as e:
             raise ConnectorError(f"mesos master {url}: cannot reach it: {e}") from e
+        return response
+
+    def _json(self, response: requests.Response, path: str, key: str, optional: bool = False) -> dict[str, Any]:
+        url = self.url + path
         if response.status_code != 200:
             raise ConnectorError(f"mesos master {url}: {response.status_code} {response.reason}: {response.text[:200]}")
         try:
             body = response.json()
         except ValueError as e:
             raise ConnectorError(f"mesos master {url}: the answer is not JSON: {e}") from e
-        if not isinstance(body, dict) or not isinstance(body.get(key), list):
+        if not isinstance(body, dict) or not (isinstance(body.get(key), list) or (optional and key not in body)):
             raise ConnectorError(f"mesos master {url}: the answer has no {key!r} list")
-        items: list[dict[str, Any]] = body[key]
-        return items
+        return body

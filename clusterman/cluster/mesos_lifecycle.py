@@ -26,7 +26,6 @@ import logging
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import requests
@@ -39,48 +38,21 @@ from clusterman.cluster.lifecycle import Outcome
 from clusterman.cluster.lifecycle import Results
 from clusterman.cluster.lifecycle import unique
 from clusterman.cluster.mesos import ACTIVE_TASK_STATES
+from clusterman.cluster.mesos import NANOS
+from clusterman.cluster.mesos import OUR_WINDOW_SIGNATURE_NANOS
+from clusterman.cluster.mesos import Machine
 from clusterman.cluster.mesos import agent_ip
+from clusterman.cluster.mesos import machine_from
+from clusterman.cluster.mesos import scheduled
 
 log = logging.getLogger(__name__)
 
-NANOS = 1_000_000_000
 DEFAULT_WINDOW_SECONDS = 600.0  # the unavailability's duration: a hint to frameworks, never enforced
 
 Schedule = dict[str, Any]  # the master's JSON: {"windows": [{"machine_ids": [...], "unavailability": {...}}]}
 
 
-@dataclass(frozen=True)
-class Machine:
-    hostname: str
-    ip: str
-
-    @property
-    def key(self) -> tuple[str, str]:
-        """How the master tells machines apart: the hostname ignoring case, and the address."""
-        return self.hostname.lower(), self.ip
-
-    def json(self) -> dict[str, str]:
-        return {k: v for k, v in (("hostname", self.hostname), ("ip", self.ip)) if v}
-
-    def __str__(self) -> str:
-        return f"{self.hostname or '?'} ({self.ip or '?'})"
-
-
-def machine_from(obj: Mapping[str, Any]) -> Machine:
-    return Machine(str(obj.get("hostname", "")), str(obj.get("ip", "")))
-
-
 # --- the schedule (pure) ------------------------------------------------------------------------
-
-
-def scheduled(schedule: Mapping[str, Any]) -> dict[tuple[str, str], float]:
-    """Machines in the schedule, by key, with the start of their window (Unix seconds)."""
-    out: dict[tuple[str, str], float] = {}
-    for window in schedule.get("windows") or ():
-        start = ((window.get("unavailability") or {}).get("start") or {}).get("nanoseconds", 0)
-        for obj in window.get("machine_ids") or ():
-            out[machine_from(obj).key] = float(start) / NANOS
-    return out
 
 
 def with_machines(schedule: Mapping[str, Any], machines: Iterable[Machine], now: float, seconds: float) -> Schedule:
@@ -96,7 +68,7 @@ def with_machines(schedule: Mapping[str, Any], machines: Iterable[Machine], now:
                 "machine_ids": [m.json() for m in new],
                 "unavailability": {
                     "start": {"nanoseconds": int(now * NANOS)},
-                    "duration": {"nanoseconds": int(seconds * NANOS)},
+                    "duration": {"nanoseconds": int(seconds * NANOS) + OUR_WINDOW_SIGNATURE_NANOS},
                 },
             }
         )
