@@ -3,6 +3,7 @@
 from clusterman.autoscaler.decide import decide
 from clusterman.autoscaler.decision import Action
 from clusterman.autoscaler.decision import Decision
+from clusterman.autoscaler.decision import Reason
 from clusterman.autoscaler.demand import demand_from_snapshot
 from clusterman.autoscaler.policy import ScalingPolicy
 from clusterman.autoscaler.pool_view import SnapshotError
@@ -12,6 +13,7 @@ __all__ = [
     "Action",
     "AutoscalerState",
     "Decision",
+    "Reason",
     "ScalingPolicy",
     "SnapshotError",
     "decide",

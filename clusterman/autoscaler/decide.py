@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 
 from clusterman.autoscaler.decision import Decision
+from clusterman.autoscaler.decision import Reason
 from clusterman.autoscaler.decision import action_of
 from clusterman.autoscaler.demand import total_request
 from clusterman.autoscaler.distribute import distribute
@@ -47,12 +48,14 @@ def decide(
     policy: ScalingPolicy,
     state: AutoscalerState,
     now: float,
+    hold_scale_down: str = "",
 ) -> Decision:
     """What the pool should look like at ``now`` (Unix seconds), and why.
 
     ``requests`` holds one request per app (its signal's answer, the default signal's, or
-    ``demand_from_snapshot`` for internal pools). Raises SnapshotError for a snapshot it cannot
-    trust; the caller then keeps the pool as it is.
+    ``demand_from_snapshot`` for internal pools). ``hold_scale_down`` names a reason the caller
+    knows for not shrinking this run (e.g. a resource group it could not read). Raises
+    SnapshotError for a snapshot it cannot trust; the caller then keeps the pool as it is.
     """
     view = view_of(snapshot)
     util = measure(view, total_request(requests), policy.excluded_resources)
@@ -62,7 +65,8 @@ def decide(
     if view.ignored:
         notes.append(f"{view.ignored} nodes outside the pool's groups ignored")
     joined = _joined_ids(view) if policy.prevent_scale_down_after_capacity_loss else frozenset()
-    blocked = _capacity_loss(joined, policy, state.memory)
+    lost = _capacity_loss(joined, policy, state.memory)
+    blocked = lost or hold_scale_down
     breaker = state.breaker.observe(live_ready)
 
     held = _hold_reason(view, state.scale_lock, live_ready, now)
@@ -70,10 +74,12 @@ def decide(
         lock = state.scale_lock if view.live_groups else ScaleLock()
         after = AutoscalerState(lock, breaker, _remember(snapshot, joined, state.memory, ()))
         as_is = {g.id: exact(g.target_capacity) for g in view.groups.values()}  # a hold changes nothing
-        return _decision(view, util, T, as_is, NodeActions(), held, notes, after)
+        why = Reason.SCALE_LOCK if view.live_groups else Reason.NO_GROUPS
+        return _decision(view, util, T, as_is, NodeActions(), held, notes, after, why)
 
     proposal = propose(view, util, policy)
-    clamped = clamp(T, proposal.target, policy, blocked)
+    clamped = clamp(T, proposal.target, policy, blocked, Reason.CAPACITY_LOSS if lost else Reason.HELD)
+    why = clamped.reason
     reason = proposal.reason
     if clamped.notes:
         reason += f"; limited by {', '.join(clamped.notes)} → {show(clamped.target)}"
@@ -98,6 +104,7 @@ def decide(
                 f"hold target {show(T)}"
             )
             group_targets, achieved = _current_targets(view), T
+            why = Reason.BREAKER
     elif achieved < T:
         breaker = breaker.withdraw()
 
@@ -106,7 +113,8 @@ def decide(
     if achieved == T and waiting > 0:
         notes.append(f"{show(waiting)} already requested, waiting to join")
     after = AutoscalerState(lock, breaker, _remember(snapshot, joined, state.memory, actions.terminate))
-    return _decision(view, util, T, group_targets, actions, f"{reason} → {signed(achieved - W)}", notes, after)
+    head = f"{reason} → {signed(achieved - W)}"
+    return _decision(view, util, T, group_targets, actions, head, notes, after, why)
 
 
 def _hold_reason(view: PoolView, lock: ScaleLock, live_ready: Fraction, now: float) -> str:
@@ -161,6 +169,7 @@ def _decision(
     head: str,
     notes: list[str],
     state: AutoscalerState,
+    reason: Reason,
 ) -> Decision:
     target = _live_sum(view, group_targets)
     verbs = (("untaint", actions.untaint), ("taint", actions.taint), ("terminate", actions.terminate))
@@ -173,6 +182,7 @@ def _decision(
         target_capacity=target,
         group_targets=group_targets,
         explanation=explanation,
+        reason=reason,
         utilisation=dict(util.ratios),
         most_constrained=util.most_constrained,
         demand=util.demand,

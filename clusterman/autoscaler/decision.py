@@ -19,6 +19,21 @@ class Action(enum.Enum):
     NONE = "none"
 
 
+class Reason(enum.Enum):
+    """What decided the target, as a value (the explanation says it in words): events and metrics
+    group decisions by it to answer "why did it (not) scale?"."""
+
+    UTILISATION = "utilisation"  # utilisation against the setpoint decided
+    MIN_CAPACITY = "min_capacity"  # the pool's minimum raised (or held up) the target
+    MAX_CAPACITY = "max_capacity"  # the pool's maximum capped the target
+    STEP_LIMIT = "step_limit"  # max_weight_to_add / max_weight_to_remove limited the change
+    SCALE_LOCK = "scale_lock"  # held: a scale-up's capacity is still arriving
+    BREAKER = "breaker"  # held: scale-ups keep failing to bring capacity
+    CAPACITY_LOSS = "capacity_loss"  # no scale-down: nodes were lost since the last run
+    HELD = "held"  # no scale-down: the caller said so (a resource group could not be read)
+    NO_GROUPS = "no_groups"  # nothing to scale: no resource group, or all stale
+
+
 @dataclass(frozen=True)
 class Decision:
     """Capacities in weight units; utilisation as fractions (2.5 = 250%)."""
@@ -29,6 +44,7 @@ class Decision:
     target_capacity: Fraction  # the live groups' targets to set: the ready capacity wanted
     group_targets: dict[str, Fraction]
     explanation: str
+    reason: Reason = Reason.UTILISATION
     utilisation: dict[str, Fraction] = field(default_factory=dict)
     most_constrained: str = ""  # "" when the request had no opinion on any measurable resource
     demand: dict[str, Fraction] = field(default_factory=dict)
@@ -51,6 +67,7 @@ class Decision:
 
         return {
             "action": self.action.value,
+            "reason": self.reason.value,
             "utilisation": numbers(self.utilisation),
             "most_constrained": self.most_constrained or None,
             "current_capacity": number(self.current_capacity),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from clusterman.autoscaler.decision import Reason
 from clusterman.autoscaler.exact import show
 from clusterman.autoscaler.policy import ScalingPolicy
 
@@ -18,25 +19,38 @@ from clusterman.autoscaler.policy import ScalingPolicy
 class Clamped:
     target: Fraction
     notes: tuple[str, ...]  # which limits changed the proposal, for the explanation
+    reason: Reason = Reason.UTILISATION  # the first limit that changed it, if any
 
 
-def clamp(current: Fraction, proposed: Fraction, policy: ScalingPolicy, block_scale_down: str = "") -> Clamped:
+def clamp(
+    current: Fraction,
+    proposed: Fraction,
+    policy: ScalingPolicy,
+    block_scale_down: str = "",
+    block_reason: Reason = Reason.CAPACITY_LOSS,
+) -> Clamped:
     """``block_scale_down`` names why scale-down is blocked this run ("" when it is not)."""
     notes = []
+    reasons = []
     delta = proposed - current
     if delta > 0 and current + delta > policy.max_capacity:
         delta = policy.max_capacity - current
         notes.append(f"max_capacity {show(policy.max_capacity)}")
+        reasons.append(Reason.MAX_CAPACITY)
     elif delta < 0 and current + delta < policy.min_capacity:
         delta = policy.min_capacity - current
         notes.append(f"min_capacity {show(policy.min_capacity)}")
+        reasons.append(Reason.MIN_CAPACITY)
     if delta > policy.max_weight_to_add:
         delta = policy.max_weight_to_add
         notes.append(f"max_weight_to_add {show(policy.max_weight_to_add)}")
+        reasons.append(Reason.STEP_LIMIT)
     elif delta < -policy.max_weight_to_remove:
         delta = -policy.max_weight_to_remove
         notes.append(f"max_weight_to_remove {show(policy.max_weight_to_remove)}")
+        reasons.append(Reason.STEP_LIMIT)
     if block_scale_down and delta < 0:
         delta = Fraction(0)
         notes.append(block_scale_down)
-    return Clamped(current + delta, tuple(notes))
+        reasons.append(block_reason)
+    return Clamped(current + delta, tuple(notes), reasons[0] if reasons else Reason.UTILISATION)
