@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from clusterman.cluster.model import NodeState
 from clusterman.config.model import EventsConfig
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.exporter import NodeAction
-from clusterman.events.exporter import NodeState
 from clusterman.events.record import ChangeDetail
 from clusterman.events.service import EventService
 from clusterman.resources import ResourceRequest

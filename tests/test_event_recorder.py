@@ -2,10 +2,10 @@ import itertools
 
 import pytest
 
+from clusterman.cluster.model import NodeState
 from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.exporter import NodeAction
-from clusterman.events.exporter import NodeState
 from clusterman.events.publisher import EventPublisher
 from clusterman.events.record import ChangeDetail
 from clusterman.events.record import ChangeType

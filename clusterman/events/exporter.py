@@ -31,6 +31,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from clusterman.cluster.model import NodeState
 from clusterman.events.publisher import EventPublisher
 from clusterman.resources import RESOURCE_NAMES
 from clusterman.resources import Resources
@@ -39,16 +40,6 @@ NAMESPACE: Final = "clusterman"
 SIGNAL_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 JOIN_BUCKETS: Final = (15.0, 30.0, 60.0, 120.0, 180.0, 300.0, 600.0, 900.0, 1800.0, 3600.0)
 RUN_BUCKETS: Final = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-
-
-class NodeState(enum.Enum):
-    """What a node is doing, from the autoscaler's point of view (one gauge series each)."""
-
-    READY = "ready"  # in service, untainted (Escalator's "untainted")
-    TAINTED = "tainted"  # no new work, waiting to be removed
-    DRAINING = "draining"  # work being moved away (Escalator's "cordoned")
-    JOINING = "joining"  # launched, not yet registered with the scheduler
-    ORPHANED = "orphaned"  # in the cloud but never joined; cleaned up after a grace period
 
 
 class NodeAction(enum.Enum):

@@ -60,6 +60,10 @@ class ChangeDetail(enum.IntEnum):
     DECISION_PAUSED = 205  # no change: the pool is paused
     DECISION_NO_DEMAND = 206  # no change: no usable signal answered
     DECISION_CAPACITY_LOSS = 207  # scale-down held back after capacity was lost
+    DECISION_STEP_LIMIT = 208  # the change was limited by max_weight_to_add / max_weight_to_remove
+    DECISION_HELD = 209  # scale-down held back: part of the pool could not be read this run
+    DECISION_NO_GROUPS = 210  # nothing to scale: no resource group, or all stale
+    DECISION_ERROR = 211  # no change: the run failed before deciding (the message says where)
     GROUP_TARGET = 300  # the group's target capacity was set; referenceID = the pool
     NODE_JOIN = 400  # a node joined the scheduler; referenceID = its group
     NODE_UNTAINT = 401  # a tainted node was put back in service

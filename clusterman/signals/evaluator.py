@@ -34,6 +34,7 @@ class Evaluation:
     signal: str  # the signal that answered, e.g. "clusterman.MostRecentResources"
     latency_seconds: float
     fallback_reason: str = ""  # why the default signal answered for this app ("" when it did not)
+    failed_signal: str = ""  # the app's own signal, when it failed and the default answered
 
     @property
     def is_fallback(self) -> bool:

@@ -1,0 +1,149 @@
+"""Carry out a Decision on the scheduler and the cloud, in the one safe order.
+
+    untaint → taint → drain (one step per tainted node) → before_terminate → cloud terminate
+            → after_terminate → set every group's absolute target
+
+Terminating lowers a group's target by the instances' weight, so the absolute targets are set
+last and nothing is lowered twice. A failure is reported for its node or group and the rest goes
+on: one broken group never stops the others. In a dry run nothing changes and the report says
+what would have been done.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+
+from clusterman.autoscaler.decision import Decision
+from clusterman.autoscaler.exact import number
+from clusterman.cloud.resource_group import CloudGroup
+from clusterman.cloud.resource_group import ResourceGroupError
+from clusterman.cloud.resource_group import TargetChange
+from clusterman.cloud.resource_group import Termination
+from clusterman.cluster.lifecycle import DrainResult
+from clusterman.cluster.lifecycle import DrainStatus
+from clusterman.cluster.lifecycle import NodeLifecycle
+from clusterman.cluster.lifecycle import Outcome
+from clusterman.cluster.lifecycle import Results
+from clusterman.cluster.model import Node
+from clusterman.cluster.model import NodeState
+from clusterman.cluster.model import PoolSnapshot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ApplyReport:
+    """What was done (or, in a dry run, would be), per node and per group, and what failed."""
+
+    dry_run: bool
+    untainted: Results = field(default_factory=dict)
+    tainted: Results = field(default_factory=dict)
+    drains: dict[str, DrainResult] = field(default_factory=dict)
+    terminations: list[Termination] = field(default_factory=list)
+    targets: list[TargetChange] = field(default_factory=list)
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (object id, message)
+
+    @property
+    def terminated(self) -> list[str]:
+        return [i for t in self.terminations for i in t.terminated]
+
+
+def apply(
+    decision: Decision,
+    snapshot: PoolSnapshot,
+    groups: Mapping[str, CloudGroup],
+    lifecycle: NodeLifecycle,
+    now: float,
+    dry_run: bool = False,
+) -> ApplyReport:
+    report = ApplyReport(dry_run)
+    if decision.untaint:
+        report.untainted = lifecycle.untaint(decision.untaint)
+    if decision.taint:
+        report.tainted = lifecycle.taint(decision.taint, now)
+    _fail_nodes(report, report.untainted, "untaint")
+    _fail_nodes(report, report.tainted, "taint")
+
+    leaving = set(decision.terminate)
+    for node_id in _draining(decision, snapshot, report):
+        if node_id not in leaving:
+            report.drains[node_id] = result = lifecycle.drain(node_id, now)
+            if result.status is DrainStatus.FAILED:
+                report.errors.append((node_id, f"drain: {result.detail}"))
+
+    _terminate(decision, snapshot, groups, lifecycle, now, dry_run, report)
+
+    for group_id, target in sorted(decision.group_targets.items()):
+        group = groups.get(group_id)
+        if group is None:
+            report.errors.append((group_id, "no such resource group to set a target on"))
+            continue
+        try:
+            report.targets.append(group.set_target_capacity(float(number(target)), dry_run=dry_run))
+        except ResourceGroupError as e:
+            log.warning("%s", e)
+            report.errors.append((group_id, str(e)))
+    return report
+
+
+def _draining(decision: Decision, snapshot: PoolSnapshot, report: ApplyReport) -> list[str]:
+    """Nodes tainted before this run, plus those tainted now, minus those untainted now."""
+    untainted = {n for n, r in report.untainted.items() if r.ok}
+    tainted_now = [n for n, r in report.tainted.items() if r.ok]
+    earlier = [n.id for n in snapshot.nodes if n.state is NodeState.TAINTED and n.id not in untainted]
+    return list(dict.fromkeys([*earlier, *tainted_now]))
+
+
+def _terminate(
+    decision: Decision,
+    snapshot: PoolSnapshot,
+    groups: Mapping[str, CloudGroup],
+    lifecycle: NodeLifecycle,
+    now: float,
+    dry_run: bool,
+    report: ApplyReport,
+) -> None:
+    if not decision.terminate:
+        return
+    nodes = {n.id: n for n in snapshot.nodes}
+    by_group: dict[str, list[Node]] = defaultdict(list)
+    for node_id in decision.terminate:
+        node = nodes.get(node_id)
+        if node is None or not node.instance_id or not node.group_id:
+            report.errors.append((node_id, "cannot terminate: not an instance of one of the pool's groups"))
+            continue
+        by_group[node.group_id].append(node)
+    # orphans never joined the scheduler: it has nothing to prepare (and would not know them)
+    joined = [n.id for g in by_group.values() for n in g if n.state is not NodeState.ORPHAN]
+    ready = lifecycle.before_terminate(joined, now) if joined else {}
+    _fail_nodes(report, ready, "before terminate")
+    for group_id, members in sorted(by_group.items()):
+        group = groups.get(group_id)
+        going = [n for n in members if ready.get(n.id) is None or ready[n.id].ok]
+        if group is None or not going:
+            if group is None:
+                report.errors.append((group_id, "no such resource group to terminate instances in"))
+            continue
+        try:
+            termination = group.terminate_instances([n.instance_id for n in going], dry_run=dry_run)
+        except ResourceGroupError as e:
+            log.warning("%s", e)
+            report.errors.append((group_id, str(e)))
+            continue
+        report.terminations.append(termination)
+        for instance_id, problem in termination.failed:
+            report.errors.append((instance_id, f"terminate: {problem}"))
+        done = set(termination.terminated)
+        gone = [n.id for n in going if n.instance_id in done and n.state is not NodeState.ORPHAN]
+        if gone:
+            _fail_nodes(report, lifecycle.after_terminate(gone), "after terminate")
+
+
+def _fail_nodes(report: ApplyReport, results: Results, what: str) -> None:
+    for node_id, result in results.items():
+        if result.outcome is Outcome.FAILED:
+            report.errors.append((node_id, f"{what}: {result.detail}"))

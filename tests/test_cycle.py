@@ -1,0 +1,168 @@
+"""One autoscaling run after another, on a simulated pool: the real decision, apply, and recording."""
+
+from __future__ import annotations
+
+import pytest
+
+from clusterman.autoscaler.exact import exact
+from clusterman.autoscaler.policy import ScalingPolicy
+from clusterman.cloud.simulated import SimulatedGroup
+from clusterman.cloud.simulated import SimulatedMarket
+from clusterman.cloud.view import GroupsCloudView
+from clusterman.cluster.model import NodeState
+from clusterman.cluster.simulated import SimulatedConnector
+from clusterman.cluster.simulated import SimulatedScheduler
+from clusterman.cluster.simulated import TaskList
+from clusterman.cluster.simulated import WorkItem
+from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
+from clusterman.events.exporter import AutoscalerMetrics
+from clusterman.events.publisher import EventPublisher
+from clusterman.events.recorder import Recorder
+from clusterman.events.ring import EventRing
+from clusterman.manager.cycle import Cycle
+from clusterman.manager.cycle import Outcome
+from clusterman.manager.demand import InternalDemand
+from clusterman.metrics.store import MetricsError
+from clusterman.resources import Resources
+from clusterman.state.pause import PauseStatus
+
+T0 = 1_700_000_000.0
+NODE = Resources(cpus=4, mem=16000)
+
+
+class Pool:
+    """A simulated pool with the real cycle on top; ``minute()`` advances the clock and runs once."""
+
+    def __init__(self, tasks: list[WorkItem], *, groups: int = 1, policy: ScalingPolicy | None = None, **kw) -> None:
+        self.now = T0
+        self.groups = [
+            SimulatedGroup(f"g{i + 1}", [SimulatedMarket("m5.xlarge", "us-west-2a", 1, NODE)], lambda: self.now,
+                           target_capacity=1, max_capacity=50)
+            for i in range(groups)
+        ]  # fmt: skip
+        self.scheduler = SimulatedScheduler(TaskList(tasks))
+        self.cloud = GroupsCloudView(self.groups)
+        self.ring = EventRing(1000)
+        self.publisher = EventPublisher(self.ring)
+        self.publisher.start()
+        self.recorder = Recorder(self.publisher, AutoscalerMetrics("c", "p"), "p", lambda: int(self.now * 1e9))
+        self.cycle = Cycle(
+            connector=SimulatedConnector(self.cloud, self.scheduler),
+            cloud=self.cloud,
+            lifecycle=SimulatedLifecycle(self.scheduler),
+            demand=kw.pop("demand", InternalDemand()),
+            policy=policy or limits(),
+            recorder=self.recorder,
+            **kw,
+        )
+
+    def minute(self):
+        self.now += 60
+        return self.cycle.run_once(self.now)
+
+    def ready(self):
+        return sum(1 for n in self.scheduler.nodes() if n.state is NodeState.READY)
+
+    def events(self):
+        self.publisher.flush()
+        return list(self.ring.read(0, 1000).records)
+
+    def close(self):
+        self.publisher.stop()
+
+
+def limits(**kw) -> ScalingPolicy:
+    values = {"min_capacity": 1, "max_capacity": 20, "max_weight_to_add": 10, "max_weight_to_remove": 10,
+              "target_capacity_margin": 0.05}  # fmt: skip
+    values.update(kw)
+    return ScalingPolicy(**{k: exact(v) for k, v in values.items()})
+
+
+def work(count, cpus=1.0, end=float("inf")):
+    return [WorkItem(f"t{i}", Resources(cpus=cpus, mem=100), start=T0, end=end) for i in range(count)]
+
+
+@pytest.fixture
+def pools():
+    made = []
+
+    def make(*args, **kw):
+        made.append(Pool(*args, **kw))
+        return made[-1]
+
+    yield make
+    for p in made:
+        p.close()
+
+
+def test_capacity_follows_demand_up_and_down(pools):
+    pool = pools(work(10, end=T0 + 600))
+    first = pool.minute()
+    assert first.outcome is Outcome.ACTED and first.decision is not None
+    # 10 cpus asked on one 4-cpu node: 250% -> ceil(1 x 2.5 / 0.7) = 4 nodes
+    assert first.decision.target_capacity == 4
+    for _ in range(3):
+        pool.minute()
+    assert pool.ready() == 4 and not pool.scheduler.pending()
+    for _ in range(15):  # the tasks end at +600 s; the pool shrinks back to its minimum
+        pool.minute()
+    assert pool.groups[0].read().group.target_capacity == 1
+    assert pool.ready() == 1
+    details = {e.event.detail.name for e in pool.events()}
+    assert {"DECISION_UTILISATION", "GROUP_TARGET", "NODE_TAINT", "NODE_TERMINATE"} <= details
+
+
+def test_a_paused_pool_is_left_alone(pools):
+    paused = PauseStatus(True, reason="maintenance")
+    pool = pools(work(10), pause_status=lambda now: paused)
+    report = pool.minute()
+    assert report.outcome is Outcome.PAUSED
+    assert pool.groups[0].read().group.target_capacity == 1
+    assert "POOL_PAUSE" in {e.event.detail.name for e in pool.events()}
+
+
+def test_dry_run_changes_nothing_and_keeps_its_state(pools):
+    pool = pools(work(10), dry_run=True, policy=limits(scale_up_cool_down_period_seconds=600))
+    report = pool.minute()
+    assert report.decision is not None and report.decision.target_capacity == 4
+    assert report.applied is not None and report.applied.dry_run
+    assert pool.groups[0].read().group.target_capacity == 1
+    assert pool.cycle.state == type(pool.cycle.state)()  # no scale lock taken for a change not made
+
+
+class Unavailable:
+    def requests(self, snapshot, now):
+        raise MetricsError("metrics store unreachable: connection refused")
+
+    def close(self):
+        pass
+
+
+def test_missing_metrics_keep_the_target(pools):
+    pool = pools(work(0), demand=Unavailable())
+    pool.groups[0].set_target_capacity(5)
+    pool.minute()
+    report = pool.minute()
+    assert report.outcome is Outcome.NO_DEMAND and "connection refused" in report.message
+    assert pool.groups[0].read().group.target_capacity == 5
+    assert "DECISION_NO_DEMAND" in {e.event.detail.name for e in pool.events()}
+
+
+def test_an_unreadable_group_holds_scale_down_and_the_other_group_still_grows(pools):
+    pool = pools(work(2), groups=2)
+    for g in pool.groups:
+        g.set_target_capacity(6)
+    pool.groups[1].break_with("AccessDenied")
+    report = pool.minute()
+    assert report.decision is not None and not report.decision.terminate and not report.decision.taint
+    assert "could not be read" in report.decision.explanation
+    assert pool.groups[0].read().group.target_capacity == 6  # nothing shrinks while g2 is unknown
+
+    pool.groups[1].break_with("")
+    pool2 = pools(work(30), groups=2)
+    pool2.minute()
+    pool2.groups[1].break_with("AccessDenied")
+    grown = pool2.minute()
+    assert grown.decision is not None and grown.decision.target_capacity > 2
+    assert pool2.groups[0].read().group.target_capacity > 1  # the readable group still scales up
+    assert "ERROR_CLOUD" in {e.event.detail.name for e in pool2.events()}
