@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
+from clusterman.cli import generate_data as generate_data_cmd
+from clusterman.cli import metrics as metrics_cmd
 from clusterman.cli import signal as signal_cmd
 from clusterman.config.loader import default_env_config_path
 from clusterman.config.schema import ConfigError
@@ -19,7 +21,7 @@ from clusterman.metrics.store import MetricsError
 from clusterman.signals.protocol import SignalError
 
 # Each module defines add_parser(subparsers) and sets `func` (args -> exit status) on its parser.
-SUBCOMMANDS: list[ModuleType] = [signal_cmd]
+SUBCOMMANDS: list[ModuleType] = [signal_cmd, metrics_cmd, generate_data_cmd]
 
 USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, SignalError, MetricsError, FileNotFoundError, ValueError)
 
