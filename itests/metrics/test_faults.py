@@ -58,9 +58,9 @@ def test_sqlite_missing_table(tmp_path):
     path = tmp_path / "metrics.sqlite3"
     SqliteStore(path).write([POINT])
     with sqlite3.connect(path) as conn:
-        conn.execute("DROP TABLE system_metrics")
+        conn.execute("DROP TABLE points")
     conn.close()
-    with pytest.raises(MetricsError, match=r"a metrics table is missing.*no such table: system_metrics"):
+    with pytest.raises(MetricsError, match=r"a metrics table is missing.*no such table: points"):
         SqliteStore(path).read(SYS, WEB_CPUS, 0, 2**40)
 
 
