@@ -106,19 +106,26 @@ class SqliteStore(MetricsStore):
         conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise MetricsError(f"{self.path}: written by a newer clusterman (schema {version}, this one reads 1)")
+            raise MetricsError(
+                f"{self.path}: written by a newer clusterman (schema {version}, this one reads {SCHEMA_VERSION})"
+            )
         if version == SCHEMA_VERSION:
             return
-        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        if tables:
-            raise MetricsError(f"{self.path}: not a clusterman metrics database (it holds other tables)")
         if not create:
+            self._check_not_foreign(conn)
             raise MetricsError(f"{self.path}: an empty file, not a metrics database yet (nothing was written)")
         if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
             raise MetricsError(f"{self.path}: SQLite refused WAL mode (is the file on a network filesystem?)")
-        with self._transaction(conn, "BEGIN IMMEDIATE"):
+        with self._transaction(conn, "BEGIN IMMEDIATE"):  # checked again under the lock: others may create it too
+            if conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:
+                return
+            self._check_not_foreign(conn)
             for statement in _SCHEMA:
                 conn.execute(statement)
+
+    def _check_not_foreign(self, conn: sqlite3.Connection) -> None:
+        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            raise MetricsError(f"{self.path}: not a clusterman metrics database (it holds other tables)")
 
     def _guard(self, action: str, fn: Callable[[], T]) -> T:
         """Run ``fn``, turning any SQLite failure into one MetricsError naming the file."""
@@ -133,7 +140,7 @@ class SqliteStore(MetricsStore):
             elif "not a database" in text:
                 hint = "this file is not a SQLite database"
             else:
-                hint = text
+                raise MetricsError(f"{self.path}: cannot {action} the metrics database: {text}") from e
             raise MetricsError(f"{self.path}: cannot {action} the metrics database: {hint} ({text})") from e
 
     @contextmanager

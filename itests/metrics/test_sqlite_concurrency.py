@@ -42,3 +42,20 @@ def test_one_writer_and_three_readers_at_once(tmp_path):
     conn.close()
     series = SqliteStore(path).read(MetricType.SYSTEM_METRICS, "k0|cluster=c,pool=p.kubernetes", 0, 10**9)
     assert [ts for ts, _ in series] == list(range(writes)), "every write is there once the writer is done"
+
+
+def test_processes_racing_to_create_the_file_all_succeed(tmp_path):
+    path = tmp_path / "new" / "metrics.sqlite3"
+    code = (
+        "import sys; from clusterman.config.model import MetricType; from clusterman.metrics.sqlite import SqliteStore;"
+        "from clusterman.metrics.store import Point;"
+        "SqliteStore(sys.argv[1]).write([Point(MetricType.APP_METRICS, 'a,' + sys.argv[2], 1, 1.0)])"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(path), str(i)], cwd=REPO, stderr=subprocess.PIPE)
+        for i in range(4)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()
+    assert SqliteStore(path).keys(MetricType.APP_METRICS) == ["a,0", "a,1", "a,2", "a,3"]
