@@ -286,7 +286,7 @@ class PrometheusQueries:
     """A pool's ``prometheus_queries``: what each required metric means in PromQL, per metric type.
 
     Used only by the Prometheus metrics backend. ``$cluster``, ``$pool``, ``$scheduler`` (and ``$app``
-    for app metrics) are replaced by the pool's identity before the query is sent.
+    for app metrics) are filled in from the key read, else the pool's identity (docs/metrics.md).
     """
 
     system_metrics: dict[str, str] = field(default_factory=dict, parser=parse_promql_mapping)

@@ -208,7 +208,6 @@ class DynamoDBStore(MetricsStore):
     def read_many(self, metric_type: MetricType, keys: Sequence[str], start: int, end: int) -> dict[str, Series]:
         if len(keys) <= 1:
             return {key: self.read(metric_type, key, start, end) for key in keys}
-        self._dynamodb()  # create the client once, before the threads race for it
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(keys))) as pool:
             return dict(zip(keys, pool.map(lambda k: self.read(metric_type, k, start, end), keys), strict=True))
 

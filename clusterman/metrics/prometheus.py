@@ -79,8 +79,7 @@ class PrometheusStore(MetricsStore):
             "scheduler": self.identity.scheduler.value,
         }
         if metric_type is MetricType.APP_METRICS:
-            app, _, name = key.partition(",")
-            variables["app"] = app
+            variables["app"] = key.partition(",")[0]
             lookup = key
         else:
             name, dimensions = split_key(key)
