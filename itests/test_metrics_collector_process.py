@@ -106,3 +106,25 @@ def test_the_loop_runs_every_interval_until_sigterm(tmp_path):
     assert len(stamps) >= 3 and all(b - a >= 1 for a, b in pairwise(stamps))  # never faster
     allocated = [p["value"] for p in seen if p["key"].startswith("cpus_allocated|cluster=sim,pool=local.simulated")]
     assert allocated and allocated[-1] == 2.0
+
+
+def test_configured_sqlite_store_is_what_signals_read(tmp_path):
+    """The default --store is srv-configs' metrics backend: the points land where signals read them."""
+    with recorded_api() as api:
+        api.serve("/api/v1/nodes", load("kubernetes/nodes.json"), kubernetes_list=True)
+        api.serve("/api/v1/pods", load("kubernetes/pods.json"), kubernetes_list=True)
+        config = write_config(tmp_path, kubeconfig(tmp_path / "kubeconfig", api.url))
+        with open(config, "a") as f:
+            f.write(f"state_directory: {tmp_path / 'state'}\n")
+        done = subprocess.run(
+            collector(config, "--cluster", "kube-prod", "--once"), capture_output=True, text=True, timeout=60
+        )
+    assert done.returncode == 0, done.stderr
+    read = subprocess.run(
+        [sys.executable, "-m", "clusterman.cli.main", "--env-config-path", config, "metrics", "read", "--type",
+         "system_metrics", "--key", "cpus_pending|cluster=kube-prod,pool=default.kubernetes", "--minutes",
+         "60", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert read.returncode == 0, read.stderr
+    assert "3.5" in read.stdout

@@ -177,7 +177,7 @@ def test_lock_breaker_pause_config_and_errors(rec):
 def test_node_counts_export_every_state(rec):
     rec.metrics.observe_nodes({NodeState.READY: 7, NodeState.TAINTED: 2})
     assert sample(rec, "clusterman_nodes", state="ready") == 7
-    assert sample(rec, "clusterman_nodes", state="orphaned") == 0
+    assert sample(rec, "clusterman_nodes", state="orphan") == 0
     rec.metrics.observe_nodes({NodeState.READY: 8})
     assert sample(rec, "clusterman_nodes", state="tainted") == 0
 

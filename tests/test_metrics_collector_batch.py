@@ -189,7 +189,7 @@ def test_user_errors_are_one_line(config_dir, capsys):
     assert metrics_collector.main([*args, "--store", "dynamo"]) == 1
     assert (
         capsys.readouterr().err.strip()
-        == "metrics_collector: --store: dynamo: unknown metrics store (known: memory, stdout)"
+        == "metrics_collector: --store: dynamo: unknown metrics store (known: config, memory, stdout)"
     )
     assert metrics_collector.main(["--env-config-path", str(config_dir / "clusterman.yaml"), "--cluster", ""]) == 1
     assert "--cluster: required" in capsys.readouterr().err

@@ -35,6 +35,7 @@ from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.config.schema import ConfigError
 from clusterman.metrics.collector import collect
+from clusterman.metrics.factory import open_store as open_configured_store
 from clusterman.metrics.store import InMemoryStore
 from clusterman.metrics.store import MetricsError
 from clusterman.metrics.store import MetricsStore
@@ -61,12 +62,14 @@ class StdoutStore(MetricsStore):
         raise MetricsError("the stdout store is write-only")
 
 
-# The wiring point for metrics backends: --store NAME opens STORES[NAME](main config).
+# --store NAME opens STORES[NAME](main config): the configured backend (srv-configs' ``metrics``
+# block: SQLite, DynamoDB), or, for trying the collector out, stdout or this process's memory.
 STORES: dict[str, Callable[[MainConfig], MetricsStore]] = {
+    "config": lambda main: open_configured_store(main),
     "memory": lambda main: InMemoryStore(),
     "stdout": lambda main: StdoutStore(),
 }
-DEFAULT_STORE = "memory"
+DEFAULT_STORE = "config"
 
 
 def open_store(name: str, main: MainConfig) -> MetricsStore:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import math
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -172,6 +173,52 @@ class EventsConfig:
     stream_write_timeout_seconds: float = field(10.0, check=positive)
 
 
+class MetricsBackend(enum.Enum):
+    SQLITE = "sqlite"
+    DYNAMODB = "dynamodb"
+    PROMETHEUS = "prometheus"
+
+
+@dataclass(frozen=True)
+class DynamoDBMetricsConfig:
+    """Clusterman's three tables (hash key ``key``, range key ``timestamp``) and their TTL attribute."""
+
+    system_metrics_table: str = "clusterman_system_metrics"
+    app_metrics_table: str = "clusterman_app_metrics"
+    metadata_table: str = "clusterman_metadata"
+    ttl_attribute: str = "expiration_timestamp"
+    region: str | None = field(None, doc="defaults to aws.region")
+
+    def table(self, metric_type: MetricType) -> str:
+        return {
+            MetricType.SYSTEM_METRICS: self.system_metrics_table,
+            MetricType.APP_METRICS: self.app_metrics_table,
+            MetricType.METADATA: self.metadata_table,
+        }[metric_type]
+
+
+@dataclass(frozen=True)
+class PrometheusMetricsConfig:
+    """Where the read-only Prometheus backend sends ``query_range`` requests; queries live per pool."""
+
+    url: str = "http://127.0.0.1:9090"
+    step_seconds: int = field(60, check=positive, doc="resolution of the windows read")
+    timeout_seconds: float = field(10.0, check=positive)
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    """The main file's ``metrics`` block: which datastore signals read from and the collector writes to."""
+
+    backend: MetricsBackend = MetricsBackend.SQLITE
+    sqlite_path: str = field("metrics.sqlite3", doc="relative to state_directory unless absolute")
+    retention_days: int = field(
+        30, check=non_negative, doc="SQLite drops, DynamoDB expires (TTL) points this old; 0 keeps them forever"
+    )
+    dynamodb: DynamoDBMetricsConfig = field(default_factory=DynamoDBMetricsConfig)
+    prometheus: PrometheusMetricsConfig = field(default_factory=PrometheusMetricsConfig)
+
+
 @dataclass(frozen=True)
 class MainConfig:
     clusters: dict[str, ClusterConfig] = field(default_factory=dict, aliases={"mesos_clusters": None})
@@ -183,6 +230,7 @@ class MainConfig:
     cluster_config_directory: str = "/nail/srv/configs/clusterman-clusters"
     state_directory: str = "/var/lib/clusterman"
     state: StateConfig = field(default_factory=StateConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     IGNORED_KEYS: ClassVar = frozenset(
         {
@@ -427,6 +475,55 @@ class SimulationConfig:
     tasks: tuple[SimulatedTasks, ...] = ()
 
 
+PROMQL_VARIABLES = frozenset({"cluster", "pool", "scheduler", "app"})
+
+
+def parse_promql_mapping(value: Any) -> dict[str, str]:
+    """A mapping of metric name (``app,name`` for app metrics) -> PromQL, with ``$cluster``-style variables."""
+    if not isinstance(value, Mapping):
+        raise ValueError("expected a mapping of metric name -> PromQL expression")
+    queries: dict[str, str] = {}
+    for name, query in value.items():
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError(f"{name}: expected a PromQL expression (a non-empty string)")
+        template = string.Template(query)
+        if not template.is_valid():
+            raise ValueError(f"{name}: a lone '$' in {query!r}; write $$ for a literal dollar sign")
+        unknown = set(template.get_identifiers()) - PROMQL_VARIABLES
+        if unknown:
+            known = ", ".join("$" + v for v in sorted(PROMQL_VARIABLES))
+            raise ValueError(f"{name}: unknown variable(s) {', '.join(sorted(unknown))} (known: {known})")
+        queries[str(name)] = query
+    return queries
+
+
+@dataclass(frozen=True)
+class PrometheusQueries:
+    """A pool's ``prometheus_queries``: what each required metric means in PromQL, per metric type.
+
+    Used only by the Prometheus metrics backend. ``$cluster``, ``$pool``, ``$scheduler`` (and ``$app``
+    for app metrics) are filled in from the key read, else the pool's identity (docs/metrics.md).
+    """
+
+    system_metrics: dict[str, str] = field(default_factory=dict, parser=parse_promql_mapping)
+    app_metrics: dict[str, str] = field(
+        default_factory=dict, parser=parse_promql_mapping, doc="keyed `app,name`, as app metrics are stored"
+    )
+    metadata: dict[str, str] = field(default_factory=dict, parser=parse_promql_mapping)
+
+    def __post_init__(self) -> None:
+        bare = sorted(name for name in self.app_metrics if "," not in name)
+        if bare:
+            raise ValueError(f"app_metrics: {', '.join(bare)}: name app metrics as `app,name`")
+
+    def for_type(self, metric_type: MetricType) -> dict[str, str]:
+        return {
+            MetricType.SYSTEM_METRICS: self.system_metrics,
+            MetricType.APP_METRICS: self.app_metrics,
+            MetricType.METADATA: self.metadata,
+        }[metric_type]
+
+
 @dataclass(frozen=True)
 class PoolConfig:
     """Everything one autoscaler instance needs to know about its pool."""
@@ -451,6 +548,7 @@ class PoolConfig:
     # Mesos: frameworks whose tasks are not batch work (Clusterman's key and default)
     non_batch_framework_prefixes: tuple[str, ...] = ("marathon",)
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
+    prometheus_queries: PrometheusQueries = field(default_factory=PrometheusQueries)
 
     # exclude_daemonset_pods: DaemonSet pods are always taken out of node capacity and demand here
     IGNORED_KEYS: ClassVar = frozenset(

@@ -16,6 +16,7 @@ import math
 import re
 from collections.abc import Iterable
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clusterman.config.model import MetricType
@@ -26,10 +27,14 @@ Series = list[tuple[int, Value]]
 
 
 class MetricsError(UserError):
-    """The store could not be read or written; the message says which store and why."""
+    """The store could not be reached, read or written; the message says which store and why.
+
+    Every backend turns its own failures (sqlite3, botocore, requests) into this, so the autoscaler
+    needs one ``except`` to keep the current target when its metrics are out of reach.
+    """
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Point:
     metric_type: MetricType
     key: str
@@ -37,10 +42,13 @@ class Point:
     value: Value
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "value", check_value(self.key, self.value))
-        if isinstance(self.timestamp, bool) or not isinstance(self.timestamp, (int, float)):
-            raise ValueError(f"{self.key}: timestamp must be a number, got {self.timestamp!r}")
-        object.__setattr__(self, "timestamp", int(self.timestamp))
+        # Exact-type checks first: bulk loads build a million points, most of them plain floats and ints.
+        if type(self.value) is not float or not math.isfinite(self.value):
+            object.__setattr__(self, "value", check_value(self.key, self.value))
+        if type(self.timestamp) is not int:
+            if isinstance(self.timestamp, bool) or not isinstance(self.timestamp, (int, float)):
+                raise ValueError(f"{self.key}: timestamp must be a number, got {self.timestamp!r}")
+            object.__setattr__(self, "timestamp", int(self.timestamp))
 
 
 def check_value(key: str, value: object) -> Value:
@@ -79,6 +87,15 @@ def split_key(key: str) -> tuple[str, dict[str, str]]:
     return name, dimensions
 
 
+def matching_keys(keys: Iterable[str], prefix: str = "", regex: str | None = None) -> list[str]:
+    """The sorted, distinct ``keys`` that start with ``prefix`` and fully match ``regex`` (when given)."""
+    try:
+        pattern = re.compile(regex) if regex is not None else None
+    except re.error as e:
+        raise ValueError(f"key pattern {regex!r} is not a valid regular expression: {e}") from e
+    return sorted({k for k in keys if k.startswith(prefix) and (pattern is None or pattern.fullmatch(k))})
+
+
 class MetricsStore(abc.ABC):
     """Where signals' metrics live. Implementations: SQLite (default), DynamoDB, Prometheus (read)."""
 
@@ -89,9 +106,17 @@ class MetricsStore(abc.ABC):
     def read(self, metric_type: MetricType, key: str, start: int, end: int) -> Series:
         """Points of ``key`` with start <= timestamp <= end, oldest first; empty when there are none."""
 
+    def read_many(self, metric_type: MetricType, keys: Sequence[str], start: int, end: int) -> dict[str, Series]:
+        """``read`` for several keys at once; backends override it to batch or parallelise."""
+        return {key: self.read(metric_type, key, start, end) for key in keys}
+
     @abc.abstractmethod
     def keys(self, metric_type: MetricType, prefix: str = "", regex: str | None = None) -> list[str]:
         """Keys of this type starting with ``prefix`` and, when given, fully matching ``regex``."""
+
+    def create(self) -> list[str]:
+        """Create what the store needs before its first write (file, tables); returns what was new."""
+        return []
 
     def close(self) -> None:  # noqa: B027 - most stores hold nothing to release
         """Release connections; the default holds none."""
@@ -119,9 +144,4 @@ class InMemoryStore(MetricsStore):
         return list(zip(times[lo:hi], values[lo:hi], strict=True))
 
     def keys(self, metric_type: MetricType, prefix: str = "", regex: str | None = None) -> list[str]:
-        pattern = re.compile(regex) if regex is not None else None
-        return sorted(
-            key
-            for (t, key) in self._data
-            if t == metric_type and key.startswith(prefix) and (pattern is None or pattern.fullmatch(key))
-        )
+        return matching_keys((key for (t, key) in self._data if t == metric_type), prefix, regex)

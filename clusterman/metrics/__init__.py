@@ -1,0 +1,1 @@
+"""The metrics datastore: the interface and keys (``store``), its backends, and metrics files."""
