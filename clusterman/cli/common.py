@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
 
 from clusterman.config.loader import list_pools
 from clusterman.config.loader import load_main_config
 from clusterman.config.loader import load_pool_config
 from clusterman.config.loader import parse_scheduler
 from clusterman.config.model import MainConfig
-from clusterman.config.model import PoolConfig
 from clusterman.config.model import PoolIdentity
 from clusterman.config.schema import ConfigError
+from clusterman.manager.setup import PoolSetup
 
 
 def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,13 +25,6 @@ def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-@dataclass(frozen=True)
-class PoolContext:
-    main: MainConfig
-    identity: PoolIdentity
-    pool: PoolConfig
-
-
 def load_main(args: argparse.Namespace) -> MainConfig:
     return load_main_config(args.env_config_path)
 
@@ -41,7 +33,7 @@ def cluster_config_directory(args: argparse.Namespace, main: MainConfig) -> str:
     return str(args.cluster_config_directory or main.cluster_config_directory)
 
 
-def resolve_pool(args: argparse.Namespace) -> PoolContext:
+def resolve_pool(args: argparse.Namespace) -> PoolSetup:
     """The main config, which pool the arguments name, and its validated config."""
     if not args.cluster or not args.pool:
         raise ConfigError("arguments", "", "--cluster and --pool are required (or $CMAN_CLUSTER and $CMAN_POOL)")
@@ -56,4 +48,4 @@ def resolve_pool(args: argparse.Namespace) -> PoolContext:
             problem = "no pool file" if not found else "several pool files (give --scheduler)"
             raise ConfigError(where, args.pool, f"{problem} for pool {args.pool}")
         identity = found[0]
-    return PoolContext(main, identity, load_pool_config(main, identity, directory))
+    return PoolSetup(main, identity, load_pool_config(main, identity, directory))

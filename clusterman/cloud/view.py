@@ -7,8 +7,10 @@ unknown to the join (neither capacity nor removable), which keeps them safe.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Sequence
 
+from clusterman.cloud.discovery import Discovery
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import GroupReadings
 from clusterman.cloud.resource_group import ResourceGroupError
@@ -36,13 +38,22 @@ def cloud_view_of(readings: GroupReadings) -> CloudView:
 
 
 class GroupsCloudView:
-    """A ``CloudViewSource`` over the pool's ``CloudGroup``s; remembers the last read's errors."""
+    """A ``CloudViewSource`` over the pool's ``CloudGroup``s; remembers the last read's errors.
 
-    def __init__(self, groups: Sequence[CloudGroup]) -> None:
+    With ``discover``, the groups are found again before every read (as Clusterman does each run),
+    so a new group is picked up and a deleted one dropped without a restart.
+    """
+
+    def __init__(self, groups: Sequence[CloudGroup] = (), discover: Callable[[], Discovery] | None = None) -> None:
         self.groups = list(groups)
+        self.discover = discover
         self.errors: tuple[ResourceGroupError, ...] = ()
 
     def cloud_view(self, now: float) -> CloudView:
+        found_errors: tuple[ResourceGroupError, ...] = ()
+        if self.discover is not None:
+            discovery = self.discover()
+            self.groups, found_errors = list(discovery.groups), discovery.errors
         readings = read_groups(self.groups)
-        self.errors = readings.errors
+        self.errors = found_errors + readings.errors
         return cloud_view_of(readings)

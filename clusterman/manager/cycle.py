@@ -88,8 +88,9 @@ class RunReport:
         demand = ", ".join(f"{k}={float(v):.1f}" for k, v in d.demand.items()) or "no opinion"
         util = ", ".join(f"{k} {float(v):.0%}" for k, v in d.utilisation.items()) or "-"
         errors = f" ({len(self.applied.errors)} errors)" if self.applied and self.applied.errors else ""
+        dry = " (dry run: nothing changed)" if self.applied and self.applied.dry_run else ""
         return (
-            f"{stamp} demand {demand} | utilisation {util} | {d.action.value} | target "
+            f"{stamp}{dry} demand {demand} | utilisation {util} | {d.action.value} | target "
             f"{number(d.current_target)} -> {number(d.target_capacity)}{errors} | {d.explanation}"
         )
 

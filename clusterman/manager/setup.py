@@ -1,0 +1,35 @@
+"""One pool's configuration, resolved: the main file, which pool, its file, and what follows from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clusterman.autoscaler.policy import ScalingPolicy
+from clusterman.config.model import MainConfig
+from clusterman.config.model import PoolConfig
+from clusterman.config.model import PoolIdentity
+
+
+@dataclass(frozen=True)
+class PoolSetup:
+    main: MainConfig
+    identity: PoolIdentity
+    pool: PoolConfig
+
+    @property
+    def policy(self) -> ScalingPolicy:
+        return ScalingPolicy.from_config(
+            self.pool.scaling_limits, self.pool.autoscaling, self.main.autoscaling, f"{self.identity} config"
+        )
+
+    @property
+    def period_seconds(self) -> float:
+        """How often the pool is scaled: its shortest signal period (the default signal's when it has none)."""
+        signals = [s for s in (self.pool.autoscale_signal, *self.pool.app_signals.values()) if s is not None]
+        if not signals and self.main.autoscale_signal is not None:
+            signals = [self.main.autoscale_signal]
+        return 60.0 * min((s.period_minutes for s in signals), default=1)
+
+    @property
+    def internal(self) -> bool:
+        return self.pool.autoscale_signal is not None and self.pool.autoscale_signal.internal

@@ -1,0 +1,94 @@
+"""Build a pool's autoscaling cycle from srv-configs: the adapters each scheduler and cloud needs.
+
+This is the only place that turns config into connections; everything it builds connects on first
+use, so building never touches the network.
+"""
+
+from __future__ import annotations
+
+from clusterman.aws.session import AwsSettings
+from clusterman.cloud.clients import AwsClients
+from clusterman.cloud.discovery import Discovery
+from clusterman.cloud.discovery import discover_groups
+from clusterman.cloud.simulated import SimulatedCloud
+from clusterman.cloud.view import GroupsCloudView
+from clusterman.cluster.factory import connector_for_pool
+from clusterman.cluster.lifecycle_factory import lifecycle_for_pool
+from clusterman.events.recorder import Recorder
+from clusterman.manager.cycle import Cycle
+from clusterman.manager.demand import DemandSource
+from clusterman.manager.demand import InternalDemand
+from clusterman.manager.demand import SignalDemand
+from clusterman.manager.setup import PoolSetup
+from clusterman.metrics.factory import open_store
+from clusterman.signals.client import SignalClient
+from clusterman.signals.client import allowed_uids_from_env
+from clusterman.signals.evaluator import SignalEvaluator
+from clusterman.signals.specs import SignalSpec
+from clusterman.signals.specs import app_signal_specs
+from clusterman.signals.specs import default_signal_spec
+from clusterman.state.factory import open_state_store
+from clusterman.state.pause import PauseStatus
+from clusterman.state.pause import pause_status
+
+
+def aws_clients(setup: PoolSetup) -> AwsClients:
+    cluster = setup.main.clusters.get(setup.identity.cluster)
+    region = cluster.aws_region if cluster is not None else None
+    return AwsClients(AwsSettings.from_config(setup.main.aws, region))
+
+
+def cloud_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> GroupsCloudView:
+    uses_aws = any(entry.kind in ("asg", "sfr") for entry in setup.pool.resource_groups)
+    aws = aws_clients(setup) if uses_aws else None
+
+    def discover() -> Discovery:
+        return discover_groups(
+            setup.identity.cluster, setup.identity.pool, setup.pool.resource_groups, aws=aws, simulated=simulated
+        )
+
+    return GroupsCloudView(discover=discover)
+
+
+def demand_for(setup: PoolSetup) -> DemandSource:
+    if setup.internal:
+        return InternalDemand()
+    uids = allowed_uids_from_env()
+
+    def client(spec: SignalSpec) -> SignalClient:
+        return SignalClient(
+            spec.address, setup.identity.cluster, setup.identity.pool, spec.config.parameters, allowed_uids=uids
+        )
+
+    evaluator = SignalEvaluator(
+        setup.identity, default_signal_spec(setup.main), app_signal_specs(setup.pool, setup.identity), client
+    )
+    return SignalDemand(evaluator, open_store(setup.main, setup.pool, setup.identity))
+
+
+def build_cycle(
+    setup: PoolSetup,
+    recorder: Recorder,
+    *,
+    dry_run: bool = False,
+    simulated: SimulatedCloud | None = None,
+    demand: DemandSource | None = None,
+) -> Cycle:
+    cloud = cloud_for(setup, simulated)
+    connector = connector_for_pool(setup.main, setup.identity, setup.pool, cloud=cloud)
+    lifecycle = lifecycle_for_pool(setup.main, setup.identity, setup.pool, connector=connector, dry_run=dry_run)
+    state_store = open_state_store(setup.main)
+
+    def paused(now: float) -> PauseStatus:
+        return pause_status(state_store, setup.identity, now)
+
+    return Cycle(
+        connector=connector,
+        cloud=cloud,
+        lifecycle=lifecycle,
+        demand=demand or demand_for(setup),
+        policy=setup.policy,
+        recorder=recorder,
+        pause_status=paused,
+        dry_run=dry_run,
+    )
