@@ -39,7 +39,8 @@ def write_config(tmp_path, world, tasks, **limits):
         f"resource_groups: [{{asg: {{tag: '{TAG_KEY}'}}}}]\nscaling_limits: {scaling}\n".replace("'", "")
         + "autoscale_signal: {internal: true, period_minutes: 1}\n"
         "autoscaling: {setpoint: 0.7, target_capacity_margin: 0.05}\n"
-        f"simulation: {{node_resources: {{cpus: 2, mem: 8000}}, join_delay_seconds: 0, tasks: [{{count: {tasks}, cpus: 1}}]}}\n"
+        "simulation: {node_resources: {cpus: 2, mem: 8000}, join_delay_seconds: 0, "
+        f"tasks: [{{count: {tasks}, cpus: 1}}]}}\n"
     )
     return str(tmp_path / "clusterman.yaml")
 
