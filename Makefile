@@ -19,10 +19,7 @@ system-deps:
 	scripts/ensure-system-packages
 
 run: venv
-	$(BIN)/clusterman signal evaluate --start \
-		--namespace clusterman --name MostRecentResources --app __default__ \
-		--cluster local-dev --pool default \
-		--metrics config/sample-metrics.json
+	$(BIN)/python -m clusterman.local.stack --duration $(DURATION)
 
 lint: venv
 	$(BIN)/ruff check clusterman clusterman_signals tests itests acceptance bench
@@ -41,8 +38,11 @@ unit: venv
 itests: venv
 	$(BIN)/pytest -q itests
 
+acceptance: venv
+	$(BIN)/pytest -q acceptance
+
 test: system-deps lint typecheck
-	$(BIN)/pytest -q -n 2 tests itests
+	$(BIN)/pytest -q -n 2 tests itests acceptance
 
 bench: venv
 	$(BIN)/python -m bench

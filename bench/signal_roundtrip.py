@@ -73,11 +73,13 @@ def run(quick: bool = False) -> dict[str, Any]:
          "--log-level", "WARNING"],
     )  # fmt: skip
     floor_name = f"bench-floor-{tag}"
-    floor = subprocess.Popen([sys.executable, "-c", FLOOR_SERVER, floor_name], stdout=subprocess.PIPE, text=True)
-    assert floor.stdout is not None
-    floor.stdout.readline()
+    procs = [runner]
     results: dict[str, Any] = {"sizes": {}}
     try:
+        floor = subprocess.Popen([sys.executable, "-c", FLOOR_SERVER, floor_name], stdout=subprocess.PIPE, text=True)
+        procs.append(floor)
+        assert floor.stdout is not None
+        floor.stdout.readline()
         floor_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         floor_sock.connect("\0" + floor_name)
         client = SignalClient(address, "bench", "bench", {"cpus": 1}, read_timeout=120, connect_timeout=15)
@@ -99,7 +101,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         client.close()
         floor_sock.close()
     finally:
-        for proc in (runner, floor):
+        for proc in procs:
             proc.terminate()
             proc.wait(timeout=10)
     results["goal"] = "ratio_to_floor <= 1.5 at 1MB and 20MB"

@@ -85,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, default=0, help="stop after this many runs (0: never)")
     parser.add_argument("--period-seconds", type=float, default=None, help="override the pool's period")
     parser.add_argument("--no-splay", action="store_true", help="run on the period's grid without the offset")
+    parser.add_argument(
+        "--collect-metrics",
+        action="store_true",
+        help="also write the pool's system metrics each run (when no separate collector runs, e.g. simulated pools)",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser
 
@@ -97,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         setup = resolve_pool(args)
         events = EventService(setup.main.events, setup.identity.cluster, str(setup.identity))
-        cycle = build_cycle(setup, events.recorder, dry_run=args.dry_run)
+        cycle = build_cycle(setup, events.recorder, dry_run=args.dry_run, collect_metrics=args.collect_metrics)
     except UserError as e:
         print(f"autoscaler: {e}", file=sys.stderr)
         return 1

@@ -8,6 +8,8 @@ all ``simulated`` gets an in-process SimulatedCloud built from its ``simulation`
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from clusterman.cluster.cloud_view import CloudViewSource
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
@@ -22,6 +24,9 @@ from clusterman.cluster.simulated import SimulatedGroupSpec
 from clusterman.cluster.simulated import SimulatedScheduler
 from clusterman.cluster.simulated import TaskList
 from clusterman.cluster.simulated import WorkItem
+from clusterman.cluster.simulated import Workload
+from clusterman.cluster.simulated_trace import load_trace
+from clusterman.config.loader import pool_config_path
 from clusterman.config.model import ClusterConfig
 from clusterman.config.model import MainConfig
 from clusterman.config.model import PoolConfig
@@ -53,12 +58,13 @@ def connector_for_pool(
             raise ConfigError(f"clusters.{identity.cluster}", "mesos_master_fqdn", f"required for the pool {identity}")
         mesos = MesosPool(identity.pool, non_batch_framework_prefixes=pool.non_batch_framework_prefixes)
         return MesosConnector(mesos, master_url(fqdn), cloud=cloud)
-    return simulated_connector(identity, pool, cloud)
+    return simulated_connector(identity, pool, cloud, pool_config_path(main.cluster_config_directory, identity).parent)
 
 
 def simulated_connector(
-    identity: PoolIdentity, pool: PoolConfig, cloud: CloudViewSource | None = None
+    identity: PoolIdentity, pool: PoolConfig, cloud: CloudViewSource | None = None, base_dir: Path = Path(".")
 ) -> SimulatedConnector:
+    """``base_dir`` is where relative paths of the ``simulation`` block start (the pool file's directory)."""
     sim = pool.simulation
     if cloud is None:
         others = sorted({g.kind for g in pool.resource_groups if g.kind != "simulated"})
@@ -86,8 +92,12 @@ def simulated_connector(
         for i, t in enumerate(sim.tasks)
         for n in range(t.count)
     ]
+    workload: Workload = TaskList(items)
+    if sim.trace is not None:
+        trace = sim.trace
+        workload = load_trace(base_dir / trace.file, trace.metric, trace.task, trace.speedup)
     scheduler = SimulatedScheduler(
-        TaskList(items),
+        workload,
         join_delay_seconds=sim.join_delay_seconds,
         join_delay_stdev_seconds=sim.join_delay_stdev_seconds,
         seed=sim.seed,

@@ -457,6 +457,21 @@ class SimulatedTasks:
 
 
 @dataclass(frozen=True)
+class SimulatedTrace:
+    """A workload replayed from a metrics file (``generate-data`` output, or Clusterman's), faster
+    than real time and looping: the local stack shows a day of demand in a few minutes."""
+
+    file: str = field(doc="the metrics file, relative to the pool file's directory unless absolute")
+    metric: str = field("cpus_allocated", doc="the series to replay: a key in the file, or a metric name")
+    speedup: float = field(1.0, check=positive, doc="simulated seconds per real second")
+    task: Resources = field(
+        default_factory=lambda: Resources(cpus=1, mem=1000),
+        parser=parse_resources,
+        doc="one task's request; the trace's value is divided into tasks of this size (by cpus)",
+    )
+
+
+@dataclass(frozen=True)
 class SimulationConfig:
     """The ``simulation`` block: how a pool whose scheduler is simulated (``<pool>.simulated``) behaves."""
 
@@ -473,6 +488,7 @@ class SimulationConfig:
     seed: int = 0
     initial_capacity: int | None = field(None, check=non_negative, doc="capacity at start (default: min_capacity)")
     tasks: tuple[SimulatedTasks, ...] = ()
+    trace: SimulatedTrace | None = None
 
 
 PROMQL_VARIABLES = frozenset({"cluster", "pool", "scheduler", "app"})

@@ -6,6 +6,7 @@ boto3 runs (never an in-process patch).
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import subprocess
@@ -15,6 +16,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+
+from clusterman.tree.supervisor import die_with_parent
 
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -45,6 +48,7 @@ class MotoServer:
             stdout=log,
             stderr=log,
             env={**os.environ, **FAKE_CREDENTIALS},
+            preexec_fn=functools.partial(die_with_parent, os.getpid()),  # never outlive whoever started it
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -110,6 +110,7 @@ class Cycle:
         pause_status: Callable[[float], PauseStatus] = lambda now: NOT_PAUSED,
         dry_run: bool = False,
         state: AutoscalerState | None = None,
+        write_metrics: Callable[[PoolSnapshot], None] | None = None,
     ) -> None:
         self.connector = connector
         self.cloud = cloud
@@ -120,6 +121,9 @@ class Cycle:
         self.pause_status = pause_status
         self.dry_run = dry_run
         self.state = state or AutoscalerState()
+        # Pools with no separate collector (a simulated scheduler lives only in this process) have
+        # their system metrics written here, each run, before the signals read them.
+        self.write_metrics = write_metrics
         self._was_paused = False
 
     @property
@@ -137,6 +141,11 @@ class Cycle:
         for error in self.cloud.errors:
             self.recorder.error(ErrorSource.CLOUD, error.group, error.problem)
         self._observe_pool(snapshot)
+        if self.write_metrics is not None:
+            try:
+                self.write_metrics(snapshot)
+            except MetricsError as e:
+                self.recorder.error(ErrorSource.INTERNAL, "metrics", f"cannot write the pool's metrics: {e}")
 
         try:
             requests = self.demand.requests(snapshot, int(now))

@@ -14,13 +14,16 @@ from clusterman.cloud.simulated import SimulatedCloud
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.factory import connector_for_pool
 from clusterman.cluster.lifecycle_factory import lifecycle_for_pool
+from clusterman.cluster.model import PoolSnapshot
 from clusterman.events.recorder import Recorder
 from clusterman.manager.cycle import Cycle
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.demand import InternalDemand
 from clusterman.manager.demand import SignalDemand
 from clusterman.manager.setup import PoolSetup
+from clusterman.metrics.collector import collect
 from clusterman.metrics.factory import open_store
+from clusterman.metrics.store import MetricsStore
 from clusterman.signals.client import SignalClient
 from clusterman.signals.client import allowed_uids_from_env
 from clusterman.signals.evaluator import SignalEvaluator
@@ -50,7 +53,7 @@ def cloud_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> Grou
     return GroupsCloudView(discover=discover)
 
 
-def demand_for(setup: PoolSetup) -> DemandSource:
+def demand_for(setup: PoolSetup, store: MetricsStore | None = None) -> DemandSource:
     if setup.internal:
         return InternalDemand()
     uids = allowed_uids_from_env()
@@ -63,7 +66,7 @@ def demand_for(setup: PoolSetup) -> DemandSource:
     evaluator = SignalEvaluator(
         setup.identity, default_signal_spec(setup.main), app_signal_specs(setup.pool, setup.identity), client
     )
-    return SignalDemand(evaluator, open_store(setup.main, setup.pool, setup.identity))
+    return SignalDemand(evaluator, store or open_store(setup.main, setup.pool, setup.identity))
 
 
 def build_cycle(
@@ -73,7 +76,10 @@ def build_cycle(
     dry_run: bool = False,
     simulated: SimulatedCloud | None = None,
     demand: DemandSource | None = None,
+    collect_metrics: bool = False,
 ) -> Cycle:
+    """``collect_metrics``: also write the pool's system metrics each run (for pools with no
+    separate collector, such as a simulated scheduler, which lives only in this process)."""
     cloud = cloud_for(setup, simulated)
     connector = connector_for_pool(setup.main, setup.identity, setup.pool, cloud=cloud)
     lifecycle = lifecycle_for_pool(setup.main, setup.identity, setup.pool, connector=connector, dry_run=dry_run)
@@ -82,13 +88,20 @@ def build_cycle(
     def paused(now: float) -> PauseStatus:
         return pause_status(state_store, setup.identity, now)
 
+    store = open_store(setup.main, setup.pool, setup.identity) if collect_metrics else None
+
+    def write_metrics(snapshot: PoolSnapshot) -> None:
+        assert store is not None
+        store.write(collect(snapshot, setup.identity))
+
     return Cycle(
         connector=connector,
         cloud=cloud,
         lifecycle=lifecycle,
-        demand=demand or demand_for(setup),
+        demand=demand or demand_for(setup, store),
         policy=setup.policy,
         recorder=recorder,
         pause_status=paused,
         dry_run=dry_run,
+        write_metrics=write_metrics if collect_metrics else None,
     )

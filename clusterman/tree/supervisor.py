@@ -63,7 +63,7 @@ class ProcessStatus:
         )
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """Runs in the child between fork and exec: SIGTERM when the bootstrap's thread ends."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
@@ -95,7 +95,7 @@ class Supervisor:
             env=self.env,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=lambda: _die_with_parent(parent),
+            preexec_fn=lambda: die_with_parent(parent),
         )
         self._transport = SupervisorTransport(None, None, f"unix://{self.socket_path}")
         self._rpc = xmlrpc.client.ServerProxy("http://127.0.0.1", transport=self._transport)

@@ -1,0 +1,212 @@
+"""``make run``: the whole process tree on an embedded local stack, with nothing but this checkout.
+
+1. moto's server on loopback is the AWS: an S3 bucket for signal versions and an Auto Scaling
+   group tagged for the ``local-dev`` pool.
+2. This checkout's ``clusterman_signals`` is published into that bucket as version ``local``.
+3. The real bootstrap runs for ``local-dev/default.simulated`` with a copy of ``config/`` pointed at
+   the embedded AWS: supervisord fetches the signal from S3, starts it, starts the autoscaler.
+4. The autoscaler scales the group; a simulated scheduler turns its instances into nodes and
+   replays a day of demand in four minutes (``config/workloads/local-dev-day.yaml``).
+One line per decision is printed here; the event and metrics endpoints are printed at start.
+The stack stops after ``--duration`` seconds (0: never) or on Ctrl-C, and leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import boto3
+import yaml
+
+from clusterman.local.moto_server import FAKE_CREDENTIALS
+from clusterman.local.moto_server import MotoServer
+from clusterman.local.moto_server import free_port
+from clusterman.signals.artifacts import ArtifactLocation
+from clusterman.signals.artifacts import build_artifact
+from clusterman.signals.artifacts import upload_artifact
+from clusterman.tree.supervisor import die_with_parent
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER, POOL, SCHEDULER = "local-dev", "default", "simulated"
+REGION = "us-west-2"
+TAG_KEY = "clusterman:pool"
+CODENAME = "local"
+AUTOSCALER_ARGS = "--period-seconds 5 --no-splay --collect-metrics"
+
+
+def prepare_configs(run_dir: Path, moto_url: str, events_port: int) -> Path:
+    """A copy of config/ whose main file points at the embedded AWS and keeps state in ``run_dir``."""
+    srv = run_dir / "srv-configs"
+    shutil.copytree(REPO / "config", srv)
+    main_path = srv / "clusterman.yaml"
+    main = yaml.safe_load(main_path.read_text())
+    main.setdefault("aws", {}).update({"endpoint_url": moto_url, "region": REGION})
+    main["state_directory"] = str(run_dir / "state")
+    main.setdefault("events", {})["port"] = events_port
+    main_path.write_text("# written by clusterman.local.stack from config/clusterman.yaml\n" + yaml.safe_dump(main))
+    return main_path
+
+
+def create_aws(moto_url: str, bucket: str) -> str:
+    """The signals bucket and the pool's Auto Scaling group (one instance to start with)."""
+    session = boto3.session.Session(FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"], FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+    s3 = session.client("s3", endpoint_url=moto_url, region_name=REGION)
+    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
+    ec2 = session.client("ec2", endpoint_url=moto_url, region_name=REGION)
+    images = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*"]}])
+    image = sorted(i["ImageId"] for i in images["Images"])[0]
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/20", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
+    name = f"{CLUSTER}-{POOL}-asg"
+    ec2.create_launch_template(
+        LaunchTemplateName=name, LaunchTemplateData={"ImageId": image, "InstanceType": "m5.large"}
+    )
+    tag = json.dumps({"pool": POOL, "paasta_cluster": CLUSTER})
+    session.client("autoscaling", endpoint_url=moto_url, region_name=REGION).create_auto_scaling_group(
+        AutoScalingGroupName=name,
+        MinSize=0,
+        MaxSize=40,
+        DesiredCapacity=1,
+        VPCZoneIdentifier=subnet,
+        NewInstancesProtectedFromScaleIn=True,
+        LaunchTemplate={"LaunchTemplateName": name, "Version": "$Latest"},
+        Tags=[{"Key": TAG_KEY, "Value": tag, "PropagateAtLaunch": False}],
+    )
+    return name
+
+
+def publish_signals(moto_url: str, bucket: str, version: str, work_dir: Path) -> None:
+    tarball = build_artifact(REPO, version, work_dir, worktree=True)
+    s3 = boto3.client("s3", endpoint_url=moto_url, region_name=REGION, **_credentials())
+    upload_artifact(s3, ArtifactLocation(bucket, CODENAME, version), tarball)
+
+
+def _credentials() -> dict[str, Any]:
+    return {
+        "aws_access_key_id": FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+    }
+
+
+def is_decision_line(line: str) -> bool:
+    """The autoscaler prints one line per run ("HH:MM:SS ..."); its log lines start with a date."""
+    return len(line) > 9 and line[2] == ":" and line[5] == ":" and line[8] == " "
+
+
+def follow(path: Path, stop: threading.Event, show: Any) -> None:
+    """Print the decision lines the autoscaler writes to its supervisord log, as they come."""
+    while not path.exists() and not stop.wait(0.2):
+        pass
+    if stop.is_set():
+        return
+    with path.open() as f:
+        while not stop.is_set():
+            line = f.readline()
+            if not line:
+                stop.wait(0.2)
+                continue
+            if is_decision_line(line):
+                show(line.rstrip("\n"))
+
+
+def run(duration: float, run_dir: Path) -> int:
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    (run_dir / "logs").mkdir(parents=True)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    say = print
+    moto = MotoServer(log_path=run_dir / "moto.log").start()
+    bootstrap: subprocess.Popen[bytes] | None = None
+    try:
+        events_port = free_port()
+        main_path = prepare_configs(run_dir, moto.url, events_port)
+        bucket = yaml.safe_load(main_path.read_text())["aws"]["signals_bucket"]
+        group = create_aws(moto.url, bucket)
+        say(f"embedded AWS (moto) on {moto.url}: bucket {bucket}, Auto Scaling group {group}")
+        with tempfile.TemporaryDirectory(prefix="clusterman-publish-") as tmp:
+            publish_signals(moto.url, bucket, "local", Path(tmp))
+        say(f"published this checkout's clusterman_signals as s3://{bucket}/{CODENAME}/clusterman_signals_local.tar.gz")
+        env = {
+            **os.environ,
+            **FAKE_CREDENTIALS,
+            "CMAN_CLUSTER": CLUSTER,
+            "CMAN_POOL": POOL,
+            "CMAN_SCHEDULER": SCHEDULER,
+            "CMAN_ENV_CONFIG_PATH": str(main_path),
+            "CMAN_ARGS": AUTOSCALER_ARGS,
+            "CMAN_LOG_DIR": str(run_dir / "logs"),
+            "CMAN_SIGNALS_DIR": str(run_dir / "signals"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        bootstrap_log = (run_dir / "bootstrap.log").open("wb")
+        bootstrap = subprocess.Popen(
+            [sys.executable, "-m", "clusterman.batch.autoscaler_bootstrap", "--env-config-path", str(main_path),
+             "--private-dir-parent", str(run_dir), "--poll-interval", "2", "--codename", CODENAME],
+            env=env, stdout=bootstrap_log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=functools.partial(die_with_parent, os.getpid()),
+        )  # fmt: skip
+        say(f"bootstrap started (logs in {run_dir}); events and /metrics: http://127.0.0.1:{events_port}")
+        say("time     (UTC)  demand | utilisation | action | target | why")
+        follower = threading.Thread(
+            target=follow, args=(run_dir / "logs" / "autoscaler.log", stop, lambda s: print(s, flush=True))
+        )
+        follower.start()
+        deadline = time.monotonic() + duration if duration > 0 else float("inf")
+        while not stop.is_set() and time.monotonic() < deadline:
+            if bootstrap.poll() is not None:
+                say(f"the bootstrap exited with status {bootstrap.returncode}; see {run_dir / 'bootstrap.log'}")
+                return 1
+            stop.wait(0.5)
+        return 0
+    finally:
+        stop.set()
+        if bootstrap is not None:
+            _stop_tree(bootstrap)
+        moto.stop()
+        say("stopped: no process of the stack is left")
+
+
+def _stop_tree(bootstrap: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the bootstrap (it stops supervisord and every program), then make sure of it."""
+    if bootstrap.poll() is None:
+        bootstrap.terminate()
+        try:
+            bootstrap.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(bootstrap.pid, signal.SIGKILL)  # anything of its session still there
+    except ProcessLookupError:
+        pass
+    bootstrap.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m clusterman.local.stack", description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: run until Ctrl-C)")
+    parser.add_argument("--run-dir", type=Path, default=REPO / ".local-stack", help="logs, state and configs")
+    args = parser.parse_args(argv)
+    return run(args.duration, args.run_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
