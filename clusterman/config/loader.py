@@ -8,6 +8,7 @@ A relative ``cluster_config_directory`` or ``state_directory`` is taken relative
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +27,8 @@ from clusterman.config.schema import ConfigError
 from clusterman.config.schema import parse
 
 DEFAULT_ENV_CONFIG_PATH = "/nail/srv/configs/clusterman.yaml"
+# staticconf reports every key nobody declared to it at INFO; our schema validates them all instead.
+logging.getLogger("staticconf").setLevel(logging.WARNING)
 MAIN_NAMESPACE = "clusterman"
 
 

@@ -60,25 +60,28 @@ def prepare_configs(run_dir: Path, moto_url: str, events_port: int) -> Path:
     return main_path
 
 
-def create_aws(moto_url: str, bucket: str) -> str:
-    """The signals bucket and the pool's Auto Scaling group (one instance to start with)."""
-    session = boto3.session.Session(FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"], FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
-    s3 = session.client("s3", endpoint_url=moto_url, region_name=REGION)
+def create_bucket(moto_url: str, bucket: str) -> None:
+    s3 = boto3.client("s3", endpoint_url=moto_url, region_name=REGION, **_credentials())
     s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
+
+
+def create_pool_group(moto_url: str, cluster: str = CLUSTER, pool: str = POOL, max_size: int = 40) -> str:
+    """An Auto Scaling group tagged for the pool (``clusterman:pool``), one instance to start with."""
+    session = boto3.session.Session(**_credentials())
     ec2 = session.client("ec2", endpoint_url=moto_url, region_name=REGION)
     images = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn2-ami-hvm-*"]}])
     image = sorted(i["ImageId"] for i in images["Images"])[0]
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/20", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
-    name = f"{CLUSTER}-{POOL}-asg"
+    name = f"{cluster}-{pool}-asg"
     ec2.create_launch_template(
         LaunchTemplateName=name, LaunchTemplateData={"ImageId": image, "InstanceType": "m5.large"}
     )
-    tag = json.dumps({"pool": POOL, "paasta_cluster": CLUSTER})
+    tag = json.dumps({"pool": pool, "paasta_cluster": cluster})
     session.client("autoscaling", endpoint_url=moto_url, region_name=REGION).create_auto_scaling_group(
         AutoScalingGroupName=name,
         MinSize=0,
-        MaxSize=40,
+        MaxSize=max_size,
         DesiredCapacity=1,
         VPCZoneIdentifier=subnet,
         NewInstancesProtectedFromScaleIn=True,
@@ -140,7 +143,8 @@ def run(duration: float, run_dir: Path) -> int:
         events_port = free_port()
         main_path = prepare_configs(run_dir, moto.url, events_port)
         bucket = yaml.safe_load(main_path.read_text())["aws"]["signals_bucket"]
-        group = create_aws(moto.url, bucket)
+        create_bucket(moto.url, bucket)
+        group = create_pool_group(moto.url)
         say(f"embedded AWS (moto) on {moto.url}: bucket {bucket}, Auto Scaling group {group}")
         with tempfile.TemporaryDirectory(prefix="clusterman-publish-") as tmp:
             publish_signals(moto.url, bucket, "local", Path(tmp))
