@@ -78,20 +78,9 @@ def test_real_autoscaler_in_the_tree_survives_a_killed_signal(tmp_path, moto_ser
     }  # fmt: skip
     (tmp_path / "clusters" / CLUSTER).mkdir(parents=True)
     (tmp_path / "clusterman.yaml").write_text(yaml.safe_dump(main))
-    (tmp_path / "clusters" / CLUSTER / f"{pool}.simulated").write_text(
-        yaml.safe_dump(
-            {
-                "resource_groups": [{"asg": {"tag": "clusterman:pool"}}],
-                "scaling_limits": {
-                    "min_capacity": 1,
-                    "max_capacity": 8,
-                    "max_weight_to_add": 8,
-                    "max_weight_to_remove": 8,
-                },
-                "simulation": {"join_delay_seconds": 0},
-            }
-        )  # fmt: skip
-    )
+    limits = {"min_capacity": 1, "max_capacity": 8, "max_weight_to_add": 8, "max_weight_to_remove": 8}
+    pool_config = {"resource_groups": [{"asg": {"tag": "clusterman:pool"}}], "scaling_limits": limits}
+    (tmp_path / "clusters" / CLUSTER / f"{pool}.simulated").write_text(yaml.safe_dump(pool_config))
     logs = tmp_path / "logs"
     env = {**os.environ, **FAKE_CREDENTIALS, "CMAN_CLUSTER": CLUSTER, "CMAN_POOL": pool, "CMAN_SCHEDULER": "simulated",
            "CMAN_ARGS": "--period-seconds 1 --no-splay", "CMAN_LOG_DIR": str(logs)}  # fmt: skip
