@@ -166,3 +166,36 @@ def test_an_unreadable_group_holds_scale_down_and_the_other_group_still_grows(po
     assert grown.decision is not None and grown.decision.target_capacity > 2
     assert pool2.groups[0].read().group.target_capacity > 1  # the readable group still scales up
     assert "ERROR_CLOUD" in {e.event.detail.name for e in pool2.events()}
+
+
+def test_an_unreachable_metrics_store_keeps_the_target_with_the_real_signal_path(pools, tmp_path):
+    """The real SignalDemand over a SQLite store that cannot be opened: MetricsError, target kept."""
+    from clusterman.config.model import MetricType
+    from clusterman.config.model import PoolIdentity
+    from clusterman.config.model import RequiredMetric
+    from clusterman.config.model import Scheduler
+    from clusterman.config.model import SignalConfig
+    from clusterman.manager.demand import SignalDemand
+    from clusterman.metrics.sqlite import SqliteStore
+    from clusterman.signals.evaluator import SignalEvaluator
+    from clusterman.signals.specs import SignalSpec
+
+    class NeverCalled:
+        def evaluate(self, metrics, timestamp):
+            raise AssertionError("the signal must not be asked without its metrics")
+
+        def close(self):
+            pass
+
+    config = SignalConfig(1, "MostRecentResources", "v1",
+                          required_metrics=(RequiredMetric("cpus_allocated", MetricType.SYSTEM_METRICS, 10),))  # fmt: skip
+    evaluator = SignalEvaluator(
+        PoolIdentity("c", "p", Scheduler.SIMULATED), SignalSpec("__default__", "clusterman", config), [],
+        lambda spec: NeverCalled(),
+    )  # fmt: skip
+    (tmp_path / "metrics.sqlite3").mkdir()  # a directory where the database file should be
+    pool = pools(work(0), demand=SignalDemand(evaluator, SqliteStore(tmp_path / "metrics.sqlite3")))
+    pool.groups[0].set_target_capacity(5)
+    report = pool.minute()
+    assert report.outcome is Outcome.NO_DEMAND and "metrics.sqlite3" in report.message
+    assert pool.groups[0].read().group.target_capacity == 5
