@@ -187,8 +187,8 @@ def test_an_unreachable_metrics_store_keeps_the_target_with_the_real_signal_path
         def close(self):
             pass
 
-    config = SignalConfig(1, "MostRecentResources", "v1",
-                          required_metrics=(RequiredMetric("cpus_allocated", MetricType.SYSTEM_METRICS, 10),))  # fmt: skip
+    required = (RequiredMetric("cpus_allocated", MetricType.SYSTEM_METRICS, 10),)
+    config = SignalConfig(1, "MostRecentResources", "v1", required_metrics=required)
     evaluator = SignalEvaluator(
         PoolIdentity("c", "p", Scheduler.SIMULATED), SignalSpec("__default__", "clusterman", config), [],
         lambda spec: NeverCalled(),
