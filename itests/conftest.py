@@ -19,6 +19,10 @@ from clusterman.signals.client import SignalClient
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
+# Every AWS call of the integration tests goes to a loopback server; no test may ever find real
+# credentials, and none may depend on a fixture having set fake ones first.
+os.environ.update(FAKE_CREDENTIALS)
+
 
 def unique_app() -> str:
     return f"itest{uuid.uuid4().hex[:10]}"

@@ -16,9 +16,9 @@ from clusterman.local.moto_server import free_port
 
 CONFIG = """\
 global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
+  scrape_interval: {interval}
+  scrape_timeout: {interval}
+  evaluation_interval: {interval}
 scrape_configs:
   - job_name: clusterman
     static_configs:
@@ -27,9 +27,12 @@ scrape_configs:
 
 
 class PrometheusServer:
-    def __init__(self, directory: Path, targets: list[str]) -> None:
+    """``with PrometheusServer(tmp, targets) as prom: prom.url``; scrapes every ``interval``."""
+
+    def __init__(self, directory: Path, targets: list[str], interval: str = "1s") -> None:
         self.directory = directory
         self.targets = targets
+        self.interval = interval
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = directory / "prometheus.log"
@@ -40,7 +43,7 @@ class PrometheusServer:
         if binary is None:
             raise RuntimeError("prometheus is not installed: `make test` installs it (system-packages.txt)")
         config = self.directory / "prometheus.yml"
-        config.write_text(CONFIG.format(targets=", ".join(f'"{t}"' for t in self.targets)))
+        config.write_text(CONFIG.format(interval=self.interval, targets=", ".join(f'"{t}"' for t in self.targets)))
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
                 [
@@ -74,6 +77,26 @@ class PrometheusServer:
             raise RuntimeError(f"prometheus query {expr!r} failed: {body}")
         result: list[dict[str, Any]] = body["data"]["result"]
         return result
+
+    def wait_for_samples(self, query: str, count: int, timeout: float = 30.0) -> None:
+        """Until ``query`` has at least ``count`` one-second samples: the scrapes have landed."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            now = time.time()
+            params = {"query": query, "start": str(now - 60), "end": str(now), "step": "1"}
+            url = f"{self.url}/api/v1/query_range?{urllib.parse.urlencode(params)}"
+            with urllib.request.urlopen(url, timeout=5) as response:
+                results = json.loads(response.read()).get("data", {}).get("result", [])
+            if results and len(results[0]["values"]) >= count:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"prometheus had no {count} samples of {query} within {timeout:g} s")
+
+    def __enter__(self) -> PrometheusServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

@@ -27,7 +27,7 @@ from clusterman.metrics.store import Point
 from clusterman.metrics.store import app_key
 from clusterman.metrics.store import system_key
 from itests.metrics.prometheus import Exporter
-from itests.metrics.prometheus import PrometheusServer
+from itests.prometheus_server import PrometheusServer
 
 SYS = MetricType.SYSTEM_METRICS
 APP = MetricType.APP_METRICS
