@@ -27,6 +27,7 @@ from clusterman.signals.evaluator import SignalEvaluator
 from clusterman.signals.specs import SignalSpec
 from clusterman.signals.specs import app_signal_specs
 from clusterman.signals.specs import default_signal_spec
+from clusterman.state.carried import StoredState
 from clusterman.state.factory import open_state_store
 from clusterman.state.pause import PauseStatus
 from clusterman.state.pause import pause_status
@@ -91,4 +92,5 @@ def build_cycle(
         recorder=recorder,
         pause_status=paused,
         dry_run=dry_run,
+        keeper=StoredState(state_store, setup.identity),
     )
