@@ -6,6 +6,8 @@ use, so building never touches the network.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from clusterman.aws.session import AwsSettings
 from clusterman.cloud.clients import AwsClients
 from clusterman.cloud.discovery import Discovery
@@ -39,7 +41,8 @@ def aws_clients(setup: PoolSetup) -> AwsClients:
     return AwsClients(AwsSettings.from_config(setup.main.aws, region))
 
 
-def cloud_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> GroupsCloudView:
+def discovery_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> Callable[[], Discovery]:
+    """Finds the pool's resource groups when called (as every run does)."""
     uses_aws = any(entry.kind in ("asg", "sfr") for entry in setup.pool.resource_groups)
     aws = aws_clients(setup) if uses_aws else None
 
@@ -48,7 +51,11 @@ def cloud_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> Grou
             setup.identity.cluster, setup.identity.pool, setup.pool.resource_groups, aws=aws, simulated=simulated
         )
 
-    return GroupsCloudView(discover=discover)
+    return discover
+
+
+def cloud_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> GroupsCloudView:
+    return GroupsCloudView(discover=discovery_for(setup, simulated))
 
 
 def demand_for(setup: PoolSetup) -> DemandSource:
