@@ -43,6 +43,8 @@ def run_manage(args: argparse.Namespace) -> int:
     if found.errors:
         problems = "; ".join(str(e) for e in found.errors)
         raise ManualTargetError(f"cannot find every resource group, nothing changed: {problems}")
+    for warning in found.mistagged:
+        print(f"clusterman manage: not counted: {warning}", file=sys.stderr)
     now = time.time()
     if not args.dry_run and not args.yes and not _confirmed(f"Set the target capacity of {setup.identity} to "
                                                             f"{show(requested)}? [y/N] "):  # fmt: skip

@@ -74,6 +74,7 @@ def text_lines(s: PoolStatus) -> list[str]:
     if not s.groups and not s.group_errors:
         lines.append("  none found")
     lines += [f"  cannot read: {e}" for e in s.group_errors]
+    lines += [f"  not counted (mistagged): {e}" for e in s.mistagged]
     if isinstance(s.nodes, Unavailable):
         lines.append(f"nodes: unknown: {s.nodes.why}")
     else:

@@ -237,10 +237,11 @@ class AutoScalingGroup(CloudGroup):
 
 
 def find_groups(autoscaling: Any, tag_key: str, cluster: str, pool: str) -> tuple[list[str], list[str]]:
-    """Names of the Auto Scaling groups whose ``tag_key`` tag names this pool, and problems met.
+    """Names of the Auto Scaling groups whose ``tag_key`` tag names this pool, and mistagged groups.
 
     Clusterman's convention: the tag's value is JSON ``{"pool": ..., "paasta_cluster": ...}``. A
-    group whose value is not such JSON is reported and skipped; it never hides the others.
+    group whose value is not such JSON belongs to no pool we can name: it is reported and skipped,
+    and never hides the others.
     """
     names: list[str] = []
     problems: list[str] = []

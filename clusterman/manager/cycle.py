@@ -161,7 +161,7 @@ class Cycle:
             snapshot = self.connector.snapshot(now)
         except ConnectorError as e:
             return self._no_change(now, Outcome.NO_SNAPSHOT, f"cannot read the pool: {e}", ErrorSource.SCHEDULER)
-        for error in self.cloud.errors:
+        for error in (*self.cloud.errors, *self.cloud.mistagged):
             self.recorder.error(ErrorSource.CLOUD, error.group, error.problem)
         self._observe_pool(snapshot)
 

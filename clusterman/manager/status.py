@@ -110,7 +110,8 @@ class PoolStatus:
     taken_at: float
     pause: PauseStatus | Unavailable
     groups: tuple[ResourceGroup, ...]
-    group_errors: tuple[str, ...]
+    group_errors: tuple[str, ...]  # the pool's groups that could not be found or read
+    mistagged: tuple[str, ...]  # groups whose tag names no pool: not counted
     nodes: NodeCounts | Unavailable
     utilisation: UtilisationReading | Unavailable
     kept: AutoscalerState | Unavailable
@@ -126,6 +127,7 @@ class PoolStatus:
             "pause": part(self.pause, pause_json),
             "groups": [group_json(g) for g in self.groups],
             "group_errors": list(self.group_errors),
+            "mistagged_groups": list(self.mistagged),
             "nodes": part(self.nodes, NodeCounts.as_json),
             "utilisation": part(self.utilisation, UtilisationReading.as_json),
             "autoscaler_state": part(self.kept, AutoscalerState.as_json),
@@ -192,6 +194,7 @@ def gather(
         pause=read("pause", lambda: pause_status(store, identity, now)),
         groups=tuple(sorted(view.groups, key=lambda g: g.id)),
         group_errors=tuple(str(e) for e in cloud.errors),
+        mistagged=tuple(str(e) for e in cloud.mistagged),
         nodes=snapshot if isinstance(snapshot, Unavailable) else node_counts(snapshot),
         utilisation=from_metrics if not isinstance(from_metrics, Unavailable) else measured(setup, snapshot, demand),
         kept=read("autoscaler state", StoredState(store, identity).load),
