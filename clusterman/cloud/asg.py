@@ -244,7 +244,7 @@ def find_groups(autoscaling: Any, tag_key: str, cluster: str, pool: str) -> tupl
     and never hides the others.
     """
     names: list[str] = []
-    problems: list[str] = []
+    mistagged: list[str] = []
     label = f"asg tag {tag_key}"
     with cloud_call(label, "DescribeTags"):
         pages = autoscaling.get_paginator("describe_tags").paginate(Filters=[{"Name": "key", "Values": [tag_key]}])
@@ -256,5 +256,5 @@ def find_groups(autoscaling: Any, tag_key: str, cluster: str, pool: str) -> tupl
             if tag_names_pool(tag.get("Value"), cluster, pool):
                 names.append(tag["ResourceId"])
         except ValueError as e:
-            problems.append(f"asg {tag['ResourceId']}: tag {tag_key}: {e}")
-    return sorted(set(names)), problems
+            mistagged.append(f"asg {tag['ResourceId']}: tag {tag_key}: {e}")
+    return sorted(set(names)), mistagged

@@ -98,11 +98,11 @@ def _search(
     if aws is None:
         raise ResourceGroupError(label, f"{entry.kind} groups need AWS clients (the aws block of clusterman.yaml)")
     make: Callable[[str], CloudGroup]
+    problems: list[str] = []
     if entry.kind == "asg":
         if tag_key is None:
             raise ResourceGroupError(label, "an asg entry is found by tag only; s3 listings are for sfr")
         ids, mistagged = find_groups(aws.autoscaling, tag_key, cluster, pool)
-        problems: list[str] = []
 
         def make(name: str) -> CloudGroup:
             return AutoScalingGroup(name, aws, catalog)

@@ -188,7 +188,7 @@ class SimulatedCloud:
         return group
 
     def find(self, tag_key: str, cluster: str, pool: str) -> tuple[list[SimulatedGroup], list[str]]:
-        """The groups whose ``tag_key`` tag names this pool, and the groups whose tag names no pool."""
+        """The groups whose ``tag_key`` tag names this pool, and problems met."""
         found: list[SimulatedGroup] = []
         problems: list[str] = []
         for group_id, g in sorted(self.groups.items()):

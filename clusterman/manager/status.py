@@ -181,7 +181,7 @@ def gather(
 ) -> PoolStatus:
     identity = setup.identity
     view = cloud.cloud_view(now)
-    snapshot = read("nodes", lambda: connector_for_pool(setup.main, identity, setup.pool, _Seen(view)).snapshot(now))
+    snapshot = read("nodes", lambda: _snapshot(setup, view, now))
     history: tuple[DecisionLine, ...] | Unavailable = Unavailable("no event API to ask")
     from_metrics: UtilisationReading | Unavailable = Unavailable("no event API to ask")
     if events is not None:
@@ -200,6 +200,14 @@ def gather(
         kept=read("autoscaler state", StoredState(store, identity).load),
         decisions=history,
     )
+
+
+def _snapshot(setup: PoolSetup, view: CloudView, now: float) -> PoolSnapshot:
+    connector = connector_for_pool(setup.main, setup.identity, setup.pool, _Seen(view))
+    try:
+        return connector.snapshot(now)
+    finally:
+        connector.close()
 
 
 def node_counts(snapshot: PoolSnapshot) -> NodeCounts:
@@ -254,7 +262,7 @@ def decided_utilisation(exposition: str, identity: PoolIdentity) -> UtilisationR
     """The figures of the autoscaler's last decision, from its Prometheus gauges."""
     labels = {"cluster": identity.cluster, "pool": identity.pool_with_scheduler}
     per_resource: dict[str, dict[str, float]] = {"utilisation_ratio": {}, "demand": {}, "capacity": {}}
-    setpoint = NO_TIME
+    setpoints: list[float] = []
     for family in text_string_to_metric_families(exposition):
         name = family.name.removeprefix(f"{NAMESPACE}_")
         for sample in family.samples:
@@ -263,16 +271,13 @@ def decided_utilisation(exposition: str, identity: PoolIdentity) -> UtilisationR
             if name in per_resource and "resource" in sample.labels:
                 per_resource[name][sample.labels["resource"]] = sample.value
             elif name == "setpoint_ratio":
-                setpoint = sample.value
-    if not per_resource["utilisation_ratio"] or setpoint == NO_TIME:
-        raise _NoDecision(f"the autoscaler has not measured {identity} yet (or the pool is paused)")
+                setpoints.append(sample.value)
+    if not per_resource["utilisation_ratio"] or not setpoints:
+        raise UserError(f"the autoscaler has not measured {identity} yet (or the pool is paused)")
     return UtilisationReading(
-        "last decision", per_resource["utilisation_ratio"], per_resource["demand"], per_resource["capacity"], setpoint
-    )
-
-
-class _NoDecision(UserError):
-    pass
+        "last decision", per_resource["utilisation_ratio"], per_resource["demand"], per_resource["capacity"],
+        setpoints[-1],
+    )  # fmt: skip
 
 
 def describe_kept(state: AutoscalerState, now: float) -> str:
