@@ -46,8 +46,8 @@ def run_manage(args: argparse.Namespace) -> int:
     for warning in found.mistagged:
         print(f"clusterman manage: not counted: {warning}", file=sys.stderr)
     now = time.time()
-    if not args.dry_run and not args.yes and not _confirmed(f"Set the target capacity of {setup.identity} to "
-                                                            f"{show(requested)}? [y/N] "):  # fmt: skip
+    question = f"Set the target capacity of {setup.identity} to {show(requested)}? [y/N] "
+    if not (args.dry_run or args.yes or _confirmed(question)):
         print("nothing changed")
         return 1
     result = set_pool_target(found.groups, requested, policy, now, args.dry_run)
@@ -55,7 +55,7 @@ def run_manage(args: argparse.Namespace) -> int:
         print(line)
     for group_id, problem in result.errors:
         print(f"clusterman manage: {group_id}: {problem}", file=sys.stderr)
-    if not args.dry_run:
+    if not args.dry_run and result.changes:
         print(f"changed by {getpass.getuser()}@{socket.gethostname()}")
         if not pause_status(open_state_store(setup.main), setup.identity, now).paused:
             print(

@@ -87,5 +87,6 @@ def set_pool_target(
             changes.append(by_id[group_id].set_target_capacity(float(number(target)), dry_run=dry_run))
         except ResourceGroupError as e:
             errors.append((group_id, str(e)))
-    return ManualTarget(current, requested, clamped.target, achieved, tuple(notes), tuple(changes), tuple(errors),
-                        dry_run)  # fmt: skip
+    return ManualTarget(
+        current, requested, clamped.target, achieved, tuple(notes), tuple(changes), tuple(errors), dry_run
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from collections.abc import Mapping
+from dataclasses import asdict
 from dataclasses import dataclass
 from datetime import UTC
 from datetime import datetime
@@ -68,8 +69,7 @@ class UtilisationReading:
     setpoint: float
 
     def as_json(self) -> dict[str, Any]:
-        return {"source": self.source, "ratios": self.ratios, "demand": self.demand, "capacity": self.capacity,
-                "setpoint": self.setpoint}  # fmt: skip
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,8 @@ class DecisionLine:
         e = record.event
         amount = dict(e.resource).get("capacity", 0.0)
         sign = -1 if e.change.name == "REMOVE" else 1
-        return DecisionLine(record.id, e.timestamp_ns / 1e9, e.detail.name.removeprefix("DECISION_").lower(),
-                            sign * amount, e.message)  # fmt: skip
+        reason = e.detail.name.removeprefix("DECISION_").lower()
+        return DecisionLine(record.id, e.timestamp_ns / 1e9, reason, sign * amount, e.message)
 
     def as_json(self) -> dict[str, Any]:
         return {"id": self.id, "at": iso(self.at), "reason": self.reason, "delta": self.delta, "message": self.message}
@@ -100,8 +100,7 @@ class NodeCounts:
     pending_tasks: int
 
     def as_json(self) -> dict[str, Any]:
-        return {"by_state": self.by_state, "weight_by_state": self.weight_by_state,
-                "running_tasks": self.running_tasks, "pending_tasks": self.pending_tasks}  # fmt: skip
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -145,9 +144,15 @@ def pause_json(status: PauseStatus) -> dict[str, Any]:
 
 
 def group_json(g: ResourceGroup) -> dict[str, Any]:
-    return {"id": g.id, "kind": g.kind, "target": g.target_capacity, "fulfilled": g.fulfilled_capacity,
-            "min": g.min_capacity, "max": None if g.max_capacity == float("inf") else g.max_capacity,
-            "stale": g.stale}  # fmt: skip
+    return {
+        "id": g.id,
+        "kind": g.kind,
+        "target": g.target_capacity,
+        "fulfilled": g.fulfilled_capacity,
+        "min": g.min_capacity,
+        "max": None if g.max_capacity == float("inf") else g.max_capacity,
+        "stale": g.stale,
+    }
 
 
 def read(what: str, reader: Callable[[], T]) -> T | Unavailable:
@@ -275,9 +280,12 @@ def decided_utilisation(exposition: str, identity: PoolIdentity) -> UtilisationR
     if not per_resource["utilisation_ratio"] or not setpoints:
         raise UserError(f"the autoscaler has not measured {identity} yet (or the pool is paused)")
     return UtilisationReading(
-        "last decision", per_resource["utilisation_ratio"], per_resource["demand"], per_resource["capacity"],
+        "last decision",
+        per_resource["utilisation_ratio"],
+        per_resource["demand"],
+        per_resource["capacity"],
         setpoints[-1],
-    )  # fmt: skip
+    )
 
 
 def describe_kept(state: AutoscalerState, now: float) -> str:
