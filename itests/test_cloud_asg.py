@@ -32,7 +32,7 @@ def test_asg_is_found_by_tag_and_follows_its_targets(world):
 
     found = discover_groups(world.cluster, "web", [ASG_ENTRY], aws=clients(world.url))
     assert [g.id for g in found.groups] == [mine]
-    assert len(found.errors) == 1 and "expected JSON like" in str(found.errors[0])
+    assert found.errors == () and len(found.mistagged) == 1 and "expected JSON like" in str(found.mistagged[0])
     (group,) = found.groups
 
     state = group.read()

@@ -15,6 +15,8 @@ from clusterman.cluster.simulated import SimulatedScheduler
 from clusterman.cluster.simulated import TaskList
 from clusterman.cluster.simulated import WorkItem
 from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
+from clusterman.config.model import PoolIdentity
+from clusterman.config.model import Scheduler
 from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.events.publisher import EventPublisher
 from clusterman.events.recorder import Recorder
@@ -24,7 +26,12 @@ from clusterman.manager.cycle import Outcome
 from clusterman.manager.demand import InternalDemand
 from clusterman.metrics.store import MetricsError
 from clusterman.resources import Resources
+from clusterman.state.carried import AUTOSCALER_STATE
+from clusterman.state.carried import StoredState
 from clusterman.state.pause import PauseStatus
+from clusterman.state.pause import entity
+from clusterman.state.store import SqliteStateStore
+from clusterman.state.store import StateItem
 
 T0 = 1_700_000_000.0
 NODE = Resources(cpus=4, mem=16000)
@@ -199,3 +206,55 @@ def test_an_unreachable_metrics_store_keeps_the_target_with_the_real_signal_path
     report = pool.minute()
     assert report.outcome is Outcome.NO_DEMAND and "metrics.sqlite3" in report.message
     assert pool.groups[0].read().group.target_capacity == 5
+
+
+POOL_ID = PoolIdentity("c", "p", Scheduler.SIMULATED)
+
+
+def test_a_restart_keeps_the_scale_lock(pools, tmp_path):
+    kept = StoredState(SqliteStateStore(tmp_path / "state.sqlite"), POOL_ID)
+    locked = limits(scale_up_cool_down_period_seconds=600)
+    first = pools(work(10), policy=locked, keeper=kept)
+    report = first.minute()
+    assert report.decision is not None and report.decision.target_capacity == 4
+    assert kept.load().scale_lock.until == first.now + 600
+
+    # a new process a minute later, the asked-for capacity not ready: the lock still holds
+    again = pools(work(40), policy=locked, keeper=StoredState(SqliteStateStore(tmp_path / "state.sqlite"), POOL_ID))
+    again.now = first.now
+    held = again.minute()
+    assert held.decision is not None and "scale lock held" in held.decision.explanation
+    assert again.groups[0].read().group.target_capacity == 1  # no second scale-up
+
+
+def test_a_dry_run_never_writes_the_kept_state(pools, tmp_path):
+    store = SqliteStateStore(tmp_path / "state.sqlite")
+    pool = pools(work(10), policy=limits(scale_up_cool_down_period_seconds=600), dry_run=True,
+                 keeper=StoredState(store, POOL_ID))  # fmt: skip
+    assert pool.minute().decision is not None
+    assert store.get(AUTOSCALER_STATE, entity(POOL_ID)) is None
+
+
+def test_a_corrupt_kept_state_is_reported_replaced_and_holds_scale_down(pools, tmp_path):
+    store = SqliteStateStore(tmp_path / "state.sqlite")
+    store.put(StateItem(AUTOSCALER_STATE, entity(POOL_ID), 0, payload={"scale_lock": "tomorrow"}))
+    pool = pools(work(0), keeper=StoredState(store, POOL_ID))
+    pool.groups[0].set_target_capacity(5)
+    report = pool.minute()
+    assert report.decision is not None and report.decision.target_capacity == 5  # no scale-down this run
+    assert "stored autoscaler state was not valid" in report.decision.explanation
+    errors = [e.event.message for e in pool.events() if e.event.detail.name == "ERROR_INTERNAL"]
+    assert errors and "scale_lock: expected an object" in errors[0]
+    assert StoredState(store, POOL_ID).load() == pool.cycle.state  # replaced by a valid one
+    assert pool.minute().decision.target_capacity < 5  # the next run scales down
+
+
+def test_an_unreadable_kept_state_changes_nothing_until_it_can_be_read(pools, tmp_path):
+    (tmp_path / "state").mkdir()
+    broken = StoredState(SqliteStateStore(tmp_path / "state"), POOL_ID)  # a directory, not a database
+    pool = pools(work(10), keeper=broken)
+    report = pool.minute()
+    assert report.outcome is Outcome.NO_STATE and "cannot read the autoscaler state" in report.message
+    assert pool.groups[0].read().group.target_capacity == 1
+    broken.store = SqliteStateStore(tmp_path / "state.sqlite")
+    assert pool.minute().outcome is Outcome.ACTED

@@ -1,5 +1,7 @@
 """The values carried between decisions: the scale lock, the breaker, the capacity-loss memory."""
 
+import pytest
+
 from clusterman.autoscaler import Action
 from clusterman.autoscaler import AutoscalerState
 from tests.scaling_builders import NOW
@@ -100,3 +102,33 @@ class TestCapacityLossGuard:
     def test_off_by_default_and_keeps_no_memory(self):
         d = run(snapshot(nodes(3)), request(1))
         assert d.state.memory.joined == frozenset()
+
+
+class TestKeptBetweenRuns:
+    def test_json_round_trip(self):
+        snap = snapshot(nodes(2), [group("g1", 2)])
+        kept = policy(
+            scale_up_cool_down_period_seconds=120,
+            scale_up_failure_threshold=2,
+            prevent_scale_down_after_capacity_loss=True,
+        )
+        state = run(snap, request(5), kept).state
+        assert state.scale_lock.until == NOW + 120 and state.breaker.awaiting == 8 and len(state.memory.joined) == 2
+        assert AutoscalerState.from_json(state.as_json()) == state
+        assert AutoscalerState.from_json(AutoscalerState().as_json()) == AutoscalerState()
+
+    @pytest.mark.parametrize(
+        ("change", "field"),
+        [
+            (lambda j: j.pop("breaker"), "breaker: expected an object"),
+            (lambda j: j["scale_lock"].update(until="soon"), "scale_lock.until: expected a finite number"),
+            (lambda j: j["breaker"].update(failures=1.5), "breaker.failures: expected a whole number"),
+            (lambda j: j["breaker"].update(awaiting=-1), "breaker.awaiting"),
+            (lambda j: j["memory"].update(joined="n1"), "memory.joined: expected a list of node ids"),
+        ],
+    )
+    def test_anything_else_names_the_field(self, change, field):
+        data = AutoscalerState().as_json()
+        change(data)
+        with pytest.raises(ValueError, match=field):
+            AutoscalerState.from_json(data)

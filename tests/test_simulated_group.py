@@ -175,8 +175,8 @@ def test_discovery_finds_the_pools_simulated_groups_by_tag():
     entries = [ResourceGroupConfig("simulated"), ResourceGroupConfig("simulated", tag="puppet:role::paasta")]
     found = discover_groups("c1", "web", entries, simulated=cloud)
     assert [g.id for g in found.groups] == ["mine", "custom"]
-    assert len(found.errors) == 1
-    assert "bad-tag" in str(found.errors[0]) and "resource_groups[0] (simulated)" in str(found.errors[0])
+    assert found.errors == () and len(found.mistagged) == 1  # names no pool: reported, holds nothing
+    assert "bad-tag" in str(found.mistagged[0]) and "resource_groups[0] (simulated)" in str(found.mistagged[0])
 
     no_aws = discover_groups("c1", "web", [ResourceGroupConfig("asg", tag="k"), entries[0]], simulated=cloud)
     assert [g.id for g in no_aws.groups] == ["mine"]

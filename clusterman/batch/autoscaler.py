@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         setup = resolve_pool(args)
-        events = EventService(setup.main.events, setup.identity.cluster, str(setup.identity))
+        events = EventService(setup.main.events, setup.identity.cluster, setup.identity.pool_with_scheduler)
         cycle = build_cycle(setup, events.recorder, dry_run=args.dry_run, collect_metrics=args.collect_metrics)
     except UserError as e:
         print(f"autoscaler: {e}", file=sys.stderr)

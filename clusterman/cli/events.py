@@ -17,10 +17,9 @@ from clusterman.events.client import EventAPIError
 from clusterman.events.client import EventClient
 from clusterman.events.client import Heartbeat
 from clusterman.events.client import StreamEnded
+from clusterman.events.client import api_url
 from clusterman.events.record import EventRecord
 from clusterman.events.record import EventType
-
-_ANY_ADDRESS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,9 +64,7 @@ def parse_types(values: Iterable[str]) -> frozenset[EventType]:
 
 
 def default_url(env_config_path: str) -> str:
-    events = load_main_config(env_config_path).events
-    host = _ANY_ADDRESS.get(events.host, events.host)
-    return f"http://[{host}]:{events.port}" if ":" in host else f"http://{host}:{events.port}"
+    return api_url(load_main_config(env_config_path).events)
 
 
 def format_line(record: EventRecord) -> str:

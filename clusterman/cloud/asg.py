@@ -237,13 +237,14 @@ class AutoScalingGroup(CloudGroup):
 
 
 def find_groups(autoscaling: Any, tag_key: str, cluster: str, pool: str) -> tuple[list[str], list[str]]:
-    """Names of the Auto Scaling groups whose ``tag_key`` tag names this pool, and problems met.
+    """Names of the Auto Scaling groups whose ``tag_key`` tag names this pool, and mistagged groups.
 
     Clusterman's convention: the tag's value is JSON ``{"pool": ..., "paasta_cluster": ...}``. A
-    group whose value is not such JSON is reported and skipped; it never hides the others.
+    group whose value is not such JSON belongs to no pool we can name: it is reported and skipped,
+    and never hides the others.
     """
     names: list[str] = []
-    problems: list[str] = []
+    mistagged: list[str] = []
     label = f"asg tag {tag_key}"
     with cloud_call(label, "DescribeTags"):
         pages = autoscaling.get_paginator("describe_tags").paginate(Filters=[{"Name": "key", "Values": [tag_key]}])
@@ -255,5 +256,5 @@ def find_groups(autoscaling: Any, tag_key: str, cluster: str, pool: str) -> tupl
             if tag_names_pool(tag.get("Value"), cluster, pool):
                 names.append(tag["ResourceId"])
         except ValueError as e:
-            problems.append(f"asg {tag['ResourceId']}: tag {tag_key}: {e}")
-    return sorted(set(names)), problems
+            mistagged.append(f"asg {tag['ResourceId']}: tag {tag_key}: {e}")
+    return sorted(set(names)), mistagged

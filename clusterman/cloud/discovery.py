@@ -1,8 +1,10 @@
 """Find a pool's resource groups from its ``resource_groups`` config entries.
 
-Each entry is searched on its own: an entry whose search fails, or a group whose tag is not valid
-JSON, is reported as a ``ResourceGroupError`` and never hides the groups the other entries find.
-A group found by two entries is kept once.
+Each entry is searched on its own: an entry whose search fails is an error (the pool may have
+groups that were not seen, so the autoscaler holds scale-down), and never hides the groups the
+other entries find. A group whose tag value is not valid JSON names no pool: it is reported as
+*mistagged* and holds nothing, since in an account shared by many pools one hand-tagged group
+must not stop every pool from scaling down. A group found by two entries is kept once.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 from collections.abc import Callable
 from collections.abc import Iterable
 from dataclasses import dataclass
+from dataclasses import field
 
 from clusterman.cloud.asg import AutoScalingGroup
 from clusterman.cloud.asg import find_groups
@@ -30,7 +33,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Discovery:
     groups: tuple[CloudGroup, ...]
-    errors: tuple[ResourceGroupError, ...]
+    errors: tuple[ResourceGroupError, ...]  # searches that failed: some of the pool's groups may be missing
+    mistagged: tuple[ResourceGroupError, ...] = ()  # groups with the tag key whose value names no pool
 
 
 def tag_key_of(entry: ResourceGroupConfig) -> str | None:
@@ -50,21 +54,30 @@ def discover_groups(
 ) -> Discovery:
     groups: dict[tuple[str, str], CloudGroup] = {}
     errors: list[ResourceGroupError] = []
+    mistagged: list[ResourceGroupError] = []
     catalog = InstanceTypeCatalog(lambda: aws.ec2) if aws else None
     for i, entry in enumerate(entries):
         label = f"resource_groups[{i}] ({entry.kind})"
         try:
-            found, problems = _search(entry, label, cluster, pool, aws, simulated, catalog)
+            found = _search(entry, label, cluster, pool, aws, simulated, catalog)
         except ResourceGroupError as e:
             errors.append(e if e.group == label else ResourceGroupError(label, str(e), e.ambiguous))
             continue
-        errors += (ResourceGroupError(label, p) for p in problems)
-        for g in found:
+        errors += (ResourceGroupError(label, p) for p in found.problems)
+        mistagged += (ResourceGroupError(label, p) for p in found.mistagged)
+        for g in found.groups:
             groups.setdefault((g.kind, g.id), g)
-    for error in errors:
+    for error in (*errors, *mistagged):
         log.warning("%s", error)
     log.info("%s/%s: resource groups %s", cluster, pool, ", ".join(g.label for g in groups.values()) or "none")
-    return Discovery(tuple(groups.values()), tuple(errors))
+    return Discovery(tuple(groups.values()), tuple(errors), tuple(mistagged))
+
+
+@dataclass(frozen=True)
+class _Found:
+    groups: list[CloudGroup]
+    mistagged: list[str]
+    problems: list[str] = field(default_factory=list)
 
 
 def _search(
@@ -75,29 +88,30 @@ def _search(
     aws: AwsClients | None,
     simulated: SimulatedCloud | None,
     catalog: InstanceTypeCatalog | None,
-) -> tuple[list[CloudGroup], list[str]]:
+) -> _Found:
     tag_key = tag_key_of(entry)
     if entry.kind == "simulated":
         if simulated is None:
             raise ResourceGroupError(label, "simulated groups need a simulated cloud (the simulator or local stack)")
-        sim_groups, problems = simulated.find(tag_key or DEFAULT_TAG_KEY, cluster, pool)
-        return list(sim_groups), problems
+        sim_groups, mistagged = simulated.find(tag_key or DEFAULT_TAG_KEY, cluster, pool)
+        return _Found(list(sim_groups), mistagged)
     if aws is None:
         raise ResourceGroupError(label, f"{entry.kind} groups need AWS clients (the aws block of clusterman.yaml)")
     make: Callable[[str], CloudGroup]
+    problems: list[str] = []
     if entry.kind == "asg":
         if tag_key is None:
             raise ResourceGroupError(label, "an asg entry is found by tag only; s3 listings are for sfr")
-        ids, problems = find_groups(aws.autoscaling, tag_key, cluster, pool)
+        ids, mistagged = find_groups(aws.autoscaling, tag_key, cluster, pool)
 
         def make(name: str) -> CloudGroup:
             return AutoScalingGroup(name, aws, catalog)
     elif entry.kind == "sfr":
         s3 = (entry.s3_bucket, entry.s3_prefix or "") if entry.s3_bucket else None
-        ids, problems = find_fleets(aws.ec2, aws.s3 if s3 else None, tag_key, s3, cluster, pool)
+        ids, mistagged, problems = find_fleets(aws.ec2, aws.s3 if s3 else None, tag_key, s3, cluster, pool)
 
         def make(fleet_id: str) -> CloudGroup:
             return SpotFleetGroup(fleet_id, aws, catalog)
     else:
         raise ResourceGroupError(label, f"unknown resource group kind {entry.kind!r}")
-    return [make(i) for i in ids], problems
+    return _Found([make(i) for i in ids], mistagged, problems)

@@ -285,8 +285,10 @@ def find_fleets(
     s3_location: tuple[str, str] | None,
     cluster: str,
     pool: str,
-) -> tuple[list[str], list[str]]:
-    """Ids of this pool's Spot Fleet requests (by tag and/or S3 listing), and problems met."""
+) -> tuple[list[str], list[str], list[str]]:
+    """Ids of this pool's Spot Fleet requests (by tag and/or S3 listing), fleets whose tag names no
+    pool (reported, skipped), and problems with the S3 listing (which may hide this pool's fleets)."""
+    mistagged: list[str] = []
     problems: list[str] = []
     wanted: set[str] = set()
     with cloud_call(f"sfr tag {tag_key}" if tag_key else "sfr", "DescribeSpotFleetRequests"):
@@ -298,7 +300,7 @@ def find_fleets(
                 if tag_names_pool(fleet_tags(raw).get(tag_key), cluster, pool):
                     wanted.add(fleet_id)
             except ValueError as e:
-                problems.append(f"sfr {fleet_id}: tag {tag_key}: {e}")
+                mistagged.append(f"sfr {fleet_id}: tag {tag_key}: {e}")
     if s3_location:
         listed, s3_problems = fleets_in_s3(s3, *s3_location, pool)
         problems += s3_problems
@@ -307,4 +309,4 @@ def find_fleets(
                 log.info("sfr %s is listed in s3://%s/%s but no longer exists; ignored", fleet_id, *s3_location)
             wanted.add(fleet_id)
     live = [f for f in wanted if f in fleets and fleets[f].get("SpotFleetRequestState") not in GONE_STATES]
-    return sorted(live), problems
+    return sorted(live), mistagged, problems

@@ -38,8 +38,10 @@ def cloud_view_of(readings: GroupReadings) -> CloudView:
 
 
 class GroupsCloudView:
-    """A ``CloudViewSource`` over the pool's ``CloudGroup``s; remembers the last read's errors.
+    """A ``CloudViewSource`` over the pool's ``CloudGroup``s; remembers the last read's problems.
 
+    ``errors`` are the pool's groups that could not be found or read (the view may miss some of
+    its capacity); ``mistagged`` are groups whose tag names no pool (worth a word, nothing more).
     With ``discover``, the groups are found again before every read (as Clusterman does each run),
     so a new group is picked up and a deleted one dropped without a restart.
     """
@@ -48,12 +50,13 @@ class GroupsCloudView:
         self.groups = list(groups)
         self.discover = discover
         self.errors: tuple[ResourceGroupError, ...] = ()
+        self.mistagged: tuple[ResourceGroupError, ...] = ()
 
     def cloud_view(self, now: float) -> CloudView:
         found_errors: tuple[ResourceGroupError, ...] = ()
         if self.discover is not None:
             discovery = self.discover()
-            self.groups, found_errors = list(discovery.groups), discovery.errors
+            self.groups, found_errors, self.mistagged = list(discovery.groups), discovery.errors, discovery.mistagged
         readings = read_groups(self.groups)
         self.errors = found_errors + readings.errors
         return cloud_view_of(readings)

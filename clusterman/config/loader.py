@@ -101,6 +101,14 @@ def list_pools(cluster_config_directory: str, cluster: str) -> list[PoolIdentity
     return pools
 
 
+def list_clusters(main: MainConfig, cluster_config_directory: str | None = None) -> list[str]:
+    """The clusters of the main config's ``clusters`` block; without one, the directories of pool files."""
+    if main.clusters:
+        return sorted(main.clusters)
+    directory = Path(cluster_config_directory or main.cluster_config_directory)
+    return sorted(d.name for d in directory.iterdir() if d.is_dir()) if directory.is_dir() else []
+
+
 def parse_scheduler(value: str) -> Scheduler:
     try:
         return Scheduler(value)

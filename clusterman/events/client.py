@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from http.client import HTTPResponse
 from typing import Any
 
+from clusterman.config.model import EventsConfig
 from clusterman.errors import UserError
 from clusterman.events.http import BATCH_PATH
 from clusterman.events.http import STREAM_PATH
@@ -23,6 +24,15 @@ from clusterman.events.record import record_from_json
 
 class EventAPIError(UserError):
     pass
+
+
+_ANY_ADDRESS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+
+
+def api_url(config: EventsConfig) -> str:
+    """Where the ``events`` block says the autoscaler serves its API (an any-address as loopback)."""
+    host = _ANY_ADDRESS.get(config.host, config.host)
+    return f"http://[{host}]:{config.port}" if ":" in host else f"http://{host}:{config.port}"
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,11 @@ class EventClient:
             )
         except (KeyError, TypeError, ValueError) as e:
             raise EventAPIError(f"{self.url}{BATCH_PATH}: unexpected answer: {e}") from e
+
+    def metrics(self) -> str:
+        """The autoscaler's Prometheus exposition (``/metrics``), as text."""
+        with self._open("/metrics", {}, self.timeout) as response:
+            return str(response.read().decode("utf-8", errors="replace"))
 
     def history(self, start: int | None, until: int | None = None) -> Iterator[EventRecord | StreamEnded]:
         """Events from ``start`` (default: the oldest kept) to ``until`` (default: the newest now).

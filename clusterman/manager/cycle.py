@@ -5,6 +5,11 @@ simulator wire others), and time is a parameter. A run never raises for somethin
 clusterman's control: it records what went wrong and keeps the pool as it is. Missing data never
 shrinks the pool: no snapshot, no metrics, or no signal answer keeps the current target; a resource
 group that cannot be read holds scale-down for the run.
+
+The state carried from run to run (scale lock, breaker, capacity-loss memory) is loaded from a
+``StateKeeper`` at the first run and saved whenever a run changes it, so a restart remembers it.
+Stored state that cannot be read stops the run (like a pause that cannot be read); stored state
+that is not valid is reported and replaced, and that run does not scale down.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import time
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from clusterman.autoscaler.decide import decide
 from clusterman.autoscaler.decision import Decision
@@ -43,6 +49,7 @@ from clusterman.manager.demand import Requests
 from clusterman.metrics.store import MetricsError
 from clusterman.resources import Resources
 from clusterman.signals.protocol import SignalError
+from clusterman.state.carried import CorruptState
 from clusterman.state.pause import NOT_PAUSED
 from clusterman.state.pause import PauseStatus
 from clusterman.state.store import StateError
@@ -67,6 +74,7 @@ class Outcome(enum.Enum):
     PAUSED = "paused"
     NO_SNAPSHOT = "no_snapshot"
     NO_DEMAND = "no_demand"  # no metrics or no signal answer: the target is kept
+    NO_STATE = "no_state"  # the carried-over state could not be read: nothing is done
 
 
 @dataclass(frozen=True)
@@ -95,8 +103,19 @@ class RunReport:
         )
 
 
+class StateKeeper(Protocol):
+    """Where the carried-over state lives between restarts (``clusterman.state.carried.StoredState``)."""
+
+    def load(self) -> AutoscalerState:
+        """Raises StateError when unreadable, CorruptState when not valid."""
+
+    def save(self, state: AutoscalerState, now: float) -> None:
+        """Raises StateError when it cannot be written."""
+
+
 class Cycle:
-    """The autoscaler's run, with its adapters; ``state`` carries over from run to run."""
+    """The autoscaler's run, with its adapters; ``state`` carries over from run to run (and, with a
+    ``keeper``, across restarts: a given ``state`` wins over the kept one)."""
 
     def __init__(
         self,
@@ -111,6 +130,7 @@ class Cycle:
         dry_run: bool = False,
         state: AutoscalerState | None = None,
         write_metrics: Callable[[PoolSnapshot], None] | None = None,
+        keeper: StateKeeper | None = None,
     ) -> None:
         self.connector = connector
         self.cloud = cloud
@@ -124,6 +144,9 @@ class Cycle:
         # Pools with no separate collector (a simulated scheduler lives only in this process) have
         # their system metrics written here, each run, before the signals read them.
         self.write_metrics = write_metrics
+        self.keeper = keeper
+        self._loaded = keeper is None or state is not None
+        self._kept: AutoscalerState | None = None  # what the keeper holds, once known
         self._was_paused = False
 
     @property
@@ -134,11 +157,15 @@ class Cycle:
         paused = self._pause(now)
         if paused is not None:
             return paused
+        loaded = self._load(now)
+        if isinstance(loaded, RunReport):
+            return loaded
+        holds = [loaded] if loaded else []
         try:
             snapshot = self.connector.snapshot(now)
         except ConnectorError as e:
             return self._no_change(now, Outcome.NO_SNAPSHOT, f"cannot read the pool: {e}", ErrorSource.SCHEDULER)
-        for error in self.cloud.errors:
+        for error in (*self.cloud.errors, *self.cloud.mistagged):
             self.recorder.error(ErrorSource.CLOUD, error.group, error.problem)
         self._observe_pool(snapshot)
         if self.write_metrics is not None:
@@ -153,11 +180,10 @@ class Cycle:
             return self._no_change(now, Outcome.NO_DEMAND, f"no usable demand, target kept: {e}", None, snapshot)
         self._record_signals(requests)
 
-        hold = ""
         if self.cloud.errors:
-            hold = f"{len(self.cloud.errors)} resource group(s) could not be read: no scale-down this run"
+            holds.append(f"{len(self.cloud.errors)} resource group(s) could not be read: no scale-down this run")
         try:
-            decision = decide(snapshot, requests.by_app, self.policy, self.state, now, hold)
+            decision = decide(snapshot, requests.by_app, self.policy, self.state, now, "; ".join(holds))
         except SnapshotError as e:
             return self._no_change(now, Outcome.NO_SNAPSHOT, f"snapshot refused: {e}", ErrorSource.SCHEDULER, snapshot)
 
@@ -166,9 +192,39 @@ class Cycle:
         if not self.dry_run:  # a dry run must not take a scale lock for a change it did not make
             self._record_state_changes(self.state, decision.state, now)
             self.state = decision.state
+            self._save(now)
         report = RunReport(now, Outcome.ACTED, "", snapshot, decision, applied, requests)
         log.info("%s", report.line())
         return report
+
+    # --- the state kept across restarts -------------------------------------------------------
+
+    def _load(self, now: float) -> RunReport | str:
+        """Load the kept state once: a report to end the run with, or why this run may not scale down."""
+        if self._loaded or self.keeper is None:
+            return ""
+        hold = ""
+        try:
+            self.state = self._kept = self.keeper.load()
+        except CorruptState as e:
+            self.recorder.error(ErrorSource.INTERNAL, "autoscaler_state", f"{e}: starting afresh")
+            hold = "the stored autoscaler state was not valid: no scale-down this run"
+        except StateError as e:  # tried again next run
+            return self._no_change(
+                now, Outcome.NO_STATE, f"cannot read the autoscaler state: {e}", ErrorSource.INTERNAL
+            )
+        self._loaded = True
+        return hold
+
+    def _save(self, now: float) -> None:
+        """Keep the state if it changed; a failure is reported and the save tried again next run."""
+        if self.keeper is None or self.state == self._kept:
+            return
+        try:
+            self.keeper.save(self.state, now)
+            self._kept = self.state
+        except StateError as e:
+            self.recorder.error(ErrorSource.INTERNAL, "autoscaler_state", f"cannot save the autoscaler state: {e}")
 
     # --- the ways a run ends without deciding -------------------------------------------------
 

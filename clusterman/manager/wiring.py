@@ -6,6 +6,8 @@ use, so building never touches the network.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from clusterman.aws.session import AwsSettings
 from clusterman.cloud.clients import AwsClients
 from clusterman.cloud.discovery import Discovery
@@ -30,6 +32,7 @@ from clusterman.signals.evaluator import SignalEvaluator
 from clusterman.signals.specs import SignalSpec
 from clusterman.signals.specs import app_signal_specs
 from clusterman.signals.specs import default_signal_spec
+from clusterman.state.carried import StoredState
 from clusterman.state.factory import open_state_store
 from clusterman.state.pause import PauseStatus
 from clusterman.state.pause import pause_status
@@ -41,7 +44,8 @@ def aws_clients(setup: PoolSetup) -> AwsClients:
     return AwsClients(AwsSettings.from_config(setup.main.aws, region))
 
 
-def cloud_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> GroupsCloudView:
+def discovery_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> Callable[[], Discovery]:
+    """Finds the pool's resource groups when called (as every run does)."""
     uses_aws = any(entry.kind in ("asg", "sfr") for entry in setup.pool.resource_groups)
     aws = aws_clients(setup) if uses_aws else None
 
@@ -50,7 +54,11 @@ def cloud_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> Grou
             setup.identity.cluster, setup.identity.pool, setup.pool.resource_groups, aws=aws, simulated=simulated
         )
 
-    return GroupsCloudView(discover=discover)
+    return discover
+
+
+def cloud_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> GroupsCloudView:
+    return GroupsCloudView(discover=discovery_for(setup, simulated))
 
 
 def demand_for(setup: PoolSetup, store: MetricsStore | None = None) -> DemandSource:
@@ -104,4 +112,5 @@ def build_cycle(
         pause_status=paused,
         dry_run=dry_run,
         write_metrics=write_metrics if collect_metrics else None,
+        keeper=StoredState(state_store, setup.identity),
     )

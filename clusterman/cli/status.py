@@ -1,0 +1,97 @@
+"""``clusterman status``: one pool at a glance: groups, nodes, utilisation, pause, last decisions.
+
+Read from the cloud, the scheduler and the state store as the autoscaler reads them, and from the
+autoscaler's event API (``--events-url``, default: the main config's ``events`` block) for its
+last decisions. A part that cannot be read says why; the rest is still shown. ``--json`` prints
+one document for tools.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from clusterman.cli.common import add_pool_arguments
+from clusterman.cli.common import resolve_pool
+from clusterman.events.client import EventClient
+from clusterman.events.client import api_url
+from clusterman.manager.demand import DemandSource
+from clusterman.manager.status import PoolStatus
+from clusterman.manager.status import Unavailable
+from clusterman.manager.status import describe_kept
+from clusterman.manager.status import gather
+from clusterman.manager.status import iso
+from clusterman.manager.status import percent_line
+from clusterman.manager.wiring import cloud_for
+from clusterman.manager.wiring import demand_for
+from clusterman.state.factory import open_state_store
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("status", help="show a pool's groups, nodes, utilisation and last decisions")
+    add_pool_arguments(parser)
+    parser.add_argument("--events-url", help="the autoscaler's event API (default: from the main config)")
+    parser.add_argument("--no-events", action="store_true", help="do not ask the event API")
+    parser.add_argument("--decisions", type=int, default=5, help="how many of the last decisions to show")
+    parser.add_argument("--json", action="store_true", help="one JSON document")
+    parser.set_defaults(func=run_status)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    setup = resolve_pool(args)
+    events = None
+    if not args.no_events:
+        events = EventClient(args.events_url or api_url(setup.main.events), timeout=5.0)
+
+    def demand() -> DemandSource:
+        return demand_for(setup)
+
+    now = time.time()
+    status = gather(
+        setup,
+        now,
+        store=open_state_store(setup.main),
+        cloud=cloud_for(setup),
+        demand=demand,
+        events=events,
+        decisions=args.decisions,
+    )
+    print(json.dumps(status.as_json(), indent=2) if args.json else "\n".join(text_lines(status)))
+    return 0
+
+
+def text_lines(s: PoolStatus) -> list[str]:
+    pause = s.pause.why if isinstance(s.pause, Unavailable) else s.pause.describe()
+    lines = [f"{s.pool}: {pause}", "resource groups:"]
+    for g in s.groups:
+        top = "-" if g.max_capacity == float("inf") else f"{g.max_capacity:g}"
+        stale = "  stale (draining)" if g.stale else ""
+        lines.append(
+            f"  {g.kind} {g.id}: target {g.target_capacity:g}, fulfilled {g.fulfilled_capacity:g}, "
+            f"min {g.min_capacity:g}, max {top}{stale}"
+        )
+    if not s.groups and not s.group_errors:
+        lines.append("  none found")
+    lines += [f"  cannot read: {e}" for e in s.group_errors]
+    lines += [f"  not counted (mistagged): {e}" for e in s.mistagged]
+    if isinstance(s.nodes, Unavailable):
+        lines.append(f"nodes: unknown: {s.nodes.why}")
+    else:
+        counts = ", ".join(f"{n} {state}" for state, n in s.nodes.by_state.items() if n) or "none"
+        lines.append(f"nodes: {counts}; tasks: {s.nodes.running_tasks} running, {s.nodes.pending_tasks} pending")
+    if isinstance(s.utilisation, Unavailable):
+        lines.append(f"utilisation: unknown: {s.utilisation.why}")
+    else:
+        u = s.utilisation
+        lines.append(f"utilisation ({u.source}): {percent_line(u.ratios)} (setpoint {u.setpoint:.0%})")
+    kept = s.kept.why if isinstance(s.kept, Unavailable) else describe_kept(s.kept, s.taken_at)
+    lines.append(f"autoscaler state: {kept}")
+    if isinstance(s.decisions, Unavailable):
+        lines.append(f"last decisions: unknown: {s.decisions.why}")
+    elif not s.decisions:
+        lines.append("last decisions: none recorded for this pool by the autoscaler answering at that address")
+    else:
+        lines.append("last decisions:")
+        lines += [f"  {iso(d.at)} {d.reason} {d.delta:+g}: {d.message}" for d in s.decisions]
+    return lines

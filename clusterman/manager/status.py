@@ -1,0 +1,308 @@
+"""What ``clusterman status`` reports for one pool, read from the same adapters the autoscaler uses.
+
+Each part (pause, groups, nodes, utilisation, kept state, last decisions) is read on its own; a
+part that cannot be read is an ``Unavailable`` saying why, and never hides the others. Utilisation
+comes from the autoscaler's own last decision when its event API answers (its ``/metrics``), else
+it is measured now from a snapshot and the pool's demand source, exactly as a run would.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import asdict
+from dataclasses import dataclass
+from datetime import UTC
+from datetime import datetime
+from typing import Any
+from typing import TypeVar
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from clusterman.autoscaler.demand import total_request
+from clusterman.autoscaler.pool_view import view_of
+from clusterman.autoscaler.state import AutoscalerState
+from clusterman.autoscaler.utilisation import measure
+from clusterman.cloud.view import GroupsCloudView
+from clusterman.cluster.cloud_view import CloudView
+from clusterman.cluster.factory import connector_for_pool
+from clusterman.cluster.model import NO_TIME
+from clusterman.cluster.model import NodeState
+from clusterman.cluster.model import PoolSnapshot
+from clusterman.cluster.model import ResourceGroup
+from clusterman.config.model import PoolIdentity
+from clusterman.errors import UserError
+from clusterman.events.client import EventClient
+from clusterman.events.exporter import NAMESPACE
+from clusterman.events.record import EventRecord
+from clusterman.events.record import EventType
+from clusterman.manager.demand import DemandSource
+from clusterman.manager.setup import PoolSetup
+from clusterman.state.carried import StoredState
+from clusterman.state.pause import PauseStatus
+from clusterman.state.pause import pause_status
+from clusterman.state.store import StateStore
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+HISTORY_WINDOW = 5000  # newest events searched for the pool's decisions
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A part of the status that could not be read, and why."""
+
+    why: str
+
+    def as_json(self) -> dict[str, str]:
+        return {"unavailable": self.why}
+
+
+@dataclass(frozen=True)
+class UtilisationReading:
+    source: str  # "last decision" (the autoscaler's own) or "measured now"
+    ratios: dict[str, float]  # load / capacity per resource, 0..1
+    demand: dict[str, float]  # resources.py units
+    capacity: dict[str, float]
+    setpoint: float
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DecisionLine:
+    id: int
+    at: float  # Unix seconds
+    reason: str  # the DECISION_* detail without its prefix, lower case
+    delta: float  # weight units added (+) or removed (-)
+    message: str
+
+    @staticmethod
+    def of(record: EventRecord) -> DecisionLine:
+        e = record.event
+        amount = dict(e.resource).get("capacity", 0.0)
+        sign = -1 if e.change.name == "REMOVE" else 1
+        reason = e.detail.name.removeprefix("DECISION_").lower()
+        return DecisionLine(record.id, e.timestamp_ns / 1e9, reason, sign * amount, e.message)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.id, "at": iso(self.at), "reason": self.reason, "delta": self.delta, "message": self.message}
+
+
+@dataclass(frozen=True)
+class NodeCounts:
+    by_state: dict[str, int]  # every NodeState value
+    weight_by_state: dict[str, float]  # capacity units
+    running_tasks: int
+    pending_tasks: int
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    pool: str
+    taken_at: float
+    pause: PauseStatus | Unavailable
+    groups: tuple[ResourceGroup, ...]
+    group_errors: tuple[str, ...]  # the pool's groups that could not be found or read
+    mistagged: tuple[str, ...]  # groups whose tag names no pool: not counted
+    nodes: NodeCounts | Unavailable
+    utilisation: UtilisationReading | Unavailable
+    kept: AutoscalerState | Unavailable
+    decisions: tuple[DecisionLine, ...] | Unavailable
+
+    def as_json(self) -> dict[str, Any]:
+        def part(value: Any, shown: Callable[[Any], Any]) -> Any:
+            return value.as_json() if isinstance(value, Unavailable) else shown(value)
+
+        return {
+            "pool": self.pool,
+            "taken_at": iso(self.taken_at),
+            "pause": part(self.pause, pause_json),
+            "groups": [group_json(g) for g in self.groups],
+            "group_errors": list(self.group_errors),
+            "mistagged_groups": list(self.mistagged),
+            "nodes": part(self.nodes, NodeCounts.as_json),
+            "utilisation": part(self.utilisation, UtilisationReading.as_json),
+            "autoscaler_state": part(self.kept, AutoscalerState.as_json),
+            "last_decisions": part(self.decisions, lambda ds: [d.as_json() for d in ds]),
+        }
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pause_json(status: PauseStatus) -> dict[str, Any]:
+    until = None if not status.paused or not status.until else iso(status.until)
+    return {"paused": status.paused, "until": until, "reason": status.reason, "text": status.describe()}
+
+
+def group_json(g: ResourceGroup) -> dict[str, Any]:
+    return {
+        "id": g.id,
+        "kind": g.kind,
+        "target": g.target_capacity,
+        "fulfilled": g.fulfilled_capacity,
+        "min": g.min_capacity,
+        "max": None if g.max_capacity == float("inf") else g.max_capacity,
+        "stale": g.stale,
+    }
+
+
+def read(what: str, reader: Callable[[], T]) -> T | Unavailable:
+    """``reader()``, or why it could not be read (a person-fixable error: config, network, store)."""
+    try:
+        return reader()
+    except UserError as e:
+        log.debug("%s unavailable: %s", what, e)
+        return Unavailable(str(e))
+
+
+class _Seen:
+    """The cloud view already read, for the connector to join (AWS is read once)."""
+
+    def __init__(self, view: CloudView) -> None:
+        self.view = view
+
+    def cloud_view(self, now: float) -> CloudView:
+        return self.view
+
+
+def gather(
+    setup: PoolSetup,
+    now: float,
+    *,
+    store: StateStore,
+    cloud: GroupsCloudView,
+    demand: Callable[[], DemandSource],
+    events: EventClient | None,
+    decisions: int = 5,
+) -> PoolStatus:
+    identity = setup.identity
+    view = cloud.cloud_view(now)
+    snapshot = read("nodes", lambda: _snapshot(setup, view, now))
+    history: tuple[DecisionLine, ...] | Unavailable = Unavailable("no event API to ask")
+    from_metrics: UtilisationReading | Unavailable = Unavailable("no event API to ask")
+    if events is not None:
+        history = read("decisions", lambda: last_decisions(events, identity.pool_with_scheduler, decisions))
+        if not isinstance(history, Unavailable):
+            from_metrics = read("utilisation", lambda: decided_utilisation(events.metrics(), identity))
+    return PoolStatus(
+        pool=str(identity),
+        taken_at=now,
+        pause=read("pause", lambda: pause_status(store, identity, now)),
+        groups=tuple(sorted(view.groups, key=lambda g: g.id)),
+        group_errors=tuple(str(e) for e in cloud.errors),
+        mistagged=tuple(str(e) for e in cloud.mistagged),
+        nodes=snapshot if isinstance(snapshot, Unavailable) else node_counts(snapshot),
+        utilisation=from_metrics if not isinstance(from_metrics, Unavailable) else measured(setup, snapshot, demand),
+        kept=read("autoscaler state", StoredState(store, identity).load),
+        decisions=history,
+    )
+
+
+def _snapshot(setup: PoolSetup, view: CloudView, now: float) -> PoolSnapshot:
+    connector = connector_for_pool(setup.main, setup.identity, setup.pool, _Seen(view))
+    try:
+        return connector.snapshot(now)
+    finally:
+        connector.close()
+
+
+def node_counts(snapshot: PoolSnapshot) -> NodeCounts:
+    by_state = {s.value: 0 for s in NodeState}
+    weight = {s.value: 0.0 for s in NodeState}
+    running = 0
+    for n in snapshot.nodes:
+        by_state[n.state.value] += 1
+        weight[n.state.value] += n.weight
+        running += sum(1 for t in n.tasks if not t.daemon)
+    return NodeCounts(by_state, weight, running, len(snapshot.pending))
+
+
+def measured(
+    setup: PoolSetup, snapshot: PoolSnapshot | Unavailable, demand: Callable[[], DemandSource]
+) -> UtilisationReading | Unavailable:
+    if isinstance(snapshot, Unavailable):
+        return Unavailable(f"no snapshot to measure: {snapshot.why}")
+    policy = setup.policy
+
+    def ask() -> UtilisationReading:
+        source = demand()
+        try:
+            requests = source.requests(snapshot, int(snapshot.taken_at))
+        finally:
+            source.close()
+        util = measure(view_of(snapshot), total_request(requests.by_app), policy.excluded_resources)
+        return UtilisationReading(
+            "measured now",
+            {k: float(v) for k, v in util.ratios.items()},
+            {k: float(v) for k, v in util.demand.items()},
+            {k: float(v) for k, v in util.capacity.items()},
+            float(policy.setpoint),
+        )
+
+    return read("utilisation", ask)
+
+
+def last_decisions(events: EventClient, pool: str, count: int) -> tuple[DecisionLine, ...]:
+    """The pool's newest ``count`` decisions among the API's newest ``HISTORY_WINDOW`` events."""
+    probe = events.batch(count=1)
+    start = max(probe.lowest_id, probe.highest_id - HISTORY_WINDOW + 1)
+    found = [
+        DecisionLine.of(r)
+        for r in events.history(start, probe.highest_id)
+        if isinstance(r, EventRecord) and r.event.type is EventType.DECISION and r.event.object_id == pool
+    ]
+    return tuple(found[-count:])
+
+
+def decided_utilisation(exposition: str, identity: PoolIdentity) -> UtilisationReading:
+    """The figures of the autoscaler's last decision, from its Prometheus gauges."""
+    labels = {"cluster": identity.cluster, "pool": identity.pool_with_scheduler}
+    per_resource: dict[str, dict[str, float]] = {"utilisation_ratio": {}, "demand": {}, "capacity": {}}
+    setpoints: list[float] = []
+    for family in text_string_to_metric_families(exposition):
+        name = family.name.removeprefix(f"{NAMESPACE}_")
+        for sample in family.samples:
+            if any(sample.labels.get(k) != v for k, v in labels.items()):
+                continue
+            if name in per_resource and "resource" in sample.labels:
+                per_resource[name][sample.labels["resource"]] = sample.value
+            elif name == "setpoint_ratio":
+                setpoints.append(sample.value)
+    if not per_resource["utilisation_ratio"] or not setpoints:
+        raise UserError(f"the autoscaler has not measured {identity} yet (or the pool is paused)")
+    return UtilisationReading(
+        "last decision",
+        per_resource["utilisation_ratio"],
+        per_resource["demand"],
+        per_resource["capacity"],
+        setpoints[-1],
+    )
+
+
+def describe_kept(state: AutoscalerState, now: float) -> str:
+    lock, breaker = state.scale_lock, state.breaker
+    parts = []
+    if lock.until != NO_TIME and now < lock.until:
+        parts.append(f"scale lock held until {iso(lock.until)} (waiting for {lock.requested:g} units)")
+    else:
+        parts.append("scale lock free")
+    if breaker.is_open:
+        parts.append(f"breaker open since {iso(breaker.opened_at)} after {breaker.failures} failed scale-ups")
+    else:
+        parts.append("breaker closed")
+    if state.memory.terminating:
+        parts.append(f"{len(state.memory.terminating)} node(s) being terminated")
+    return ", ".join(parts)
+
+
+def percent_line(values: Mapping[str, float]) -> str:
+    return ", ".join(f"{k} {v:.1%}" for k, v in values.items()) or "none"

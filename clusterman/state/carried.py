@@ -1,0 +1,44 @@
+"""The autoscaler's carried-over state (scale lock, breaker, capacity-loss memory), kept across restarts.
+
+One item per pool in the state store: state ``autoscaler_state``, entity
+``<cluster>.<pool>.<scheduler>`` (as a pause), its payload ``AutoscalerState.as_json()``. Without
+it, a restart would forget a scale lock it holds (and ask for capacity again before the last
+request joined) or a capacity loss it just saw (and shrink the pool right after losing nodes).
+"""
+
+from __future__ import annotations
+
+from clusterman.autoscaler.state import AutoscalerState
+from clusterman.config.model import PoolIdentity
+from clusterman.state.pause import entity
+from clusterman.state.store import StateError
+from clusterman.state.store import StateItem
+from clusterman.state.store import StateStore
+
+AUTOSCALER_STATE = "autoscaler_state"
+
+
+class CorruptState(StateError):
+    """The stored state is there but is not one the autoscaler wrote; the message names the field."""
+
+
+class StoredState:
+    """Loads and saves one pool's ``AutoscalerState``; nothing is read until ``load``."""
+
+    def __init__(self, store: StateStore, identity: PoolIdentity) -> None:
+        self.store = store
+        self.entity = entity(identity)
+
+    def load(self) -> AutoscalerState:
+        """The saved state, or a fresh one when none was saved. StateError when unreadable,
+        CorruptState when the item is not one ``save`` wrote."""
+        item = self.store.get(AUTOSCALER_STATE, self.entity)
+        if item is None:
+            return AutoscalerState()
+        try:
+            return AutoscalerState.from_json(item.payload)
+        except ValueError as e:
+            raise CorruptState(f"state {AUTOSCALER_STATE} of {self.entity}: {e}") from e
+
+    def save(self, state: AutoscalerState, now: float) -> None:
+        self.store.put(StateItem(AUTOSCALER_STATE, self.entity, int(now), payload=state.as_json()))

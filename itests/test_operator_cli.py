@@ -1,0 +1,153 @@
+"""``clusterman status``, ``manage``, ``list-clusters`` and ``list-pools`` over moto's server.
+
+The commands run in process through ``clusterman.cli.main`` against real Auto Scaling groups; for
+``status`` an autoscaler (the real cycle) runs first and serves its event API, as the batch does.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pytest
+
+from clusterman.cli.main import main
+from itests.aws_proxy import Fault
+from itests.aws_proxy import FaultyProxy
+from itests.aws_world import World
+from itests.pool_harness import harness
+
+
+@pytest.fixture
+def world(moto_server):
+    return World(moto_server.url)
+
+
+def cli(capsys, config, *args):
+    status = main(["--env-config-path", config, *args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_status_shows_groups_nodes_utilisation_and_the_autoscalers_last_decisions(tmp_path, world, capsys):
+    asg = world.asg("web", desired=1, max_size=20)
+    with harness(tmp_path, world) as pool:
+        config = pool.configure(tasks=10)
+        url = pool.serve_events()
+        pool.cycle().run_once(time.time())
+        pool.service.publisher.flush()
+        pool_args = ["--cluster", world.cluster, "--pool", "web"]
+
+        status, out, err = cli(capsys, config, "status", *pool_args, "--events-url", url)
+        assert status == 0, err
+        lines = out.splitlines()
+        assert lines[0] == f"{world.cluster}/web.simulated: enabled"
+        assert f"  asg {asg}: target 8, fulfilled 8, min 0, max 20" in lines
+        assert "nodes: 8 ready; tasks: 10 running, 0 pending" in lines
+        # the autoscaler saw 10 cpus on one 2-cpu node when it decided
+        assert "utilisation (last decision): cpus 500.0%, mem 0.0% (setpoint 70%)" in lines
+        assert "autoscaler state: scale lock free, breaker closed" in lines
+        decision = lines[lines.index("last decisions:") + 1]
+        assert " utilisation +7: " in decision and "target 8" in decision
+
+        status, out, _ = cli(capsys, config, "status", *pool_args, "--events-url", url, "--json")
+        doc = json.loads(out)
+        assert doc["groups"][0] | {"id": asg} == {"id": asg, "kind": "asg", "target": 8.0, "fulfilled": 8.0,
+                                                  "min": 0.0, "max": 20.0, "stale": False}  # fmt: skip
+        assert doc["nodes"]["by_state"]["ready"] == 8 and doc["pause"]["paused"] is False
+        assert doc["utilisation"]["source"] == "last decision" and doc["utilisation"]["ratios"]["cpus"] == 5.0
+        assert [d["reason"] for d in doc["last_decisions"]] == ["utilisation"]
+
+        cli(capsys, config, "disable", *pool_args, "--until", "1h", "--reason", "upgrade")
+        status, out, _ = cli(capsys, config, "status", *pool_args, "--events-url", "http://127.0.0.1:9")
+    assert status == 0
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{world.cluster}/web.simulated: paused until ") and "(upgrade)" in lines[0]
+    # no event API: said so, and the utilisation is measured now (10 cpus on eight 2-cpu nodes)
+    assert any(line.startswith("last decisions: unknown: cannot reach the event API") for line in lines)
+    assert "utilisation (measured now): cpus 62.5%, mem 0.0% (setpoint 70%)" in lines
+
+
+def test_status_reports_an_unreadable_group_and_shows_the_rest(tmp_path, world, moto_server, capsys):
+    good = world.asg("web", desired=2)
+    broken = world.asg("web", desired=1)
+    with FaultyProxy(moto_server.url) as proxy, harness(tmp_path, world, aws_url=proxy.url) as pool:
+        proxy.add(Fault(action="DescribeAutoScalingGroups", contains=broken, code="AccessDenied", status=403,
+                        times=None, message="not for you"))  # fmt: skip
+        config = pool.configure(tasks=1)
+        status, out, _ = cli(capsys, config, "status", "--cluster", world.cluster, "--pool", "web", "--no-events")
+    assert status == 0
+    assert f"  asg {good}: target 2, fulfilled 2, min 0, max 10" in out
+    assert f"  cannot read: asg {broken}: DescribeAutoScalingGroups failed: AccessDenied: not for you" in out
+    assert "nodes: 2 ready; tasks: 1 running, 0 pending" in out
+    assert "last decisions: unknown: no event API to ask" in out
+
+
+def test_manage_clamps_exactly_like_the_autoscaler_and_spreads_over_groups(tmp_path, world, capsys, monkeypatch):
+    a = world.asg("web", desired=1)
+    b = world.asg("web", desired=1, max_size=2)
+    with harness(tmp_path, world) as pool:
+        config = pool.configure(max_capacity=12, max_weight_to_add=6, max_weight_to_remove=3)
+        args = ["manage", "--cluster", world.cluster, "--pool", "web", "--yes"]
+
+        status, out, _ = cli(capsys, config, *args, "--target-capacity", "max", "--dry-run")
+        assert status == 0 and "would set target capacity 2 -> 8 (asked 12; limited by max_weight_to_add 6)" in out
+        assert (world.desired(a), world.desired(b)) == (1, 1)
+
+        status, out, _ = cli(capsys, config, *args, "--target-capacity", "max")
+        assert status == 0 and "set target capacity 2 -> 8" in out
+        assert f"  {b}: 1 -> 2" in out and f"  {a}: 1 -> 6" in out  # b stops at its MaxSize
+        assert "the autoscaler is not paused" in out
+        assert (world.desired(a), world.desired(b)) == (6, 2) and len(world.asg_members(a)) == 6
+
+        status, out, _ = cli(capsys, config, *args, "--target-capacity", "0")
+        assert (
+            status == 0
+            and "set target capacity 8 -> 5 (asked 0; limited by min_capacity 1, max_weight_to_remove 3)" in out
+        )
+        assert "terminates nothing" in out and len(world.asg_members(a)) == 6  # nodes leave through the autoscaler
+
+        cli(capsys, config, *args, "--target-capacity", "min")  # 5 -> 2 (min 1, at most 3 a step)
+        assert world.desired(a) + world.desired(b) == 2
+
+        status, _, err = cli(capsys, config, *args, "--target-capacity", "lots")
+        assert status == 1 and "--target-capacity 'lots': expected min, max or a number" in err
+
+        unconfirmed = ["manage", "--cluster", world.cluster, "--pool", "web", "--target-capacity", "4"]
+        monkeypatch.setattr("sys.stdin", io.StringIO(""))  # nobody answers: nothing changes
+        status, out, _ = cli(capsys, config, *unconfirmed)
+        assert status == 1 and "nothing changed" in out and world.desired(a) + world.desired(b) == 2
+        monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))
+        status, out, _ = cli(capsys, config, *unconfirmed)
+        assert status == 0 and "set target capacity 2 -> 4" in out and world.desired(a) + world.desired(b) == 4
+
+
+def test_manage_refuses_when_a_group_cannot_be_read(tmp_path, world, moto_server, capsys):
+    good = world.asg("web", desired=1)
+    broken = world.asg("web", desired=1)
+    with FaultyProxy(moto_server.url) as proxy, harness(tmp_path, world, aws_url=proxy.url) as pool:
+        proxy.add(Fault(action="DescribeAutoScalingGroups", contains=broken, code="AccessDenied", status=403,
+                        times=None))  # fmt: skip
+        config = pool.configure()
+        status, _, err = cli(capsys, config, "manage", "--cluster", world.cluster, "--pool", "web", "--yes",
+                             "--target-capacity", "3")  # fmt: skip
+        assert not proxy.calls("SetDesiredCapacity")
+    assert status == 1 and "cannot read every resource group, nothing changed" in err and broken in err
+    assert (world.desired(good), world.desired(broken)) == (1, 1)
+
+
+def test_list_clusters_and_pools(tmp_path, world, capsys):
+    with harness(tmp_path, world) as pool:
+        config = pool.configure()
+        (tmp_path / "pools" / world.cluster / "batch.kubernetes").write_text("{}")
+        (tmp_path / "pools" / world.cluster / "notes.txt").write_text("not a pool")
+        assert cli(capsys, config, "list-clusters")[1].split() == [world.cluster]
+        assert json.loads(cli(capsys, config, "list-clusters", "--json")[1]) == [world.cluster]
+        _, out, _ = cli(capsys, config, "list-pools", "--cluster", world.cluster)
+        assert out.split("\n\n") == ["Kubernetes pools\nbatch", "Simulated pools\nweb\n"]
+        doc = json.loads(cli(capsys, config, "list-pools", "--cluster", world.cluster, "--json")[1])
+        assert doc == {"kubernetes": ["batch"], "mesos": [], "simulated": ["web"]}
+        assert cli(capsys, config, "list-pools", "--cluster", world.cluster, "--scheduler", "simulated")[1] == "web\n"
+        status, _, err = cli(capsys, config, "list-pools", "--cluster", "elsewhere")
+    assert status == 1 and f"unknown cluster (known: {world.cluster})" in err

@@ -1,0 +1,44 @@
+"""The pure parts of the operator commands: reading the autoscaler's last decision, parsing targets."""
+
+from fractions import Fraction
+
+import pytest
+
+from clusterman.config.model import PoolIdentity
+from clusterman.config.model import Scheduler
+from clusterman.errors import UserError
+from clusterman.events.exporter import AutoscalerMetrics
+from clusterman.manager.manual import parse_target
+from clusterman.manager.status import decided_utilisation
+from tests.scaling_builders import policy
+
+WEB = PoolIdentity("norcal", "web", Scheduler.KUBERNETES)
+
+
+def test_the_last_decision_is_read_from_the_autoscalers_own_gauges():
+    mine = AutoscalerMetrics("norcal", "web.kubernetes")
+    mine.observe_decision(demand={"cpus": 10.0}, capacity={"cpus": 16.0, "mem": 64000.0},
+                          utilisation={"cpus": 0.625}, setpoint=0.7, delta=0, target=8)  # fmt: skip
+    other = AutoscalerMetrics("norcal", "batch.kubernetes")  # the same API may carry other pools
+    other.observe_decision(demand={"cpus": 1.0}, capacity={"cpus": 2.0}, utilisation={"cpus": 0.5},
+                           setpoint=0.8, delta=0, target=1)  # fmt: skip
+    text = (mine.exposition() + other.exposition()).decode()
+    reading = decided_utilisation(text, WEB)
+    assert (reading.source, reading.ratios, reading.setpoint) == ("last decision", {"cpus": 0.625}, 0.7)
+    assert reading.demand == {"cpus": 10.0} and reading.capacity == {"cpus": 16.0, "mem": 64000.0}
+
+
+def test_no_decision_yet_is_said():
+    with pytest.raises(UserError, match=r"has not measured norcal/web\.kubernetes yet"):
+        decided_utilisation(AutoscalerMetrics("norcal", "web.kubernetes").exposition().decode(), WEB)
+
+
+@pytest.mark.parametrize(("text", "expected"), [("min", 2), ("MAX", 30), ("12", 12), ("7.5", Fraction(15, 2))])
+def test_targets(text, expected):
+    assert parse_target(text, policy(min_capacity=2, max_capacity=30)) == expected
+
+
+@pytest.mark.parametrize("text", ["-1", "lots", "nan"])
+def test_bad_targets(text):
+    with pytest.raises(ValueError, match="--target-capacity"):
+        parse_target(text, policy())
