@@ -3,11 +3,20 @@
 The scheduler is the pool file's suffix (``<pool>.kubernetes``, ``.mesos``, ``.simulated``).
 ``cloud`` is the pool's resource groups (an adapter providing a CloudView); without one, a
 Kubernetes or Mesos snapshot has no groups (see docs/cluster.md). A simulated pool whose groups are
-all ``simulated`` gets an in-process SimulatedCloud built from its ``simulation`` block.
+all ``simulated`` gets in-process ``SimulatedGroup``s built from its ``simulation`` block.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from collections.abc import Iterable
+
+from clusterman.cloud.simulated import SimulatedMarket
+from clusterman.cloud.simulated import groups_from_config
+from clusterman.cloud.simulated import markets_from_config
+from clusterman.cloud.view import GroupsCloudView
+from clusterman.cluster.cloud_view import CloudInstance
 from clusterman.cluster.cloud_view import CloudViewSource
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
@@ -16,12 +25,12 @@ from clusterman.cluster.kubernetes import KubernetesPool
 from clusterman.cluster.mesos import MesosConnector
 from clusterman.cluster.mesos import MesosPool
 from clusterman.cluster.mesos import master_url
-from clusterman.cluster.simulated import SimulatedCloud
+from clusterman.cluster.model import ResourceGroup
 from clusterman.cluster.simulated import SimulatedConnector
-from clusterman.cluster.simulated import SimulatedGroupSpec
 from clusterman.cluster.simulated import SimulatedScheduler
 from clusterman.cluster.simulated import TaskList
 from clusterman.cluster.simulated import WorkItem
+from clusterman.cluster.simulated import node_allocatable
 from clusterman.config.model import ClusterConfig
 from clusterman.config.model import MainConfig
 from clusterman.config.model import PoolConfig
@@ -57,30 +66,18 @@ def connector_for_pool(
 
 
 def simulated_connector(
-    identity: PoolIdentity, pool: PoolConfig, cloud: CloudViewSource | None = None
+    identity: PoolIdentity,
+    pool: PoolConfig,
+    cloud: CloudViewSource | None = None,
+    *,
+    clock: Callable[[], float] = time.time,
+    source: str = "pool config",
 ) -> SimulatedConnector:
+    """A simulated pool: its own ``simulated`` groups from the ``simulation`` block (on ``clock``)
+    unless ``cloud`` is given, and a scheduler running the block's ``tasks``."""
     sim = pool.simulation
     if cloud is None:
-        others = sorted({g.kind for g in pool.resource_groups if g.kind != "simulated"})
-        if others or not pool.resource_groups:
-            problem = (
-                f"the simulated pool {identity} needs a cloud adapter for its {', '.join(others)} groups"
-                if others
-                else f"the simulated pool {identity} has no resource groups (add `- simulated: {{tag: ...}}`)"
-            )
-            raise ConfigError("resource_groups", "", problem)
-        specs = [
-            SimulatedGroupSpec(
-                id=g.tag or f"{identity.pool}-{i}",
-                node_resources=sim.node_resources,
-                weight=sim.weight,
-                instance_type=sim.instance_type,
-                market=sim.market,
-            )
-            for i, g in enumerate(pool.resource_groups)
-        ]
-        initial = sim.initial_capacity if sim.initial_capacity is not None else pool.scaling_limits.min_capacity
-        cloud = SimulatedCloud(specs, {specs[0].id: initial})
+        cloud = GroupsCloudView(groups_from_config(identity, pool, clock, source))
     items = [
         WorkItem(f"{identity.pool}-tasks{i}-{n:05d}", Resources(t.cpus, t.mem, t.disk, t.gpus))
         for i, t in enumerate(sim.tasks)
@@ -91,8 +88,24 @@ def simulated_connector(
         join_delay_seconds=sim.join_delay_seconds,
         join_delay_stdev_seconds=sim.join_delay_stdev_seconds,
         seed=sim.seed,
+        allocatable=market_allocatable(markets_from_config(sim, source)),
+        initial_nodes_joined=True,
     )
     return SimulatedConnector(cloud, scheduler)
+
+
+def market_allocatable(
+    markets: Iterable[SimulatedMarket],
+) -> Callable[[CloudInstance, ResourceGroup | None], Resources]:
+    """A node's allocatable from its instance's market (type and zone), for groups of mixed types;
+    an instance of another market gets its group's size per weight unit."""
+    sizes = {(m.instance_type, m.availability_zone): m.resources for m in markets}
+
+    def allocatable(instance: CloudInstance, group: ResourceGroup | None) -> Resources:
+        size = sizes.get((instance.instance_type, instance.market))
+        return size if size is not None else node_allocatable(instance, group)
+
+    return allocatable
 
 
 def _cluster(main: MainConfig, identity: PoolIdentity) -> ClusterConfig:

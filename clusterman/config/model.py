@@ -457,22 +457,61 @@ class SimulatedTasks:
 
 
 @dataclass(frozen=True)
-class SimulationConfig:
-    """The ``simulation`` block: how a pool whose scheduler is simulated (``<pool>.simulated``) behaves."""
+class SimulatedMarketConfig:
+    """One kind of instance a simulated group launches; size and price default to the catalog's
+    (``clusterman/cloud/instance_types.py``), so an instance type it does not know needs both."""
 
-    node_resources: Resources = field(
-        default_factory=lambda: Resources(cpus=2, mem=7500, disk=20000),
-        parser=parse_resources,
-        doc="allocatable of one instance (MB for mem and disk)",
+    instance_type: str
+    availability_zone: str = field("us-west-2a", aliases={"market": None})
+    weight: float = field(1.0, check=positive, doc="capacity units one instance counts for")
+    resources: Resources | None = field(
+        None, parser=parse_resources, doc="allocatable of one instance, MB for mem and disk (default: the catalog's)"
+    )
+    price: float | None = field(
+        None, check=non_negative, doc="dollars per instance-hour (default: the catalog's on-demand price)"
+    )
+    spot: bool = field(False, doc="priced by the metrics file's spot_prices series (markets of sfr groups always are)")
+
+
+LEGACY_MARKET_DEFAULTS = {"instance_type": "m5.large", "market": "us-west-2a", "weight": 1.0, "node_resources": None}
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """The ``simulation`` block: how a simulated pool behaves (``<pool>.simulated``, and every pool
+    ``clusterman simulate`` runs). Its instances come from ``markets``, or from the one market that
+    ``instance_type``, ``market``, ``weight`` and ``node_resources`` describe."""
+
+    node_resources: Resources | None = field(
+        None, parser=parse_resources, doc="allocatable of one instance, MB for mem and disk (default: the catalog's)"
     )
     weight: float = field(1.0, check=positive)
     instance_type: str = "m5.large"
     market: str = "us-west-2a"
+    markets: tuple[SimulatedMarketConfig, ...] = ()
     join_delay_seconds: float = field(60.0, check=non_negative)
     join_delay_stdev_seconds: float = field(0.0, check=non_negative)
     seed: int = 0
     initial_capacity: int | None = field(None, check=non_negative, doc="capacity at start (default: min_capacity)")
     tasks: tuple[SimulatedTasks, ...] = ()
+    demand_task: Resources | None = field(
+        None,
+        parser=parse_resources,
+        doc="the size of one task a demand trace is run as (default: one CPU of the smallest instance's shape)",
+    )
+
+    def __post_init__(self) -> None:
+        legacy = {k: getattr(self, k) for k in LEGACY_MARKET_DEFAULTS}
+        if self.markets and legacy != LEGACY_MARKET_DEFAULTS:
+            given = ", ".join(k for k, v in legacy.items() if v != LEGACY_MARKET_DEFAULTS[k])
+            raise ValueError(f"give either markets or {given}, not both")
+        if self.demand_task is not None and not any(self.demand_task):
+            raise ValueError("demand_task: must ask for some resource")
+
+    def market_configs(self) -> tuple[SimulatedMarketConfig, ...]:
+        if self.markets:
+            return self.markets
+        return (SimulatedMarketConfig(self.instance_type, self.market, self.weight, self.node_resources),)
 
 
 PROMQL_VARIABLES = frozenset({"cluster", "pool", "scheduler", "app"})
