@@ -30,6 +30,8 @@ from clusterman.cluster.simulated import SimulatedConnector
 from clusterman.cluster.simulated import SimulatedScheduler
 from clusterman.cluster.simulated import TaskList
 from clusterman.cluster.simulated import WorkItem
+from clusterman.cluster.simulated import Workload
+from clusterman.cluster.simulated import Workloads
 from clusterman.cluster.simulated import node_allocatable
 from clusterman.config.model import ClusterConfig
 from clusterman.config.model import MainConfig
@@ -72,9 +74,10 @@ def simulated_connector(
     *,
     clock: Callable[[], float] = time.time,
     source: str = "pool config",
+    workload: Workload | None = None,
 ) -> SimulatedConnector:
     """A simulated pool: its own ``simulated`` groups from the ``simulation`` block (on ``clock``)
-    unless ``cloud`` is given, and a scheduler running the block's ``tasks``."""
+    unless ``cloud`` is given, and a scheduler running the block's ``tasks`` (and ``workload``)."""
     sim = pool.simulation
     if cloud is None:
         cloud = GroupsCloudView(groups_from_config(identity, pool, clock, source))
@@ -83,8 +86,9 @@ def simulated_connector(
         for i, t in enumerate(sim.tasks)
         for n in range(t.count)
     ]
+    tasks = TaskList(items)
     scheduler = SimulatedScheduler(
-        TaskList(items),
+        tasks if workload is None else Workloads([tasks, workload]),
         join_delay_seconds=sim.join_delay_seconds,
         join_delay_stdev_seconds=sim.join_delay_stdev_seconds,
         seed=sim.seed,

@@ -86,6 +86,22 @@ class TaskList:
         return arrivals, departures
 
 
+class Workloads:
+    """Several workloads as one (a demand trace beside a pool's steady tasks)."""
+
+    def __init__(self, parts: Iterable[Workload]) -> None:
+        self.parts = list(parts)
+
+    def changes(self, now: float) -> tuple[list[WorkItem], list[str]]:
+        arrivals: list[WorkItem] = []
+        departures: list[str] = []
+        for part in self.parts:
+            a, d = part.changes(now)
+            arrivals += a
+            departures += d
+        return arrivals, departures
+
+
 class DemandTrace:
     """Demand over time (a step function of ``(time, Resources)`` points), run as identical tasks
     of ``task_size``: as many as the most demanding resource needs; the newest leave first."""
@@ -429,13 +445,25 @@ class SimulatedConnector(ClusterConnector):
         super().__init__(cloud)
         self._source = cloud
         self.scheduler = scheduler
+        self._last: PoolSnapshot | None = None
 
     def scheduler_view(self, now: float) -> SchedulerView:
         self.scheduler.step(self._source.cloud_view(now), now)
         return SchedulerView(self.scheduler.nodes(), self.scheduler.pending())
 
     def snapshot(self, now: float) -> PoolSnapshot:
-        """The scheduler already carries the cloud's fields, so no join is needed (and none is paid)."""
+        """The scheduler already carries the cloud's fields, so no join is needed (and none is paid).
+        Asked again at the same time with nothing changed, it returns the same snapshot, so what
+        readers cached on it (counts, indexes) is not worked out twice."""
         view = self._source.cloud_view(now)
         self.scheduler.step(view, now)
-        return PoolSnapshot(now, self.scheduler.nodes(), view.groups, self.scheduler.pending())
+        nodes, pending, last = self.scheduler.nodes(), self.scheduler.pending(), self._last
+        if (
+            last is None
+            or last.taken_at != now
+            or last.nodes is not nodes
+            or last.pending is not pending
+            or (last.groups is not view.groups)
+        ):
+            last = self._last = PoolSnapshot(now, nodes, view.groups, pending)
+        return last
