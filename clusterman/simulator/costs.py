@@ -94,6 +94,11 @@ class Ledger:
         self._unmet = self._short = self._instance_hours = 0.0
         self._launched = self._terminated = self._peak = 0
 
+    def begin(self, view: CloudView) -> None:
+        """The instances running when the story starts: charged from now on, never counted as launched."""
+        self._observe(view)
+        self._launched = 0
+
     def record(self, now: float, view: CloudView, joined_cpus: float, allocated: Resources, pending: Resources) -> None:
         """One minute from ``now``: ``view`` is what the groups hold after this minute's run."""
         if view is not self._view:

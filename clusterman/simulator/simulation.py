@@ -165,6 +165,7 @@ def simulate(
     period = max(int(setup.period_seconds), steps.step_seconds)
     pending = Pending()
     total = len(steps)
+    ledger.begin(cloud.cloud_view(steps.start))
     try:
         for k, now in enumerate(steps):
             clock.now = now
