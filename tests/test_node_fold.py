@@ -92,3 +92,14 @@ def test_an_unchanged_chunk_is_not_summarized_again():
     assert calls[3:] == [f"n{CHUNK}"]  # only the chunk that changed
     fold_.summaries(tuple(node(i) if i == 5 else n for i, n in enumerate(nodes)))  # rebuilt, equal values
     assert calls[4:] == []
+
+
+def test_a_chunk_rebuilt_with_equal_values_keeps_its_token_and_holds_the_new_nodes():
+    nodes = tuple(node(i) for i in range(CHUNK))
+    (first,) = fold.chunk_tokens(nodes)
+    rebuilt = tuple(node(i) for i in range(CHUNK))  # equal values, new objects (a connector reading its API)
+    (again,) = fold.chunk_tokens(rebuilt)
+    assert again is first and all(a is b for a, b in zip(again.nodes, rebuilt, strict=True))
+    changed = (*rebuilt[:-1], node(CHUNK - 1, tasks=1))
+    (other,) = fold.chunk_tokens(changed)
+    assert other is not first

@@ -64,7 +64,9 @@ def chunk_tokens(nodes: Chunk) -> list[ChunkToken]:
         chunk = nodes[i : i + CHUNK]
         for _, seen_tokens in recent:
             if k < len(seen_tokens) and seen_tokens[k].nodes == chunk:
-                tokens.append(seen_tokens[k])
+                token = seen_tokens[k]
+                token.nodes = chunk  # equal values: hold the newest objects, so next time identity decides
+                tokens.append(token)
                 break
         else:
             tokens.append(ChunkToken(chunk))

@@ -53,7 +53,7 @@ def collect(
         return names is None or any(name in names for name in candidates)
 
     def add(metric_type: MetricType, name: str, value: Value) -> None:
-        if wanted(name):
+        if names is None or name in names:
             key = system_key(name, identity.cluster, identity.pool_with_scheduler)
             points.append(Point(metric_type, key, timestamp, value))
 
