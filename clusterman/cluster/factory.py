@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from collections.abc import Iterable
 
+from clusterman.cloud.simulated import SimulatedGroup
 from clusterman.cloud.simulated import SimulatedMarket
 from clusterman.cloud.simulated import groups_from_config
-from clusterman.cloud.simulated import markets_from_config
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.cloud_view import CloudInstance
 from clusterman.cluster.cloud_view import CloudViewSource
@@ -81,6 +81,7 @@ def simulated_connector(
     sim = pool.simulation
     if cloud is None:
         cloud = GroupsCloudView(groups_from_config(identity, pool, clock, source))
+    simulated = [g for g in cloud.groups if isinstance(g, SimulatedGroup)] if isinstance(cloud, GroupsCloudView) else []
     items = [
         WorkItem(f"{identity.pool}-tasks{i}-{n:05d}", Resources(t.cpus, t.mem, t.disk, t.gpus))
         for i, t in enumerate(sim.tasks)
@@ -92,7 +93,7 @@ def simulated_connector(
         join_delay_seconds=sim.join_delay_seconds,
         join_delay_stdev_seconds=sim.join_delay_stdev_seconds,
         seed=sim.seed,
-        allocatable=market_allocatable(markets_from_config(sim, source)),
+        allocatable=market_allocatable(m for g in simulated for m in g.markets),
         initial_nodes_joined=True,
     )
     return SimulatedConnector(cloud, scheduler)
@@ -101,8 +102,8 @@ def simulated_connector(
 def market_allocatable(
     markets: Iterable[SimulatedMarket],
 ) -> Callable[[CloudInstance, ResourceGroup | None], Resources]:
-    """A node's allocatable from its instance's market (type and zone), for groups of mixed types;
-    an instance of another market gets its group's size per weight unit."""
+    """A node's allocatable from its instance's market (type and zone), for simulated groups of
+    mixed types; any other instance (a real adapter's) gets its group's size per weight unit."""
     sizes = {(m.instance_type, m.availability_zone): m.resources for m in markets}
 
     def allocatable(instance: CloudInstance, group: ResourceGroup | None) -> Resources:

@@ -88,8 +88,11 @@ def load_scenario(main: MainConfig, request: Request) -> Scenario:
     end = _time("--end", request.end, last)
     if end <= start:
         raise SimulationInputError(f"the run must end after it starts (--start {start}, --end {end})")
-    task = pool.simulation.demand_task or default_task(markets_from_config(pool.simulation, source))
-    return Scenario(setup, source, metrics, Steps(start, end), task, request.signals)
+    try:
+        task = pool.simulation.demand_task or default_task(markets_from_config(pool.simulation, source))
+    except ValueError as e:
+        raise SimulationInputError(f"{source}: {e}") from e
+    return Scenario(setup, source, metrics, points, Steps(start, end), task, request.signals)
 
 
 def read_metrics(paths: Sequence[Path]) -> MetricsData:

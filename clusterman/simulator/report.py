@@ -35,7 +35,7 @@ def summary(result: SimulationResult, pool_config: str, metrics_files: Sequence[
             "seed": sim.seed,
             "join_delay_seconds": {"mean": sim.join_delay_seconds, "stdev": sim.join_delay_stdev_seconds},
             "signals": "internal" if sc.setup.internal else sc.signals.value,
-            "demand_task": sc.demand_task.as_dict(),
+            "demand_task": {r: _n(amount) for r, amount in sc.demand_task.items()},
             "spot_priced_markets": [f"{kind}, {zone}" for kind, zone in result.spot_priced],
         },
         "cost": {

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from dataclasses import field
 
 from clusterman.autoscaler.decision import Action
+from clusterman.cloud.simulated import SimulatedGroup
 from clusterman.cloud.simulated import groups_from_config
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.accounting import account_nodes
@@ -35,6 +36,7 @@ from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import WithoutDraining
 from clusterman.cluster.model import PoolSnapshot
 from clusterman.cluster.simulated import DemandTrace
+from clusterman.cluster.simulated import SimulatedConnector
 from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
@@ -65,7 +67,6 @@ from clusterman.simulator.signals import RunnerProcesses
 from clusterman.simulator.signals import SignalMode
 from clusterman.simulator.signals import collected_names
 from clusterman.simulator.signals import signal_demand
-from clusterman.simulator.workload import demand_points
 
 EVENT_QUEUE = 10_000  # events kept from a run (the recorder's publisher is never drained)
 
@@ -77,6 +78,7 @@ class Scenario:
     setup: PoolSetup
     source: str  # the pool file, for messages
     metrics: MetricsData
+    demand: list[tuple[float, Resources]]  # the pool's demand from the files (``workload.demand_points``)
     steps: Steps
     demand_task: Resources
     signals: SignalMode = SignalMode.IN_PROCESS
@@ -129,67 +131,89 @@ class SimulationResult:
     spot_priced: list[tuple[str, str]]  # markets priced by the file's spot series
 
 
+@dataclass
+class Wiring:
+    """The pieces of one run, as ``wire`` connects them."""
+
+    groups: list[SimulatedGroup]
+    cloud: GroupsCloudView
+    connector: SimulatedConnector
+    cycle: Cycle
+    store: InMemoryStore
+    collected: frozenset[str] | None  # the pool metrics written each minute (None: all; none for internal pools)
+    runners: RunnerProcesses | None
+
+    def close(self) -> None:
+        self.cycle.close()
+        if self.runners is not None:
+            self.runners.close()
+
+
+def wire(scenario: Scenario, clock: SimClock) -> Wiring:
+    setup = scenario.setup
+    identity, pool = setup.identity, setup.pool
+    groups = groups_from_config(identity, pool, clock, scenario.source, every_kind=True)
+    cloud = GroupsCloudView(groups)
+    trace = DemandTrace(scenario.demand, scenario.demand_task) if scenario.demand else None
+    connector = simulated_connector(identity, pool, cloud, workload=trace)
+    lifecycle: NodeLifecycle = SimulatedLifecycle(connector.scheduler)
+    if not pool.draining_enabled:
+        lifecycle = WithoutDraining(lifecycle)
+    store = metrics_store(scenario.metrics, identity)
+    demand: DemandSource
+    runners: RunnerProcesses | None = None
+    collected: frozenset[str] | None = frozenset()
+    if setup.internal:
+        demand = InternalDemand()
+    else:
+        demand, runners = signal_demand(setup, store, scenario.signals)
+        collected = collected_names(setup)
+    publisher = EventPublisher(EventRing(EVENT_QUEUE), queue_size=EVENT_QUEUE)  # never started: nothing drains it
+    recorder = Recorder(publisher, QuietMetrics(identity.cluster, identity.pool), identity.pool, clock.ns)
+    cycle = Cycle(
+        connector=connector, cloud=cloud, lifecycle=lifecycle, demand=demand, policy=setup.policy, recorder=recorder
+    )
+    return Wiring(groups, cloud, connector, cycle, store, collected, runners)
+
+
 def simulate(
     scenario: Scenario,
     progress: Callable[[int, int], None] | None = None,
     on_run: Callable[[RunReport], None] | None = None,
 ) -> SimulationResult:
-    setup, steps = scenario.setup, scenario.steps
-    identity, pool = setup.identity, setup.pool
+    """Run every minute of ``scenario``; ``on_run`` sees each autoscaler run's full report."""
+    steps, identity = scenario.steps, scenario.setup.identity
     clock = SimClock(steps.start)
-    groups = groups_from_config(identity, pool, clock, scenario.source, every_kind=True)
-    cloud = GroupsCloudView(groups)
-    points = demand_points(scenario.metrics, identity)
-    trace = DemandTrace(points, scenario.demand_task) if points else None
-    connector = simulated_connector(identity, pool, cloud, source=scenario.source, workload=trace)
-    lifecycle: NodeLifecycle = SimulatedLifecycle(connector.scheduler)
-    if not pool.draining_enabled:
-        lifecycle = WithoutDraining(lifecycle)
-    store = metrics_store(scenario.metrics, identity)
-    runners: RunnerProcesses | None = None
-    demand: DemandSource
-    names: frozenset[str] | None = frozenset()  # the pool metrics to write each minute
-    if setup.internal:
-        demand = InternalDemand()
-    else:
-        demand, runners = signal_demand(setup, store, scenario.signals)
-        names = collected_names(setup)
-    publisher = EventPublisher(EventRing(EVENT_QUEUE), queue_size=EVENT_QUEUE)
-    recorder = Recorder(publisher, QuietMetrics(identity.cluster, identity.pool), identity.pool, clock.ns)
-    cycle = Cycle(
-        connector=connector, cloud=cloud, lifecycle=lifecycle, demand=demand, policy=setup.policy, recorder=recorder
-    )
+    w = wire(scenario, clock)
     prices = PriceBook(spot_series(scenario.metrics))
-    ledger = Ledger({g.id: g.markets for g in groups}, prices, steps.step_seconds)
+    ledger = Ledger({g.id: g.markets for g in w.groups}, prices, steps.step_seconds)
     history = History()
-    period = max(int(setup.period_seconds), steps.step_seconds)
+    period = max(int(scenario.setup.period_seconds), steps.step_seconds)
     pending = Pending()
-    total = len(steps)
-    ledger.begin(cloud.cloud_view(steps.start))
+    ledger.begin(w.cloud.cloud_view(steps.start))
     try:
         for k, now in enumerate(steps):
             clock.now = now
-            snapshot = connector.snapshot(now)
+            snapshot = w.connector.snapshot(now)
             accounting = account_nodes(snapshot.nodes)
-            if names != frozenset():
-                store.write(collect(snapshot, identity, accounting, names))
+            if w.collected != frozenset():
+                w.store.write(collect(snapshot, identity, accounting, w.collected))
             if (now - steps.start) % period == 0:
-                report = cycle.run_once(now)
+                report = w.cycle.run_once(now)
                 history.add(report)
                 if on_run is not None:
                     on_run(report)
-            ledger.record(now, cloud.cloud_view(now), accounting.capacity.cpus, accounting.allocated, pending(snapshot))
+            ledger.record(
+                now, w.cloud.cloud_view(now), accounting.capacity.cpus, accounting.allocated, pending(snapshot)
+            )
             if progress is not None:
-                progress(k + 1, total)
+                progress(k + 1, len(steps))
     finally:
-        cycle.close()
-        if runners is not None:
-            runners.close()
-    timeline = ledger.series
-    markets = [m for g in groups for m in g.markets]
-    join_delay = pool.simulation.join_delay_seconds
-    oracle = oracle_cost(timeline["time"], ledger.demand, markets, prices, join_delay, steps.step_seconds)
-    return SimulationResult(scenario, ledger.totals(), oracle, timeline, history, prices.priced_by_series(markets))
+        w.close()
+    markets = [m for g in w.groups for m in g.markets]
+    join_delay = scenario.setup.pool.simulation.join_delay_seconds
+    oracle = oracle_cost(ledger.series["time"], ledger.demand, markets, prices, join_delay, steps.step_seconds)
+    return SimulationResult(scenario, ledger.totals(), oracle, ledger.series, history, prices.priced_by_series(markets))
 
 
 class Pending:
