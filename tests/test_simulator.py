@@ -23,7 +23,7 @@ from clusterman.simulator.simulation import simulate
 
 REPO = Path(__file__).resolve().parents[1]
 MAIN = REPO / "config" / "clusterman.yaml"
-SAMPLE = Path("/work/shared/data/clusterman-simulator-metrics-sample.json.gz")
+SAMPLE = REPO / "config" / "simulator" / "clusterman-sample-metrics.json.gz"  # Clusterman's own sample file
 T0 = 1_700_000_000 - 1_700_000_000 % 3600
 SYS, META = MetricType.SYSTEM_METRICS, MetricType.METADATA
 
@@ -166,7 +166,6 @@ def test_spot_fleets_pay_the_spot_price_series(tmp_path):
 # --- the sample file, the other signal modes ---
 
 
-@pytest.mark.skipif(not SAMPLE.exists(), reason="the shared sample file is not on this machine")
 def test_clusterman_sample_file_simulates(tmp_path, capsys):
     pool = REPO / "config" / "simulator" / "default.mesos"
     status, out, _ = simulate_cli(capsys, SAMPLE, pool, tmp_path / "sample")
@@ -267,7 +266,10 @@ def test_no_demand_for_the_pool_names_what_the_files_hold(tmp_path, capsys):
     assert "no demand for c1/web.kubernetes" in err and "c1/db.kubernetes" in err
 
 
-def test_an_empty_time_range_and_a_bad_compare_file_are_refused(tmp_path, capsys):
+def test_an_empty_time_range_a_bad_compare_file_and_an_unwritable_output_are_refused(tmp_path, capsys):
     assert "the run must end after it starts" in bad(tmp_path, capsys, extra=("--end", str(T0)))
+    (tmp_path / "taken").write_text("a file, not a directory")
+    err = bad(tmp_path, capsys, extra=("--output-prefix", str(tmp_path / "taken" / "run")))
+    assert "--output-prefix" in err and "cannot write" in err
     (tmp_path / "old.json").write_text("{}")
     assert "not a simulation summary" in bad(tmp_path, capsys, extra=("--compare", str(tmp_path / "old.json")))

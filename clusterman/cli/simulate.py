@@ -18,6 +18,7 @@ from clusterman.cli.common import load_main
 from clusterman.simulator.compare import load_summary
 from clusterman.simulator.compare import side_by_side
 from clusterman.simulator.inputs import Request
+from clusterman.simulator.inputs import SimulationInputError
 from clusterman.simulator.inputs import load_scenario
 from clusterman.simulator.plot import write_plot
 from clusterman.simulator.progress import ProgressBar
@@ -72,6 +73,11 @@ def run(args: argparse.Namespace) -> int:
         signals=SignalMode(args.signals),
     )
     scenario = load_scenario(load_main(args), request)
+    json_path, png_path = Path(f"{args.output_prefix}.json"), Path(f"{args.output_prefix}.png")
+    try:
+        json_path.parent.mkdir(parents=True, exist_ok=True)  # a path that cannot be written fails before the run
+    except OSError as e:
+        raise _unwritable(args.output_prefix, e) from e
     minutes = len(scenario.steps)
     show = args.progress == "always" or (
         args.progress == "auto" and minutes >= LONG_RUN_MINUTES and sys.stderr.isatty()
@@ -79,13 +85,18 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     result = simulate(scenario, progress=ProgressBar(sys.stderr, "simulating") if show else None)
     document = summary(result, str(args.pool_config), [str(p) for p in args.metrics_data_files])
-    json_path, png_path = Path(f"{args.output_prefix}.json"), Path(f"{args.output_prefix}.png")
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(to_json(document))
-    write_plot(png_path, result.timeline, text(document).splitlines()[0])
+    try:
+        json_path.write_text(to_json(document))
+        write_plot(png_path, result.timeline, text(document).splitlines()[0])
+    except OSError as e:
+        raise _unwritable(args.output_prefix, e) from e
     print(text(document), end="")
     print(f"wrote {json_path} and {png_path} ({time.monotonic() - started:.1f} s)")
     if other is not None:
         print()
         print(side_by_side(document, other, str(args.compare)), end="")
     return 0
+
+
+def _unwritable(prefix: str, error: OSError) -> SimulationInputError:
+    return SimulationInputError(f"--output-prefix {prefix}: cannot write: {error.strerror or error}")

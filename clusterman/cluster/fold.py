@@ -10,9 +10,10 @@ caller that combines the summaries in order gets exactly what one fresh pass giv
 included: each chunk is summed in order, then the chunks in order).
 
 Chunks are matched by value (``Node`` equality, identity first) once per snapshot
-(``chunk_tokens``). Summaries must be immutable values computed from the nodes' values alone. The
-memo is module state shared by every caller; it only ever returns what summarizing the chunk
-again would.
+(``chunk_tokens``). Summaries must be immutable values computed from the nodes' values alone (a
+summary that keeps nodes may hold nodes equal to the snapshot's rather than the very same
+objects). The memo is module state shared by every caller; it only ever returns what summarizing
+the chunk again would.
 """
 
 from __future__ import annotations
