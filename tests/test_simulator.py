@@ -273,3 +273,18 @@ def test_an_empty_time_range_a_bad_compare_file_and_an_unwritable_output_are_ref
     assert "--output-prefix" in err and "cannot write" in err
     (tmp_path / "old.json").write_text("{}")
     assert "not a simulation summary" in bad(tmp_path, capsys, extra=("--compare", str(tmp_path / "old.json")))
+
+
+def test_generate_data_output_simulates(tmp_path, capsys):
+    """The local-dev design (docs/metrics.md) through `generate-data`, then six hours of it simulated."""
+    design = REPO / "config" / "metrics-designs" / "diurnal-service.yaml"
+    data = tmp_path / "diurnal.json.gz"
+    assert main(["generate-data", "--design", str(design), "--output", str(data)]) == 0
+    pool = tmp_path / "default.simulated"
+    pool.write_text(POOL.replace("web-a", "default-a"))
+    capsys.readouterr()
+    status, _, err = simulate_cli(capsys, data, pool, tmp_path / "diurnal", "--end", "2024-03-04T06:00:00Z")
+    assert status == 0, err
+    s = json.loads((tmp_path / "diurnal.json").read_text())
+    assert s["inputs"]["pool"] == "local-dev/default.simulated" and s["inputs"]["minutes"] == 360
+    assert s["capacity"]["demand_cpu_hours"] > 0 and s["scaling"]["outcomes"] == {"acted": 360}
