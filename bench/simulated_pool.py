@@ -16,16 +16,18 @@ from itertools import islice
 from typing import Any
 
 from bench._timing import best_of
+from clusterman.cloud.simulated import SimulatedGroup
+from clusterman.cloud.simulated import SimulatedMarket
+from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.model import Node
 from clusterman.cluster.model import PoolSnapshot
 from clusterman.cluster.simulated import DemandTrace
-from clusterman.cluster.simulated import SimulatedCloud
 from clusterman.cluster.simulated import SimulatedConnector
-from clusterman.cluster.simulated import SimulatedGroupSpec
 from clusterman.cluster.simulated import SimulatedScheduler
 from clusterman.resources import Resources
 
 NODE = Resources(cpus=4, mem=16000, disk=100000)
+MARKET = SimulatedMarket("m5.xlarge", "us-west-2a", 1.0, NODE)
 TASK = Resources(cpus=1, mem=2000)
 PEAK_NODES = 1000
 
@@ -39,22 +41,24 @@ def demand_at(minute: int) -> Resources:
 def simulate(days: int) -> dict[str, Any]:
     minutes = days * 1440
     trace = DemandTrace([(m * 60.0, demand_at(m)) for m in range(0, minutes, 5)], TASK)
-    cloud = SimulatedCloud([SimulatedGroupSpec("g1", NODE, max_capacity=PEAK_NODES * 1.2)], {"g1": 500})
-    pool = SimulatedConnector(cloud, SimulatedScheduler(trace, join_delay_seconds=180, join_delay_stdev_seconds=60))
+    clock = [0.0]
+    group = SimulatedGroup("g1", [MARKET], lambda: clock[0], max_capacity=PEAK_NODES * 1.2, target_capacity=500)
+    scheduler = SimulatedScheduler(trace, join_delay_seconds=180, join_delay_stdev_seconds=60)
+    pool = SimulatedConnector(GroupsCloudView([group]), scheduler)
     peak_nodes = peak_tasks = 0
     started = time.perf_counter()
     for minute in range(minutes):
-        now = minute * 60.0
+        now = clock[0] = minute * 60.0
         snap = pool.snapshot(now)
         if minute % 10 == 0:
             wanted = math.ceil(demand_at(minute).cpus / NODE.cpus / 0.8)
             have = len(snap.nodes)
             if wanted > have:
-                cloud.set_target("g1", wanted, now)
+                group.set_target_capacity(wanted)
             elif wanted < have:
                 idle = list(islice((n.id for n in reversed(snap.nodes) if n.joined and not n.tasks), have - wanted))
                 if idle:
-                    cloud.terminate(idle, now)
+                    group.terminate_instances(idle)
         peak_nodes = max(peak_nodes, len(snap.nodes))
         peak_tasks = max(peak_tasks, sum(len(n.tasks) for n in snap.nodes) if minute % 60 == 0 else 0)
     return {
@@ -88,8 +92,8 @@ def baselines(nodes: tuple[Node, ...], steps: int) -> dict[str, float]:
 def run(quick: bool) -> dict[str, Any]:
     days = 2 if quick else 30
     result = simulate(days)
-    cloud = SimulatedCloud([SimulatedGroupSpec("g1", NODE)], {"g1": result["peak_nodes"]})
-    pool = SimulatedConnector(cloud, SimulatedScheduler(DemandTrace([(0.0, TASK * 3000)], TASK)))
+    group = SimulatedGroup("g1", [MARKET], lambda: 0.0, target_capacity=result["peak_nodes"])
+    pool = SimulatedConnector(GroupsCloudView([group]), SimulatedScheduler(DemandTrace([(0.0, TASK * 3000)], TASK)))
     nodes = pool.snapshot(0.0).nodes
     base = baselines(nodes, result["steps"])
     return {

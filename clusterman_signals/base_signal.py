@@ -42,9 +42,15 @@ class BaseSignal:
     def evaluate(self, metrics: MetricsValuesDict, timestamp: float) -> SignalResources:
         """Call ``value`` in whichever form the subclass defined it."""
         self.metrics_cache = metrics
-        if _positional_arity(self.value) == 0:
+        arity = _ARITY.get(type(self))
+        if arity is None:  # once per class: a signature costs tens of microseconds, a simulation calls often
+            arity = _ARITY[type(self)] = _positional_arity(self.value)
+        if arity == 0:
             return self.value()
         return self.value(metrics, timestamp)
+
+
+_ARITY: dict[type, int] = {}
 
 
 def _positional_arity(method: Any) -> int:

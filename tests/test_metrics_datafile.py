@@ -88,3 +88,11 @@ def test_not_json_at_all(tmp_path):
     path.write_bytes(gzip.compress(b"{half"))
     with pytest.raises(ValueError, match=r"bad\.json\.gz: not a metrics file"):
         read_metrics_file(path)
+
+
+def test_ordered_reading_refuses_time_running_backwards(tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"system_metrics": {CPUS: [[60, 1], [120, 2], [120, 3]]}}))
+    assert read_metrics_file(path)[SYS][CPUS][-1][0] == 120
+    with pytest.raises(ValueError, match=r"system_metrics: cpus_allocated\|.*\[2\]: timestamp 120 is not after"):
+        read_metrics_file(path, ordered=True)

@@ -4,6 +4,9 @@ import copy
 
 import pytest
 
+from clusterman.cloud.simulated import SimulatedGroup
+from clusterman.cloud.simulated import SimulatedMarket
+from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEY
 from clusterman.cluster.kubernetes_lifecycle import KubernetesLifecycle
 from clusterman.cluster.kubernetes_lifecycle import blocking_pods
@@ -24,9 +27,7 @@ from clusterman.cluster.mesos_lifecycle import scheduled
 from clusterman.cluster.mesos_lifecycle import with_machines
 from clusterman.cluster.mesos_lifecycle import without_machines
 from clusterman.cluster.model import NodeState
-from clusterman.cluster.simulated import SimulatedCloud
 from clusterman.cluster.simulated import SimulatedConnector
-from clusterman.cluster.simulated import SimulatedGroupSpec
 from clusterman.cluster.simulated import SimulatedScheduler
 from clusterman.cluster.simulated import TaskList
 from clusterman.cluster.simulated import WorkItem
@@ -140,7 +141,8 @@ def test_down_machines_from_the_status():
 
 
 def simulated(n_nodes=2, n_tasks=3, dry_run=False):
-    cloud = SimulatedCloud([SimulatedGroupSpec("g1", Resources(cpus=4, mem=16000))], {"g1": n_nodes})
+    market = SimulatedMarket("m5.xlarge", "us-west-2a", 1.0, Resources(cpus=4, mem=16000))
+    cloud = GroupsCloudView([SimulatedGroup("g1", [market], lambda: 0.0, target_capacity=n_nodes)])
     work = TaskList(WorkItem(f"t{i}", Resources(cpus=1)) for i in range(n_tasks))
     connector = SimulatedConnector(cloud, SimulatedScheduler(work))
     nodes = [n.id for n in connector.snapshot(0.0).nodes]

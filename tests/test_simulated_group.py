@@ -3,6 +3,7 @@ import math
 import pytest
 
 from clusterman.cloud.discovery import discover_groups
+from clusterman.cloud.instance_types import CATALOG
 from clusterman.cloud.resource_group import DEFAULT_TAG_KEY
 from clusterman.cloud.resource_group import InstanceState
 from clusterman.cloud.resource_group import ResourceGroupError
@@ -10,7 +11,13 @@ from clusterman.cloud.resource_group import read_groups
 from clusterman.cloud.simulated import SimulatedCloud
 from clusterman.cloud.simulated import SimulatedGroup
 from clusterman.cloud.simulated import SimulatedMarket
+from clusterman.cloud.simulated import groups_from_config
+from clusterman.config.model import PoolConfig
+from clusterman.config.model import PoolIdentity
 from clusterman.config.model import ResourceGroupConfig
+from clusterman.config.model import Scheduler
+from clusterman.config.schema import ConfigError
+from clusterman.config.schema import parse
 from clusterman.resources import Resources
 
 SMALL = SimulatedMarket("m5.large", "us-west-2a", 1.0, Resources(cpus=2, mem=8000))
@@ -181,3 +188,56 @@ def test_discovery_finds_the_pools_simulated_groups_by_tag():
     no_aws = discover_groups("c1", "web", [ResourceGroupConfig("asg", tag="k"), entries[0]], simulated=cloud)
     assert [g.id for g in no_aws.groups] == ["mine"]
     assert "need AWS clients" in str(no_aws.errors[0])
+
+
+def test_reads_return_the_same_state_until_something_changes():
+    clock = Clock()
+    g = group(clock, target_capacity=2, join_delay_seconds=60)
+    first = g.read()
+    assert g.read() is first
+    g.set_target_capacity(2)
+    assert g.read() is first  # the same target changes nothing
+    g.set_target_capacity(3)
+    launched = g.read()
+    assert launched is not first and launched.instances[:2] == first.instances
+    clock.now += 59
+    assert g.read() is launched
+    clock.now += 1
+    running = g.read()
+    assert running is not launched and running.instances[2].state is InstanceState.RUNNING
+    g.terminate_instances([running.instances[0].id])
+    assert [i.id for i in g.read().instances] == [i.id for i in running.instances[1:]]
+    assert g.read().group.fulfilled_capacity == 2
+
+
+def pool_config(**simulation):
+    raw = {
+        "scaling_limits": {"min_capacity": 3, "max_capacity": 10, "max_weight_to_add": 5, "max_weight_to_remove": 5},
+        "resource_groups": [{"simulated": {"tag": "sim-a"}}, {"sfr": {"tag": "k"}}],
+        "simulation": simulation,
+    }
+    return parse(PoolConfig, raw, "web.simulated")
+
+
+IDENTITY = PoolIdentity("c1", "web", Scheduler.SIMULATED)
+
+
+def test_groups_from_config_share_the_initial_capacity_and_price_from_the_catalog():
+    markets = [{"instance_type": "m5.large"}, {"instance_type": "x9.custom", "resources": {"cpus": 8}, "price": 0.5}]
+    groups = groups_from_config(IDENTITY, pool_config(markets=markets), Clock(), "web.simulated", every_kind=True)
+    assert [g.id for g in groups] == ["sim-a", "sfr-1"]
+    assert [g.read().group.target_capacity for g in groups] == [2, 1]  # min_capacity 3, shared out
+    small, custom = groups[0].markets
+    assert (small.resources, small.price, small.spot) == (CATALOG["m5.large"].resources, 0.096, False)
+    assert (custom.resources, custom.price) == (Resources(cpus=8), 0.5)
+    assert all(m.spot for m in groups[1].markets)  # a Spot Fleet's markets are spot
+
+
+def test_groups_from_config_name_what_is_wrong():
+    with pytest.raises(ConfigError, match=r"web.simulated: simulation.markets\[0\].instance_type: unknown instance"):
+        groups_from_config(IDENTITY, pool_config(markets=[{"instance_type": "x9.huge"}]), Clock(), "web.simulated",
+                           every_kind=True)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"resource_groups: .* needs a cloud adapter for its sfr groups"):
+        groups_from_config(IDENTITY, pool_config(), Clock(), "web.simulated")
+    with pytest.raises(ConfigError, match="give either markets or instance_type, not both"):
+        pool_config(instance_type="r5.large", markets=[{"instance_type": "m5.large"}])

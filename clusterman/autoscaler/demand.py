@@ -9,10 +9,13 @@ nodes, whose capacity is not counted either.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from collections.abc import Iterable
 from collections.abc import Mapping
 
 from clusterman.autoscaler.pool_view import SnapshotError
+from clusterman.cluster.fold import NodeFold
+from clusterman.cluster.model import Node
 from clusterman.cluster.model import NodeState
 from clusterman.cluster.model import PoolSnapshot
 from clusterman.cluster.model import Task
@@ -31,17 +34,9 @@ def demand_from_snapshot(snapshot: PoolSnapshot) -> ResourceRequest:
 
     Has an opinion on every resource (zero included): the scheduler knows all of its work.
     """
-    known_groups = {g.id for g in snapshot.groups}
-    ready, tainted = NodeState.READY, NodeState.TAINTED  # compared by identity, not hashed
     cpus, mem, disk, gpus = _sum_requests(snapshot.pending)
-    for node in snapshot.nodes:
-        state = node.state
-        if (state is ready or state is tainted) and node.group_id in known_groups:
-            c, m, d, g = _sum_requests(node.tasks)
-            cpus += c
-            mem += m
-            disk += d
-            gpus += g
+    for c, m, d, g in _NODE_DEMAND.summaries(snapshot.nodes, frozenset(g.id for g in snapshot.groups)):
+        cpus, mem, disk, gpus = cpus + c, mem + m, disk + d, gpus + g
     totals = {"cpus": cpus, "mem": mem, "disk": disk, "gpus": gpus}
     for name, value in totals.items():
         if not (math.isfinite(value) and value >= 0):
@@ -49,6 +44,24 @@ def demand_from_snapshot(snapshot: PoolSnapshot) -> ResourceRequest:
                 f"demand: the pods' {name} requests sum to {value!r} (a pod request is negative or NaN)"
             )
     return ResourceRequest(**totals)
+
+
+def _chunk_demand(chunk: tuple[Node, ...], known_groups: Hashable) -> tuple[float, float, float, float]:
+    """What the work on a chunk's ready and tainted nodes of known groups asks for: each node's
+    guaranteed work (reserved and unreserved: daemons and revocable work never count), summed once
+    when the node was built (``NodeUsage``)."""
+    assert isinstance(known_groups, frozenset)
+    ready, tainted = NodeState.READY, NodeState.TAINTED  # compared by identity, not hashed
+    cpus = mem = disk = gpus = 0.0
+    for node in chunk:
+        state = node.state
+        if (state is ready or state is tainted) and node.group_id in known_groups:
+            v = node.vector  # allocated_reserved at 8:12, allocated_unreserved at 12:16
+            cpus, mem, disk, gpus = cpus + v[8] + v[12], mem + v[9] + v[13], disk + v[10] + v[14], gpus + v[11] + v[15]
+    return cpus, mem, disk, gpus
+
+
+_NODE_DEMAND = NodeFold(_chunk_demand)
 
 
 def _sum_requests(tasks: Iterable[Task]) -> tuple[float, float, float, float]:

@@ -9,6 +9,7 @@ Per-pod and per-node sums stay in floats (fast) and are made exact once, as tota
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -25,6 +26,14 @@ def exact(value: float | int | Fraction) -> Fraction:
         return Fraction(value)
     if not math.isfinite(value):
         raise ValueError(f"expected a finite number, got {value!r}")
+    return _decimal(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decimal(value: float) -> Fraction:
+    """Remembered: a pool's totals and weights repeat from run to run, and parsing costs microseconds."""
+    if value.is_integer():
+        return Fraction(int(value))
     return Fraction(repr(round(value, PLACES)))
 
 

@@ -11,6 +11,7 @@ The node sets (docs/scaling.md, "Which nodes count"):
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 from dataclasses import field
 from fractions import Fraction
@@ -18,6 +19,7 @@ from fractions import Fraction
 from clusterman.autoscaler.exact import ZERO
 from clusterman.autoscaler.exact import exact
 from clusterman.cluster.accounting import account_node
+from clusterman.cluster.fold import NodeFold
 from clusterman.cluster.model import Node
 from clusterman.cluster.model import NodeState
 from clusterman.cluster.model import PoolSnapshot
@@ -75,29 +77,86 @@ def view_of(snapshot: PoolSnapshot) -> PoolView:
             raise SnapshotError(f"group {g.id}: listed twice")
         groups[g.id] = g
     view = PoolView(groups)
-    ready, tainted, orphan, cordoned = NodeState.READY, NodeState.TAINTED, NodeState.ORPHAN, NodeState.CORDONED
     ready_weight: dict[str, float] = dict.fromkeys(groups, 0.0)
-    for node in snapshot.nodes:
-        state = node.state  # compared by identity: hashing an Enum member is a Python-level call
-        if node.group_id not in groups or state is NodeState.UNKNOWN:
-            view.ignored += 1
+    cpus = mem = disk = gpus = 0.0
+    reserving: list[Node] = []
+    for part in _PARTS.summaries(snapshot.nodes, frozenset(groups)):
+        view.ready += part.ready
+        view.tainted += part.tainted
+        view.orphans += part.orphans
+        view.cordoned += part.cordoned
+        view.ignored += part.ignored
+        for group_id, w in part.ready_weight:
+            ready_weight[group_id] += w
+        c, m, d, u = part.allocatable
+        cpus, mem, disk, gpus = cpus + c, mem + m, disk + d, gpus + u
+        reserving += part.reserving
+    view.ready_weight = {g: exact(w) for g, w in ready_weight.items()}
+    view.capacity = _exact_totals({"cpus": cpus, "mem": mem, "disk": disk, "gpus": gpus}, view.ready)
+    view.slack = _slack(reserving)
+    return view
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One chunk of a snapshot's nodes sorted into the view's sets (``cluster/fold.py``: a chunk
+    whose nodes did not change since a recent run is not sorted again)."""
+
+    ready: tuple[Node, ...]
+    tainted: tuple[Node, ...]
+    orphans: tuple[Node, ...]
+    cordoned: tuple[Node, ...]
+    ignored: int
+    ready_weight: tuple[tuple[str, float], ...]  # per group
+    allocatable: tuple[float, float, float, float]  # of the ready nodes
+    reserving: tuple[Node, ...]  # ready nodes holding reservations: the only ones with slack
+
+
+def _sort_chunk(chunk: tuple[Node, ...], group_ids: Hashable) -> _Part:
+    assert isinstance(group_ids, frozenset)
+    ready, tainted, orphan, cordoned = NodeState.READY, NodeState.TAINTED, NodeState.ORPHAN, NodeState.CORDONED
+    unknown, inf = NodeState.UNKNOWN, math.inf
+    sets: tuple[list[Node], ...] = ([], [], [], [], [])
+    add_ready, add_tainted, add_orphan, add_cordoned, add_reserving = (x.append for x in sets)
+    weights: dict[str, float] = {}
+    ignored = 0
+    cpus = mem = disk = gpus = 0.0
+    for node in chunk:
+        state = node.state  # compared by identity
+        group_id = node.group_id
+        if state is unknown or group_id not in group_ids:
+            ignored += 1
             continue
         w = node.weight
-        if not (w > 0 and math.isfinite(w)):
+        if not 0 < w < inf:
             raise SnapshotError(f"node {node.id}: weight must be a finite number > 0, got {w!r}")
         if state is ready:
-            view.ready.append(node)
-            ready_weight[node.group_id] += w
+            add_ready(node)
+            weights[group_id] = weights.get(group_id, 0.0) + w
+            a = node.allocatable
+            cpus, mem, disk, gpus = cpus + a.cpus, mem + a.mem, disk + a.disk, gpus + a.gpus
+            r = node.reserved
+            if r.cpus or r.mem or r.disk or r.gpus:
+                add_reserving(node)
         elif state is tainted:
-            view.tainted.append(node)
+            add_tainted(node)
         elif state is orphan:
-            view.orphans.append(node)
+            add_orphan(node)
         elif state is cordoned:
-            view.cordoned.append(node)
-    view.ready_weight = {g: exact(w) for g, w in ready_weight.items()}
-    view.capacity = _sum_allocatable(view.ready)
-    view.slack = _slack(view.ready)
-    return view
+            add_cordoned(node)
+    return _Part(
+        tuple(sets[0]),
+        tuple(sets[1]),
+        tuple(sets[2]),
+        tuple(sets[3]),
+        ignored,
+        tuple(weights.items()),
+        (cpus, mem, disk, gpus),
+        tuple(sets[4]),
+    )
+
+
+_PARTS = NodeFold(_sort_chunk)
 
 
 def _sum_allocatable(nodes: list[Node]) -> dict[str, Fraction]:
@@ -108,7 +167,11 @@ def _sum_allocatable(nodes: list[Node]) -> dict[str, Fraction]:
         mem += a.mem
         disk += a.disk
         gpus += a.gpus
-    totals = {"cpus": cpus, "mem": mem, "disk": disk, "gpus": gpus}
+    return _exact_totals({"cpus": cpus, "mem": mem, "disk": disk, "gpus": gpus}, nodes)
+
+
+def _exact_totals(totals: dict[str, float], nodes: list[Node]) -> dict[str, Fraction]:
+    """The totals as exact fractions; a total that is not a finite number >= 0 names the node to blame."""
     for name, total in totals.items():
         if not (math.isfinite(total) and total >= 0):
             bad = next(n for n in nodes if not (math.isfinite(n.allocatable[name]) and n.allocatable[name] >= 0))
@@ -116,14 +179,11 @@ def _sum_allocatable(nodes: list[Node]) -> dict[str, Fraction]:
     return {name: exact(total) for name, total in totals.items()}
 
 
-def _slack(ready: list[Node]) -> dict[str, Fraction]:
-    """Reserved-but-idle capacity on ready nodes (docs/accounting.md); only nodes with reservations
-    can have any, so the others are skipped without looking at their tasks."""
+def _slack(reserving: list[Node]) -> dict[str, Fraction]:
+    """Reserved-but-idle capacity on the ready nodes that hold reservations (docs/accounting.md)."""
     total = Resources()
-    for node in ready:
-        r = node.reserved
-        if r.cpus or r.mem or r.disk or r.gpus:
-            total = total + account_node(node).slack
+    for node in reserving:
+        total = total + account_node(node).slack
     return {name: exact(v) for name, v in total.items()}
 
 

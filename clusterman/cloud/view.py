@@ -7,34 +7,57 @@ unknown to the join (neither capacity nor removable), which keeps them safe.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from collections.abc import Sequence
 
 from clusterman.cloud.discovery import Discovery
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import GroupReadings
+from clusterman.cloud.resource_group import GroupState
+from clusterman.cloud.resource_group import Instance
+from clusterman.cloud.resource_group import InstanceState
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.resource_group import read_groups
 from clusterman.cluster.cloud_view import CloudInstance
 from clusterman.cluster.cloud_view import CloudView
 
+Made = dict[str, tuple[Instance, CloudInstance]]  # instance id -> (the Instance, its CloudInstance)
 
-def cloud_view_of(readings: GroupReadings) -> CloudView:
+
+def cloud_view_of(readings: GroupReadings, made: Made | None = None) -> CloudView:
+    """The view of these readings; ``made`` (updated in place) reuses the CloudInstance of an
+    Instance object seen before, so a group that changed a little costs little."""
+    made = {} if made is None else made
     groups = tuple(state.group for state in readings.states.values())
-    instances = tuple(
-        CloudInstance(
-            instance_id=i.id,
-            group_id=group_id,
-            weight=i.weight,
-            launched_at=i.launched_at,
-            instance_type=i.instance_type,
-            market=i.availability_zone,
-            ip=i.private_ip,
-        )
-        for group_id, state in readings.states.items()
-        for i in state.live_instances()
+    instances = []
+    running, pending, unknown = InstanceState.RUNNING, InstanceState.PENDING, InstanceState.UNKNOWN
+    for group_id, state in readings.states.items():
+        for i in state.instances:
+            s = i.state  # InstanceState.live, without a call: this loop runs over every instance
+            if s is not running and s is not pending and s is not unknown:
+                continue
+            seen = made.get(i.id)
+            if seen is None or seen[0] is not i or seen[1].group_id != group_id:
+                seen = made[i.id] = (i, _cloud_instance(i, group_id))
+            instances.append(seen[1])
+    if len(made) > len(instances):
+        live = {i.instance_id for i in instances}
+        for instance_id in [k for k in made if k not in live]:
+            del made[instance_id]
+    return CloudView(groups, tuple(instances))
+
+
+def _cloud_instance(i: Instance, group_id: str) -> CloudInstance:
+    return CloudInstance(
+        instance_id=i.id,
+        group_id=group_id,
+        weight=i.weight,
+        launched_at=i.launched_at,
+        instance_type=i.instance_type,
+        market=i.availability_zone,
+        ip=i.private_ip,
     )
-    return CloudView(groups, instances)
 
 
 class GroupsCloudView:
@@ -43,7 +66,9 @@ class GroupsCloudView:
     ``errors`` are the pool's groups that could not be found or read (the view may miss some of
     its capacity); ``mistagged`` are groups whose tag names no pool (worth a word, nothing more).
     With ``discover``, the groups are found again before every read (as Clusterman does each run),
-    so a new group is picked up and a deleted one dropped without a restart.
+    so a new group is picked up and a deleted one dropped without a restart. When every group
+    returns the very state object it returned last time (a simulated group that did not change),
+    the previous view is returned as it is, so readers can tell "nothing changed" by identity.
     """
 
     def __init__(self, groups: Sequence[CloudGroup] = (), discover: Callable[[], Discovery] | None = None) -> None:
@@ -51,6 +76,8 @@ class GroupsCloudView:
         self.discover = discover
         self.errors: tuple[ResourceGroupError, ...] = ()
         self.mistagged: tuple[ResourceGroupError, ...] = ()
+        self._last: tuple[tuple[GroupState, ...], CloudView] | None = None
+        self._made: Made = {}
 
     def cloud_view(self, now: float) -> CloudView:
         found_errors: tuple[ResourceGroupError, ...] = ()
@@ -59,4 +86,10 @@ class GroupsCloudView:
             self.groups, found_errors, self.mistagged = list(discovery.groups), discovery.errors, discovery.mistagged
         readings = read_groups(self.groups)
         self.errors = found_errors + readings.errors
-        return cloud_view_of(readings)
+        states = tuple(readings.states.values())
+        last = self._last
+        if last is not None and len(states) == len(last[0]) and all(map(operator.is_, states, last[0])):
+            return last[1]
+        view = cloud_view_of(readings, self._made)
+        self._last = (states, view)
+        return view

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from clusterman.cluster.fold import NodeFold
 from clusterman.cluster.model import Node
 from clusterman.cluster.model import NodeState
 from clusterman.cluster.model import PoolSnapshot
@@ -68,12 +69,20 @@ def account_node(node: Node) -> Accounting:
 
 
 def account_nodes(nodes: Iterable[Node]) -> Accounting:
-    """Summed over each node's precomputed vector: this runs every autoscaler run and simulator step."""
-    vectors = [n.vector for n in nodes]
-    if not vectors:
+    """Summed over each node's precomputed vector, chunk by chunk (``fold.py``: a chunk whose nodes
+    did not change is not summed again): this runs every autoscaler run and simulator step."""
+    chunks = _VECTOR_SUMS.summaries(nodes if isinstance(nodes, tuple) else tuple(nodes))
+    if not chunks:
         return Accounting()
-    sums = [sum(column) for column in zip(*vectors, strict=True)]
+    sums = [sum(column) for column in zip(*chunks, strict=True)]
     return Accounting(*(Resources(*sums[i : i + 4]) for i in range(0, 20, 4)))
+
+
+def _sum_vectors(chunk: tuple[Node, ...], _: object) -> tuple[float, ...]:
+    return tuple(sum(column) for column in zip(*(n.vector for n in chunk), strict=True))
+
+
+_VECTOR_SUMS = NodeFold(_sum_vectors)
 
 
 def account_ready(snapshot: PoolSnapshot) -> Accounting:

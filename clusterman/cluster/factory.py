@@ -3,13 +3,23 @@
 The scheduler is the pool file's suffix (``<pool>.kubernetes``, ``.mesos``, ``.simulated``).
 ``cloud`` is the pool's resource groups (an adapter providing a CloudView); without one, a
 Kubernetes or Mesos snapshot has no groups (see docs/cluster.md). A simulated pool whose groups are
-all ``simulated`` gets an in-process SimulatedCloud built from its ``simulation`` block.
+all ``simulated`` gets in-process ``SimulatedGroup``s built from its ``simulation`` block.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from collections.abc import Iterable
 from pathlib import Path
 
+from clusterman.cloud.simulated import SimulatedGroup
+from clusterman.cloud.simulated import SimulatedMarket
+from clusterman.cloud.simulated import default_task
+from clusterman.cloud.simulated import groups_from_config
+from clusterman.cloud.simulated import markets_from_config
+from clusterman.cloud.view import GroupsCloudView
+from clusterman.cluster.cloud_view import CloudInstance
 from clusterman.cluster.cloud_view import CloudViewSource
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
@@ -18,13 +28,14 @@ from clusterman.cluster.kubernetes import KubernetesPool
 from clusterman.cluster.mesos import MesosConnector
 from clusterman.cluster.mesos import MesosPool
 from clusterman.cluster.mesos import master_url
-from clusterman.cluster.simulated import SimulatedCloud
+from clusterman.cluster.model import ResourceGroup
 from clusterman.cluster.simulated import SimulatedConnector
-from clusterman.cluster.simulated import SimulatedGroupSpec
 from clusterman.cluster.simulated import SimulatedScheduler
 from clusterman.cluster.simulated import TaskList
 from clusterman.cluster.simulated import WorkItem
 from clusterman.cluster.simulated import Workload
+from clusterman.cluster.simulated import Workloads
+from clusterman.cluster.simulated import node_allocatable
 from clusterman.cluster.simulated_trace import load_trace
 from clusterman.config.loader import pool_config_path
 from clusterman.config.model import ClusterConfig
@@ -58,51 +69,61 @@ def connector_for_pool(
             raise ConfigError(f"clusters.{identity.cluster}", "mesos_master_fqdn", f"required for the pool {identity}")
         mesos = MesosPool(identity.pool, non_batch_framework_prefixes=pool.non_batch_framework_prefixes)
         return MesosConnector(mesos, master_url(fqdn), cloud=cloud)
-    return simulated_connector(identity, pool, cloud, pool_config_path(main.cluster_config_directory, identity).parent)
+    base_dir = pool_config_path(main.cluster_config_directory, identity).parent
+    return simulated_connector(identity, pool, cloud, base_dir=base_dir)
 
 
 def simulated_connector(
-    identity: PoolIdentity, pool: PoolConfig, cloud: CloudViewSource | None = None, base_dir: Path = Path(".")
+    identity: PoolIdentity,
+    pool: PoolConfig,
+    cloud: CloudViewSource | None = None,
+    *,
+    clock: Callable[[], float] = time.time,
+    source: str = "pool config",
+    workload: Workload | None = None,
+    base_dir: Path = Path("."),
 ) -> SimulatedConnector:
-    """``base_dir`` is where relative paths of the ``simulation`` block start (the pool file's directory)."""
+    """A simulated pool: its own ``simulated`` groups from the ``simulation`` block (on ``clock``)
+    unless ``cloud`` is given, and a scheduler running the block's ``tasks``, its ``trace`` (paths
+    relative to ``base_dir``, the pool file's directory), and ``workload``."""
     sim = pool.simulation
     if cloud is None:
-        others = sorted({g.kind for g in pool.resource_groups if g.kind != "simulated"})
-        if others or not pool.resource_groups:
-            problem = (
-                f"the simulated pool {identity} needs a cloud adapter for its {', '.join(others)} groups"
-                if others
-                else f"the simulated pool {identity} has no resource groups (add `- simulated: {{tag: ...}}`)"
-            )
-            raise ConfigError("resource_groups", "", problem)
-        specs = [
-            SimulatedGroupSpec(
-                id=g.tag or f"{identity.pool}-{i}",
-                node_resources=sim.node_resources,
-                weight=sim.weight,
-                instance_type=sim.instance_type,
-                market=sim.market,
-            )
-            for i, g in enumerate(pool.resource_groups)
-        ]
-        initial = sim.initial_capacity if sim.initial_capacity is not None else pool.scaling_limits.min_capacity
-        cloud = SimulatedCloud(specs, {specs[0].id: initial})
+        cloud = GroupsCloudView(groups_from_config(identity, pool, clock, source))
+    simulated = [g for g in cloud.groups if isinstance(g, SimulatedGroup)] if isinstance(cloud, GroupsCloudView) else []
     items = [
         WorkItem(f"{identity.pool}-tasks{i}-{n:05d}", Resources(t.cpus, t.mem, t.disk, t.gpus))
         for i, t in enumerate(sim.tasks)
         for n in range(t.count)
     ]
-    workload: Workload = TaskList(items)
+    workloads: list[Workload] = [TaskList(items)]
     if sim.trace is not None:
-        trace = sim.trace
-        workload = load_trace(base_dir / trace.file, trace.metric, trace.task, trace.speedup)
+        task = sim.demand_task or default_task(markets_from_config(sim, source))
+        workloads.append(load_trace(base_dir / sim.trace.file, sim.trace.metric, task, sim.trace.speedup))
+    if workload is not None:
+        workloads.append(workload)
     scheduler = SimulatedScheduler(
-        workload,
+        workloads[0] if len(workloads) == 1 else Workloads(workloads),
         join_delay_seconds=sim.join_delay_seconds,
         join_delay_stdev_seconds=sim.join_delay_stdev_seconds,
         seed=sim.seed,
+        allocatable=market_allocatable(m for g in simulated for m in g.markets),
+        initial_nodes_joined=True,
     )
     return SimulatedConnector(cloud, scheduler)
+
+
+def market_allocatable(
+    markets: Iterable[SimulatedMarket],
+) -> Callable[[CloudInstance, ResourceGroup | None], Resources]:
+    """A node's allocatable from its instance's market (type and zone), for simulated groups of
+    mixed types; any other instance (a real adapter's) gets its group's size per weight unit."""
+    sizes = {(m.instance_type, m.availability_zone): m.resources for m in markets}
+
+    def allocatable(instance: CloudInstance, group: ResourceGroup | None) -> Resources:
+        size = sizes.get((instance.instance_type, instance.market))
+        return size if size is not None else node_allocatable(instance, group)
+
+    return allocatable
 
 
 def _cluster(main: MainConfig, identity: PoolIdentity) -> ClusterConfig:

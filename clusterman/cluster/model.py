@@ -9,11 +9,14 @@ A node joins the cloud's view (instance id, group, weight, launch time) and the 
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from dataclasses import field
 from functools import cached_property
+from operator import attrgetter
 
+from clusterman.cluster.fold import NodeFold
 from clusterman.resources import Resources
 
 NO_TIME = -1.0  # "never happened" for a timestamp field (a node that was never tainted)
@@ -27,6 +30,10 @@ class NodeState(enum.Enum):
     # in the scheduler, but not usable or not ours: not in any of the pool's resource groups, or not
     # healthy (a Kubernetes node that is not Ready, a Mesos agent the master lost); see docs/cluster.md
     UNKNOWN = "unknown"
+
+    # Members are singletons compared by identity, so identity hashing is consistent, and in C:
+    # Enum's own __hash__ is Python code, paid each time a state keys a dict (per node, per run).
+    __hash__ = object.__hash__
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +164,13 @@ class ResourceGroup:
     node_resources: Resources = Resources()  # allocatable of one weight unit, when known
 
 
+def _count_states(chunk: tuple[Node, ...], _: object) -> tuple[tuple[NodeState, int], ...]:
+    return tuple(Counter(map(attrgetter("state"), chunk)).items())
+
+
+_STATE_COUNTS = NodeFold(_count_states)
+
+
 @dataclass(frozen=True)
 class PoolSnapshot:
     taken_at: float
@@ -176,8 +190,9 @@ class PoolSnapshot:
     @cached_property
     def counts_by_state(self) -> dict[NodeState, int]:
         counts = dict.fromkeys(NodeState, 0)
-        for n in self.nodes:
-            counts[n.state] += 1
+        for chunk_counts in _STATE_COUNTS.summaries(self.nodes):
+            for state, count in chunk_counts:
+                counts[state] += count
         return counts
 
     def group(self, group_id: str) -> ResourceGroup:

@@ -1,13 +1,12 @@
-"""A simulated pool, in process: for the simulator and the local stack.
+"""A simulated scheduler, in process: for the simulator and the local stack.
 
-Three parts, each a plain state machine with time passed in (no clock, no threads):
-  SimulatedCloud      resource groups: a target per group; instances launch at once to meet it
-                      and stop only when terminated (as Clusterman drives its fleets)
+Two parts, each a plain state machine with time passed in (no clock, no threads):
   SimulatedScheduler  instances join as nodes after a join delay (seeded, so runs repeat); a
                       workload's tasks are placed first fit on ready nodes, the rest wait pending;
                       nodes can be tainted and untainted; a terminated node's tasks are re-queued
-  SimulatedConnector  the ClusterConnector over the two (the cloud may also be a real adapter,
-                      e.g. an Auto Scaling group on moto's server)
+  SimulatedConnector  the ClusterConnector over it and the pool's cloud: any ``CloudViewSource``,
+                      usually ``cloud.view.GroupsCloudView`` over ``cloud.simulated.SimulatedGroup``s
+                      (or over a real adapter, e.g. an Auto Scaling group on moto's server)
 
 Speed matters (the simulator steps 30 days by the minute over ~1,000 nodes): node and task
 values are built once and rebuilt only when they change, and placement remembers, per request
@@ -22,8 +21,6 @@ import math
 import random
 from collections.abc import Callable
 from collections.abc import Iterable
-from collections.abc import Mapping
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -42,122 +39,6 @@ from clusterman.cluster.model import Task
 from clusterman.resources import Resources
 
 EPSILON = 1e-9
-
-# --- the cloud ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SimulatedGroupSpec:
-    id: str
-    node_resources: Resources  # allocatable of one instance
-    weight: float = 1.0  # capacity units per instance
-    instance_type: str = "m5.large"
-    market: str = "us-west-2a"  # availability zone
-    min_capacity: float = 0.0
-    max_capacity: float = math.inf
-
-    def __post_init__(self) -> None:
-        if not self.weight > 0:
-            raise ValueError(f"simulated group {self.id}: weight must be > 0, got {self.weight!r}")
-        if self.min_capacity > self.max_capacity:
-            raise ValueError(f"simulated group {self.id}: min_capacity is greater than max_capacity")
-
-
-class SimulatedCloud:
-    """Groups of instances. A raised target launches instances at once (a fleet may overshoot by
-    less than one instance's weight); a lowered target launches nothing and kills nothing."""
-
-    def __init__(
-        self, groups: Sequence[SimulatedGroupSpec], targets: Mapping[str, float] | None = None, id_prefix: str = "i-sim"
-    ) -> None:
-        self._specs = {g.id: g for g in groups}
-        if len(self._specs) != len(groups):
-            raise ValueError("simulated groups: group ids must be unique")
-        self._targets = dict.fromkeys(self._specs, 0.0)
-        self._stale: set[str] = set()
-        self._instances: dict[str, CloudInstance] = {}
-        self._fulfilled = dict.fromkeys(self._specs, 0.0)
-        self._id_prefix = id_prefix
-        self._launched = 0
-        self._view: CloudView | None = None
-        self._unlaunched = True  # initial targets are met at the first look, at that time
-        for group_id, target in (targets or {}).items():
-            self._targets[self._spec(group_id).id] = self._clamp(group_id, target)
-
-    def cloud_view(self, now: float) -> CloudView:
-        if self._unlaunched:
-            self._unlaunched = False
-            self._launch_to_targets(now)
-        if self._view is None:
-            groups = tuple(
-                ResourceGroup(
-                    id=g.id,
-                    target_capacity=self._targets[g.id],
-                    fulfilled_capacity=self._fulfilled[g.id],
-                    min_capacity=g.min_capacity,
-                    max_capacity=g.max_capacity,
-                    stale=g.id in self._stale,
-                    kind="simulated",
-                    node_resources=g.node_resources * (1 / g.weight),
-                )
-                for g in self._specs.values()
-            )
-            self._view = CloudView(groups, tuple(self._instances.values()))
-        return self._view
-
-    def set_target(self, group_id: str, target: float, now: float) -> float:
-        """Set a group's target (clamped to its min and max) and launch what it lacks; returns the target."""
-        self._targets[self._spec(group_id).id] = self._clamp(group_id, target)
-        self._launch_to_targets(now)
-        self._view = None
-        return self._targets[group_id]
-
-    def terminate(self, instance_ids: Iterable[str], now: float, *, replace: bool = False) -> None:
-        """Stop instances. By default the group's target drops by their weight (the autoscaler's
-        intent); ``replace=True`` keeps the target, so the group launches replacements (a lost
-        spot instance)."""
-        for instance_id in instance_ids:
-            instance = self._instances.pop(instance_id, None)
-            if instance is None:
-                raise ValueError(f"simulated cloud: no instance {instance_id!r}")
-            self._fulfilled[instance.group_id] -= instance.weight
-            if not replace:
-                self._targets[instance.group_id] = max(0.0, self._targets[instance.group_id] - instance.weight)
-        self._launch_to_targets(now)
-        self._view = None
-
-    def mark_stale(self, group_id: str) -> None:
-        self._stale.add(self._spec(group_id).id)
-        self._view = None
-
-    def _spec(self, group_id: str) -> SimulatedGroupSpec:
-        try:
-            return self._specs[group_id]
-        except KeyError:
-            raise ValueError(f"simulated cloud: no group {group_id!r} (groups: {', '.join(self._specs)})") from None
-
-    def _clamp(self, group_id: str, target: float) -> float:
-        spec = self._spec(group_id)
-        if not math.isfinite(target):
-            raise ValueError(f"simulated group {group_id}: target must be finite, got {target!r}")
-        return min(max(target, spec.min_capacity), spec.max_capacity)
-
-    def _launch_to_targets(self, now: float) -> None:
-        for spec in self._specs.values():
-            while self._fulfilled[spec.id] < self._targets[spec.id] - EPSILON:
-                self._launched += 1
-                instance_id = f"{self._id_prefix}-{self._launched:07d}"
-                self._instances[instance_id] = CloudInstance(
-                    instance_id=instance_id,
-                    group_id=spec.id,
-                    weight=spec.weight,
-                    launched_at=now,
-                    instance_type=spec.instance_type,
-                    market=spec.market,
-                    ip=f"10.{self._launched >> 16 & 255}.{self._launched >> 8 & 255}.{self._launched & 255}",
-                )
-                self._fulfilled[spec.id] += spec.weight
-
 
 # --- workloads ----------------------------------------------------------------------------------
 
@@ -202,6 +83,22 @@ class TaskList:
         departures = []
         while self._ends and self._ends[0][0] <= now:
             departures.append(heapq.heappop(self._ends)[1])
+        return arrivals, departures
+
+
+class Workloads:
+    """Several workloads as one (a demand trace beside a pool's steady tasks)."""
+
+    def __init__(self, parts: Iterable[Workload]) -> None:
+        self.parts = list(parts)
+
+    def changes(self, now: float) -> tuple[list[WorkItem], list[str]]:
+        arrivals: list[WorkItem] = []
+        departures: list[str] = []
+        for part in self.parts:
+            a, d = part.changes(now)
+            arrivals += a
+            departures += d
         return arrivals, departures
 
 
@@ -329,10 +226,14 @@ class SimulatedScheduler:
         join_delay_stdev_seconds: float = 0.0,
         seed: int = 0,
         allocatable: Callable[[CloudInstance, ResourceGroup | None], Resources] = node_allocatable,
+        initial_nodes_joined: bool = False,
     ) -> None:
+        """``initial_nodes_joined``: the instances of the first cloud view have already joined (the
+        pool was running before the story starts); otherwise they join after the delay too."""
         if join_delay_seconds < 0 or join_delay_stdev_seconds < 0:
             raise ValueError("simulated scheduler: join delays must be >= 0")
         self.workload = workload
+        self._initial_joined = initial_nodes_joined
         self._delay = join_delay_seconds
         self._stdev = join_delay_stdev_seconds
         self._rng = random.Random(seed)
@@ -439,6 +340,7 @@ class SimulatedScheduler:
     def _observe(self, view: CloudView, now: float) -> None:
         if view is self._last_view:
             return
+        first = self._last_view is None
         self._last_view = view
         groups = {g.id: g for g in view.groups}
         known = self._nodes
@@ -446,6 +348,8 @@ class SimulatedScheduler:
             if instance.instance_id in known:
                 continue
             delay = max(0.0, self._rng.gauss(self._delay, self._stdev)) if self._stdev else self._delay
+            if first and self._initial_joined:
+                delay = -math.inf
             start = instance.launched_at if instance.launched_at != NO_TIME else now
             self._seen += 1
             heapq.heappush(self._joins, (start + delay, self._seen, instance.instance_id))
@@ -535,19 +439,31 @@ class SimulatedScheduler:
 
 
 class SimulatedConnector(ClusterConnector):
-    """A pool whose scheduler is simulated; ``cloud`` is a SimulatedCloud or a real adapter."""
+    """A pool whose scheduler is simulated; ``cloud`` is simulated groups' view or a real adapter's."""
 
     def __init__(self, cloud: CloudViewSource, scheduler: SimulatedScheduler) -> None:
         super().__init__(cloud)
         self._source = cloud
         self.scheduler = scheduler
+        self._last: PoolSnapshot | None = None
 
     def scheduler_view(self, now: float) -> SchedulerView:
         self.scheduler.step(self._source.cloud_view(now), now)
         return SchedulerView(self.scheduler.nodes(), self.scheduler.pending())
 
     def snapshot(self, now: float) -> PoolSnapshot:
-        """The scheduler already carries the cloud's fields, so no join is needed (and none is paid)."""
+        """The scheduler already carries the cloud's fields, so no join is needed (and none is paid).
+        Asked again at the same time with nothing changed, it returns the same snapshot, so what
+        readers cached on it (counts, indexes) is not worked out twice."""
         view = self._source.cloud_view(now)
         self.scheduler.step(view, now)
-        return PoolSnapshot(now, self.scheduler.nodes(), view.groups, self.scheduler.pending())
+        nodes, pending, last = self.scheduler.nodes(), self.scheduler.pending(), self._last
+        if (
+            last is None
+            or last.taken_at != now
+            or last.nodes is not nodes
+            or last.pending is not pending
+            or (last.groups is not view.groups)
+        ):
+            last = self._last = PoolSnapshot(now, nodes, view.groups, pending)
+        return last

@@ -459,36 +459,71 @@ class SimulatedTasks:
 @dataclass(frozen=True)
 class SimulatedTrace:
     """A workload replayed from a metrics file (``generate-data`` output, or Clusterman's), faster
-    than real time and looping: the local stack shows a day of demand in a few minutes."""
+    than real time and looping: the local stack shows a day of demand in a few minutes. It runs as
+    tasks of the block's ``demand_task`` size."""
 
-    file: str = field(doc="the metrics file, relative to the pool file's directory unless absolute")
+    file: str = field(doc="the metrics file or generate-data design, relative to the pool file's directory")
     metric: str = field("cpus_allocated", doc="the series to replay: a key in the file, or a metric name")
     speedup: float = field(1.0, check=positive, doc="simulated seconds per real second")
-    task: Resources = field(
-        default_factory=lambda: Resources(cpus=1, mem=1000),
-        parser=parse_resources,
-        doc="one task's request; the trace's value is divided into tasks of this size (by cpus)",
+
+
+@dataclass(frozen=True)
+class SimulatedMarketConfig:
+    """One kind of instance a simulated group launches; size and price default to the catalog's
+    (``clusterman/cloud/instance_types.py``), so an instance type it does not know needs both."""
+
+    instance_type: str
+    availability_zone: str = field("us-west-2a", aliases={"market": None})
+    weight: float = field(1.0, check=positive, doc="capacity units one instance counts for")
+    resources: Resources | None = field(
+        None, parser=parse_resources, doc="allocatable of one instance, MB for mem and disk (default: the catalog's)"
     )
+    price: float | None = field(
+        None, check=non_negative, doc="dollars per instance-hour (default: the catalog's on-demand price)"
+    )
+    spot: bool = field(False, doc="priced by the metrics file's spot_prices series (markets of sfr groups always are)")
+
+
+LEGACY_MARKET_DEFAULTS = {"instance_type": "m5.large", "market": "us-west-2a", "weight": 1.0, "node_resources": None}
 
 
 @dataclass(frozen=True)
 class SimulationConfig:
-    """The ``simulation`` block: how a pool whose scheduler is simulated (``<pool>.simulated``) behaves."""
+    """The ``simulation`` block: how a simulated pool behaves (``<pool>.simulated``, and every pool
+    ``clusterman simulate`` runs). Its instances come from ``markets``, or from the one market that
+    ``instance_type``, ``market``, ``weight`` and ``node_resources`` describe."""
 
-    node_resources: Resources = field(
-        default_factory=lambda: Resources(cpus=2, mem=7500, disk=20000),
-        parser=parse_resources,
-        doc="allocatable of one instance (MB for mem and disk)",
+    node_resources: Resources | None = field(
+        None, parser=parse_resources, doc="allocatable of one instance, MB for mem and disk (default: the catalog's)"
     )
     weight: float = field(1.0, check=positive)
     instance_type: str = "m5.large"
     market: str = "us-west-2a"
+    markets: tuple[SimulatedMarketConfig, ...] = ()
     join_delay_seconds: float = field(60.0, check=non_negative)
     join_delay_stdev_seconds: float = field(0.0, check=non_negative)
     seed: int = 0
     initial_capacity: int | None = field(None, check=non_negative, doc="capacity at start (default: min_capacity)")
     tasks: tuple[SimulatedTasks, ...] = ()
     trace: SimulatedTrace | None = None
+    demand_task: Resources | None = field(
+        None,
+        parser=parse_resources,
+        doc="the size of one task a demand trace is run as (default: one CPU of the smallest instance's shape)",
+    )
+
+    def __post_init__(self) -> None:
+        legacy = {k: getattr(self, k) for k in LEGACY_MARKET_DEFAULTS}
+        if self.markets and legacy != LEGACY_MARKET_DEFAULTS:
+            given = ", ".join(k for k, v in legacy.items() if v != LEGACY_MARKET_DEFAULTS[k])
+            raise ValueError(f"give either markets or {given}, not both")
+        if self.demand_task is not None and not any(self.demand_task):
+            raise ValueError("demand_task: must ask for some resource")
+
+    def market_configs(self) -> tuple[SimulatedMarketConfig, ...]:
+        if self.markets:
+            return self.markets
+        return (SimulatedMarketConfig(self.instance_type, self.market, self.weight, self.node_resources),)
 
 
 PROMQL_VARIABLES = frozenset({"cluster", "pool", "scheduler", "app"})

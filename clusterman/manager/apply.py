@@ -23,6 +23,7 @@ from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.resource_group import TargetChange
 from clusterman.cloud.resource_group import Termination
+from clusterman.cluster.fold import NodeFold
 from clusterman.cluster.lifecycle import DrainResult
 from clusterman.cluster.lifecycle import DrainStatus
 from clusterman.cluster.lifecycle import NodeLifecycle
@@ -94,8 +95,11 @@ def _draining(decision: Decision, snapshot: PoolSnapshot, report: ApplyReport) -
     """Nodes tainted before this run, plus those tainted now, minus those untainted now."""
     untainted = {n for n, r in report.untainted.items() if r.ok}
     tainted_now = [n for n, r in report.tainted.items() if r.ok]
-    earlier = [n.id for n in snapshot.nodes if n.state is NodeState.TAINTED and n.id not in untainted]
+    earlier = [node_id for ids in _TAINTED.summaries(snapshot.nodes) for node_id in ids if node_id not in untainted]
     return list(dict.fromkeys([*earlier, *tainted_now]))
+
+
+_TAINTED = NodeFold(lambda chunk, _: tuple(n.id for n in chunk if n.state is NodeState.TAINTED))
 
 
 def _terminate(

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Protocol
 
 from clusterman.autoscaler.decide import decide
@@ -33,9 +34,11 @@ from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
+from clusterman.cluster.fold import NodeFold
 from clusterman.cluster.lifecycle import DrainStatus
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.model import NO_TIME
+from clusterman.cluster.model import Node
 from clusterman.cluster.model import NodeState
 from clusterman.cluster.model import PoolSnapshot
 from clusterman.events.exporter import ErrorSource
@@ -55,6 +58,7 @@ from clusterman.state.pause import PauseStatus
 from clusterman.state.store import StateError
 
 log = logging.getLogger(__name__)
+_TASK_COUNTS = NodeFold(lambda chunk, _: sum(map(attrgetter("usage.tasks"), chunk)))  # Node.task_count()
 
 EVENT_REASON: Mapping[Reason, ChangeDetail] = {
     Reason.UTILISATION: ChangeDetail.DECISION_UTILISATION,
@@ -289,7 +293,7 @@ class Cycle:
                 g.id, target=g.target_capacity, fulfilled=g.fulfilled_capacity, minimum=g.min_capacity,
                 maximum=min(g.max_capacity, 1e18),
             )  # fmt: skip
-        running = sum(n.task_count() for n in snapshot.nodes)
+        running = sum(_TASK_COUNTS.summaries(snapshot.nodes))
         metrics.observe_tasks(running=running, pending=len(snapshot.pending))
 
     def _record_signals(self, requests: Requests) -> None:
@@ -312,11 +316,13 @@ class Cycle:
             setpoint=float(self.policy.setpoint),
             explanation=("dry run: " if applied.dry_run else "") + d.explanation,
         )
-        nodes = {n.id: n for n in snapshot.nodes}
         prefix = "dry run: " if applied.dry_run else ""
 
         def node_event(action: NodeAction, node_id: str, reason: str) -> None:
-            node = nodes.get(node_id)
+            try:
+                node: Node | None = snapshot.node(node_id)  # an index built on first use: most runs need none
+            except KeyError:
+                node = None
             size = node.allocatable if node is not None else Resources()
             self.recorder.node(action, node_id, node.group_id if node else "", size, prefix + reason)
 
@@ -329,7 +335,7 @@ class Cycle:
         for node_id, drain in applied.drains.items():
             if drain.status is not DrainStatus.FAILED and (drain.evicted or drain.status is DrainStatus.DONE):
                 node_event(NodeAction.DRAIN, node_id, drain.detail or drain.status.value)
-        by_instance = {n.instance_id: n for n in snapshot.nodes if n.instance_id}
+        by_instance = {n.instance_id: n for n in snapshot.nodes if n.instance_id} if applied.terminations else {}
         for termination in applied.terminations:
             for instance_id in termination.terminated:
                 node = by_instance.get(instance_id)

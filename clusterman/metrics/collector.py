@@ -10,8 +10,13 @@ Clusterman counts them; the decision narrows to ready nodes itself.
 
 from __future__ import annotations
 
+from collections.abc import Container
+
+from clusterman.cluster.accounting import Accounting
 from clusterman.cluster.accounting import account_nodes
 from clusterman.cluster.accounting import pending_demand
+from clusterman.cluster.fold import NodeFold
+from clusterman.cluster.model import Node
 from clusterman.cluster.model import NodeState
 from clusterman.cluster.model import PoolSnapshot
 from clusterman.config.model import MetricType
@@ -33,15 +38,27 @@ def market_key(instance_type: str, market: str) -> str:
     return f"<{instance_type}, {market}>"
 
 
-def collect(snapshot: PoolSnapshot, identity: PoolIdentity) -> list[Point]:
+def collect(
+    snapshot: PoolSnapshot,
+    identity: PoolIdentity,
+    accounting: Accounting | None = None,
+    names: Container[str] | None = None,
+) -> list[Point]:
+    """``accounting``: the snapshot's ``account_nodes``, when the caller already has it; ``names``:
+    only these metrics (the simulator writes what the pool's signals read, every simulated minute)."""
     timestamp = int(snapshot.taken_at)
     points: list[Point] = []
 
-    def add(metric_type: MetricType, name: str, value: Value) -> None:
-        key = system_key(name, identity.cluster, identity.pool_with_scheduler)
-        points.append(Point(metric_type, key, timestamp, value))
+    def wanted(*candidates: str) -> bool:
+        return names is None or any(name in names for name in candidates)
 
-    accounting = account_nodes(snapshot.nodes)
+    def add(metric_type: MetricType, name: str, value: Value) -> None:
+        if names is None or name in names:
+            key = system_key(name, identity.cluster, identity.pool_with_scheduler)
+            points.append(Point(metric_type, key, timestamp, value))
+
+    if accounting is None:
+        accounting = account_nodes(snapshot.nodes)
     figures = {
         "allocated": (SYSTEM, accounting.allocated),
         "reserved": (SYSTEM, accounting.reserved),
@@ -50,27 +67,50 @@ def collect(snapshot: PoolSnapshot, identity: PoolIdentity) -> list[Point]:
         "total": (METADATA, accounting.capacity),
     }
     if identity.scheduler in REPORTS_PENDING:
-        figures["pending"] = (SYSTEM, pending_demand(snapshot))
-        add(SYSTEM, "unschedulable_pods", sum(1 for t in snapshot.pending if not t.daemon and not t.revocable))
+        if wanted(*(f"{r}_pending" for r in RESOURCE_NAMES)):
+            figures["pending"] = (SYSTEM, pending_demand(snapshot))
+        if wanted("unschedulable_pods"):
+            add(SYSTEM, "unschedulable_pods", sum(1 for t in snapshot.pending if not t.daemon and not t.revocable))
     for figure, (metric_type, amounts) in figures.items():
         for resource in RESOURCE_NAMES:
             add(metric_type, f"{resource}_{figure}", amounts[resource])
 
-    counts = snapshot.counts_by_state
-    for state in NodeState:
-        add(METADATA, f"{state.value}_nodes", counts[state])
+    if wanted(*(f"{state.value}_nodes" for state in NodeState)):
+        counts = snapshot.counts_by_state
+        for state in NodeState:
+            add(METADATA, f"{state.value}_nodes", counts[state])
 
     if snapshot.groups:  # without the cloud's view there is no target to report, not a target of 0
         add(METADATA, "target_capacity", snapshot.target_capacity)
-        by_market: dict[str, float] = {}
-        for node in snapshot.nodes:
-            if node.group_id:
-                key = market_key(node.instance_type, node.market)
-                by_market[key] = by_market.get(key, 0.0) + node.weight
-        add(METADATA, "fulfilled_capacity", by_market)
-        add(
-            METADATA,
-            "non_orphan_fulfilled_capacity",
-            sum(n.weight for n in snapshot.nodes if n.group_id and n.joined),
-        )
+        if wanted("fulfilled_capacity", "non_orphan_fulfilled_capacity"):
+            by_market, joined = _weights(snapshot)
+            add(METADATA, "fulfilled_capacity", {market_key(*k): w for k, w in by_market.items()})
+            add(METADATA, "non_orphan_fulfilled_capacity", joined)
     return points
+
+
+def _weights(snapshot: PoolSnapshot) -> tuple[dict[tuple[str, str], float], float]:
+    """Weight of the group members per (instance type, zone), and of those that joined."""
+    by_market: dict[tuple[str, str], float] = {}
+    joined = 0.0
+    for chunk_markets, chunk_joined in _WEIGHTS.summaries(snapshot.nodes):
+        for key, weight in chunk_markets:
+            by_market[key] = by_market.get(key, 0.0) + weight
+        joined += chunk_joined
+    return by_market, joined
+
+
+def _chunk_weights(chunk: tuple[Node, ...], _: object) -> tuple[tuple[tuple[tuple[str, str], float], ...], float]:
+    by_market: dict[tuple[str, str], float] = {}
+    joined = 0.0
+    orphan, unknown = NodeState.ORPHAN, NodeState.UNKNOWN
+    for node in chunk:
+        if node.group_id:
+            key = (node.instance_type, node.market)
+            by_market[key] = by_market.get(key, 0.0) + node.weight
+            if node.state is not orphan and node.state is not unknown:
+                joined += node.weight
+    return tuple(by_market.items()), joined
+
+
+_WEIGHTS = NodeFold(_chunk_weights)  # cluster/fold.py: chunks whose nodes did not change are not summed again

@@ -4,7 +4,9 @@ Our format is gzip'd JSON, ``{metric type: {key: [[timestamp, value], ...]}}``, 
 first. Reading also accepts Clusterman's simulator files (jsonpickle: each point a
 ``{"py/tuple": [{"py/object": "arrow.arrow.Arrow", "timestamp": T}, value]}``, plus bookkeeping
 entries such as ``default_factory``), and plain (not gzip'd) JSON. Bad content is one
-``ValueError`` naming the file, the metric type, the key and the point.
+``ValueError`` naming the file, the metric type, the key and the point. Points out of order are
+sorted, unless the reader asks for ``ordered`` files (the simulator: a file whose time runs
+backwards, or has two values at one time, is more likely broken than merely unsorted).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def write_metrics_file(path: str | os.PathLike[str], data: MetricsData) -> None:
         z.write(text)  # no name, no time in the header: equal data, equal bytes
 
 
-def read_metrics_file(path: str | os.PathLike[str]) -> MetricsData:
+def read_metrics_file(path: str | os.PathLike[str], *, ordered: bool = False) -> MetricsData:
+    """``ordered``: every series must be strictly oldest first, else a ValueError naming the point."""
     source = str(path)
     try:
         raw = Path(path).read_bytes()
@@ -51,10 +54,10 @@ def read_metrics_file(path: str | os.PathLike[str]) -> MetricsData:
         body = json.loads(text)
     except (OSError, EOFError, ValueError) as e:
         raise ValueError(f"{source}: not a metrics file (gzip'd or plain JSON): {e}") from e
-    return parse_metrics(body, source)
+    return parse_metrics(body, source, ordered=ordered)
 
 
-def parse_metrics(body: Any, source: str) -> MetricsData:
+def parse_metrics(body: Any, source: str, *, ordered: bool = False) -> MetricsData:
     if not isinstance(body, Mapping):
         raise ValueError(f"{source}: expected a mapping of metric type -> key -> points")
     known = {t.value: t for t in MetricType}
@@ -65,7 +68,7 @@ def parse_metrics(body: Any, source: str) -> MetricsData:
         if not isinstance(by_key, Mapping):
             raise ValueError(f"{source}: {type_name}: expected a mapping of key -> points")
         data[known[type_name]] = {
-            key: _parse_series(series, f"{source}: {type_name}: {key}")
+            key: _parse_series(series, f"{source}: {type_name}: {key}", ordered)
             for key, series in by_key.items()
             if not _is_jsonpickle_bookkeeping(key)
         }
@@ -77,7 +80,7 @@ def _is_jsonpickle_bookkeeping(key: str) -> bool:
     return key == "default_factory" or key.startswith("py/")
 
 
-def _parse_series(series: Any, where: str) -> Series:
+def _parse_series(series: Any, where: str, ordered: bool) -> Series:
     if not isinstance(series, list):
         raise ValueError(f"{where}: expected a list of [timestamp, value] points")
     points: Series = []
@@ -91,6 +94,11 @@ def _parse_series(series: Any, where: str) -> Series:
             stamp = stamp["timestamp"]
         if isinstance(stamp, bool) or not isinstance(stamp, (int, float)):
             raise ValueError(f"{where}[{i}]: timestamp must be Unix seconds, got {stamp!r}")
+        if ordered and points and int(stamp) <= points[-1][0]:
+            raise ValueError(
+                f"{where}[{i}]: timestamp {int(stamp)} is not after the previous point's ({points[-1][0]}): "
+                "points must be oldest first, one per timestamp"
+            )
         points.append((int(stamp), check_value(f"{where}[{i}]", value)))
     points.sort(key=lambda p: p[0])
     return points

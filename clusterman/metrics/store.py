@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import bisect
+import functools
 import math
 import re
 from collections.abc import Iterable
@@ -72,6 +73,7 @@ def key_with_dimensions(name: str, dimensions: Mapping[str, str]) -> str:
     return name + "|" + ",".join(f"{k}={dimensions[k]}" for k in sorted(dimensions))
 
 
+@functools.lru_cache(maxsize=4096)  # the collector builds the same few dozen keys every minute
 def system_key(name: str, cluster: str, pool_with_scheduler: str) -> str:
     return key_with_dimensions(name, {"cluster": cluster, "pool": pool_with_scheduler})
 
@@ -123,10 +125,16 @@ class MetricsStore(abc.ABC):
 
 
 class InMemoryStore(MetricsStore):
-    """For unit tests only: the real stores live in ``clusterman.metrics``' backend modules."""
+    """For unit tests and the simulator (nothing outlives the process); the stores a deployment uses
+    live in ``clusterman.metrics``' backend modules."""
 
     def __init__(self) -> None:
         self._data: dict[tuple[MetricType, str], tuple[list[int], list[Value]]] = {}
+
+    def load(self, metric_type: MetricType, key: str, series: Series) -> None:
+        """Put a whole series in at once (a metrics file's), replacing what the key held."""
+        ordered = sorted(series, key=lambda p: p[0])
+        self._data[(metric_type, key)] = ([int(t) for t, _ in ordered], [v for _, v in ordered])
 
     def write(self, points: Iterable[Point]) -> None:
         for p in points:

@@ -11,8 +11,11 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+from typing import Protocol
 
 from clusterman.config.model import PoolIdentity
 from clusterman.metrics.store import MetricsStore
@@ -24,7 +27,19 @@ from clusterman.signals.specs import SignalSpec
 
 log = logging.getLogger(__name__)
 
-ClientFactory = Callable[[SignalSpec], SignalClient]
+
+class Signal(Protocol):
+    """One signal as the evaluator uses it: a ``SignalClient`` to a runner process, or an
+    ``InProcessSignal`` (the simulator). Both validate the answer the same way (``parse_reply``)."""
+
+    def evaluate(self, metrics: Mapping[str, Any], timestamp: float) -> ResourceRequest:
+        """The signal's request; SignalError when it cannot give a usable one."""
+        ...
+
+    def close(self) -> None: ...
+
+
+ClientFactory = Callable[[SignalSpec], Signal]
 
 
 @dataclass(frozen=True)
@@ -53,13 +68,13 @@ class SignalEvaluator:
         self.default = default
         self.apps = list(apps)
         self._factory = client_factory or self._make_client
-        self._clients: dict[str, SignalClient] = {}
+        self._clients: dict[str, Signal] = {}
         self.failures: Counter[str] = Counter()
 
     def _make_client(self, spec: SignalSpec) -> SignalClient:
         return SignalClient(spec.address, self.identity.cluster, self.identity.pool, spec.config.parameters)
 
-    def _client(self, spec: SignalSpec) -> SignalClient:
+    def _client(self, spec: SignalSpec) -> Signal:
         if spec.app not in self._clients:
             self._clients[spec.app] = self._factory(spec)
         return self._clients[spec.app]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import PrometheusQueries
 from clusterman.config.model import Scheduler
+from clusterman.local.moto_server import FAKE_CREDENTIALS
 from clusterman.local.moto_server import MotoServer
 from clusterman.metrics.dynamodb import DynamoDBStore
 from clusterman.metrics.prometheus import PrometheusStore
@@ -38,9 +40,18 @@ IDENTITY = PoolIdentity("c1", "web", Scheduler.KUBERNETES)
 WEB_CPUS = system_key("test_cpus", "c1", "web.kubernetes")  # 42
 OTHER_CPUS = system_key("test_cpus", "c1", "other.kubernetes")  # 7
 NO_DATA = system_key("test_cpus", "c1", "nodata.kubernetes")
+
 SEAGULL_QUEUE = app_key("seagull", "queue_depth")  # 5
 ALBATROSS_QUEUE = app_key("albatross", "queue_depth")  # 9
 KNOWN = {(SYS, WEB_CPUS): 42.0, (SYS, OTHER_CPUS): 7.0, (APP, SEAGULL_QUEUE): 5.0, (APP, ALBATROSS_QUEUE): 9.0}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def fake_aws_credentials() -> None:
+    """boto3 signs every request, even to a canned server: set the fake credentials here, as the
+    moto_server fixture does, rather than count on an earlier test in this worker having started it."""
+    os.environ.update(FAKE_CREDENTIALS)
+
 
 PROMQL = PrometheusQueries(
     system_metrics={"test_cpus": 'sum(clusterman_test_cpus{cluster="$cluster",pool="$pool"})'},

@@ -1,0 +1,66 @@
+"""A signal imported and called in this process, behind the same interface as a runner's socket.
+
+The simulator evaluates a pool's signals every simulated minute; a round trip to a runner process
+costs more than most signals' ``value()``. ``InProcessSignal`` loads
+``clusterman_signals.<namespace>.<Name>`` from this environment, builds it from the same init
+message ``SignalClient`` sends (the pool's parameters plus ``cluster`` and ``pool``), and turns
+each answer into a reply exactly as the runner does (``resources_to_json``; a raising ``value()``
+becomes ``{"Error": ...}``), then validates it with the client's ``parse_reply``. So a signal
+that answers badly fails here as it would over the socket, and the evaluator falls back the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from clusterman.resources import ResourceRequest
+from clusterman.signals.client import SignalAddress
+from clusterman.signals.protocol import SignalError
+from clusterman.signals.protocol import parse_reply
+from clusterman_signals.base_signal import BaseSignal
+from clusterman_signals.run import SignalFailure
+from clusterman_signals.run import build_signal
+from clusterman_signals.run import load_signal_class
+from clusterman_signals.run import resources_to_json
+
+
+class InProcessSignal:
+    def __init__(
+        self, address: SignalAddress, cluster: str, pool: str, parameters: Mapping[str, Any] | None = None
+    ) -> None:
+        self.address = address
+        self.init_message = {
+            "cluster": cluster,
+            "pool": pool,
+            "parameters": {**(parameters or {}), "cluster": cluster, "pool": pool},
+        }
+        self._signal: BaseSignal | None = None
+
+    def load(self) -> None:
+        """Import and build the signal now; SignalError naming it when it cannot be."""
+        try:
+            cls = load_signal_class(self.address.namespace, self.address.name)
+            self._signal = build_signal(cls, self.init_message)
+        except SignalFailure as e:
+            raise SignalError(f"signal {self.address}: {e}") from e
+
+    def evaluate(self, metrics: Mapping[str, Any], timestamp: float) -> ResourceRequest:
+        if self._signal is None:
+            self.load()
+        assert self._signal is not None
+        reply: dict[str, Any]
+        try:
+            reply = {"Resources": resources_to_json(self._signal.evaluate(metrics, timestamp))}
+        except SignalFailure as e:
+            reply = {"Error": str(e)}
+        except Exception as e:  # as the runner answers a raising value(): the signal's failure, not ours
+            reply = {"Error": f"value() raised {type(e).__name__}: {e}"}
+        try:
+            return parse_reply(reply)
+        except SignalError as e:
+            raise SignalError(f"signal {self.address}: {e}") from e
+
+    def close(self) -> None:
+        """Nothing to release; the signal is built again on the next use, as after a reconnect."""
+        self._signal = None

@@ -1,0 +1,180 @@
+"""Read and check everything a simulation needs, before it starts: every problem is one line.
+
+Inputs: the main config (the default signal, the autoscaling defaults), one pool file, and metrics
+files (ours from ``generate-data`` and ``metrics``, or Clusterman's simulator files). Which pool
+the files describe comes from ``--cluster``/``--pool``/``--scheduler``, else the pool file's name
+(``<pool>.<scheduler>``), else the files themselves when they hold one pool. The run spans the
+pool's demand series unless ``--start``/``--end`` say otherwise. Refused, each naming the file,
+key or value: a file that is not a metrics file or whose time runs backwards, the same series in
+two files at the same times, a pool config the autoscaler would reject, an instance type with no
+size or price, a signal that cannot be loaded, no demand for the pool, an empty time range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+
+from clusterman.cloud.simulated import default_task
+from clusterman.cloud.simulated import groups_from_config
+from clusterman.cloud.simulated import markets_from_config
+from clusterman.config.loader import parse_scheduler
+from clusterman.config.loader import read_yaml
+from clusterman.config.model import MainConfig
+from clusterman.config.model import MetricType
+from clusterman.config.model import PoolConfig
+from clusterman.config.model import PoolIdentity
+from clusterman.config.model import Scheduler
+from clusterman.config.schema import parse
+from clusterman.errors import UserError
+from clusterman.manager.setup import PoolSetup
+from clusterman.metrics.datafile import MetricsData
+from clusterman.metrics.datafile import read_metrics_file
+from clusterman.metrics.generate import parse_time
+from clusterman.metrics.store import split_key
+from clusterman.signals.specs import default_signal_spec
+from clusterman.simulator.clock import STEP_SECONDS
+from clusterman.simulator.clock import Steps
+from clusterman.simulator.signals import SignalMode
+from clusterman.simulator.simulation import Scenario
+from clusterman.simulator.workload import demand_keys
+from clusterman.simulator.workload import demand_points
+
+
+class SimulationInputError(UserError):
+    """A simulation's input cannot be used; the message names the file, key or argument."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """What the command line asked for (``None``: not given)."""
+
+    pool_config: Path
+    metrics_files: Sequence[Path]
+    cluster: str | None = None
+    pool: str | None = None
+    scheduler: str | None = None
+    start: str | None = None
+    end: str | None = None
+    join_delay: tuple[float, float] | None = None  # mean, standard deviation (seconds)
+    seed: int | None = None
+    signals: SignalMode = SignalMode.IN_PROCESS
+
+
+def load_scenario(main: MainConfig, request: Request) -> Scenario:
+    metrics = read_metrics(request.metrics_files)
+    source = str(request.pool_config)
+    raw = read_yaml(request.pool_config, f"simulation:{source}")
+    pool = with_overrides(parse(PoolConfig, raw, source, ignored=PoolConfig.IGNORED_KEYS), request)
+    identity = resolve_identity(request, metrics)
+    setup = PoolSetup(main, identity, pool)
+    setup.policy  # noqa: B018 - refuse now what the autoscaler would refuse
+    if not setup.internal:
+        default_signal_spec(main)
+    groups_from_config(identity, pool, lambda: 0.0, source, every_kind=True)
+    points = demand_points(metrics, identity)
+    if not points and not pool.simulation.tasks:
+        expected = next(iter(demand_keys(identity)))
+        found = ", ".join(str(p) for p in sorted(pools_in(metrics), key=str)) or "none"
+        raise SimulationInputError(
+            f"{', '.join(map(str, request.metrics_files))}: no demand for {identity}: expected a series such as "
+            f"{expected} (pools in the files: {found})"
+        )
+    first = int(points[0][0]) if points else None
+    last = int(points[-1][0]) + STEP_SECONDS if points else None
+    start = _time("--start", request.start, first)
+    end = _time("--end", request.end, last)
+    if end <= start:
+        raise SimulationInputError(f"the run must end after it starts (--start {start}, --end {end})")
+    try:
+        task = pool.simulation.demand_task or default_task(markets_from_config(pool.simulation, source))
+    except ValueError as e:
+        raise SimulationInputError(f"{source}: {e}") from e
+    return Scenario(setup, source, metrics, points, Steps(start, end), task, request.signals)
+
+
+def read_metrics(paths: Sequence[Path]) -> MetricsData:
+    """Every file's series; a series split over several files is joined, unless they overlap."""
+    merged: MetricsData = {}
+    seen_in: dict[tuple[MetricType, str], str] = {}
+    for path in paths:
+        try:
+            data = read_metrics_file(path, ordered=True)
+        except (OSError, ValueError) as e:
+            raise SimulationInputError(str(e)) from e
+        for metric_type, by_key in data.items():
+            into = merged.setdefault(metric_type, {})
+            for key, series in by_key.items():
+                if key not in into:
+                    into[key], seen_in[(metric_type, key)] = series, str(path)
+                    continue
+                joined = sorted([*into[key], *series], key=lambda p: p[0])
+                if any(a[0] == b[0] for a, b in itertools.pairwise(joined)):
+                    raise SimulationInputError(
+                        f"{metric_type.value}: {key}: given by both {seen_in[(metric_type, key)]} and {path} "
+                        "for the same times"
+                    )
+                into[key] = joined
+    return merged
+
+
+def pools_in(data: MetricsData) -> set[PoolIdentity]:
+    """The pools the files' system metrics and metadata describe (``pool=<name>.<scheduler>`` keys)."""
+    schedulers = {s.value: s for s in Scheduler}
+    found = set()
+    for metric_type in (MetricType.SYSTEM_METRICS, MetricType.METADATA):
+        for key in data.get(metric_type, {}):
+            dims = split_key(key)[1]
+            name, _, suffix = dims.get("pool", "").rpartition(".")
+            if "cluster" in dims and name and suffix in schedulers:
+                found.add(PoolIdentity(dims["cluster"], name, schedulers[suffix]))
+    return found
+
+
+def resolve_identity(request: Request, data: MetricsData) -> PoolIdentity:
+    name, _, suffix = request.pool_config.name.rpartition(".")
+    named = {s.value: s for s in Scheduler}.get(suffix) if name else None
+    pool = request.pool or (name if named else None)
+    scheduler = parse_scheduler(request.scheduler) if request.scheduler else named
+    if request.cluster and pool and scheduler:
+        return PoolIdentity(request.cluster, pool, scheduler)
+    candidates = [
+        p
+        for p in pools_in(data)
+        if (request.cluster is None or p.cluster == request.cluster)
+        and (pool is None or p.pool == pool)
+        and (scheduler is None or p.scheduler is scheduler)
+    ]
+    if len(candidates) == 1:
+        return candidates[0]
+    found = ", ".join(sorted(str(p) for p in pools_in(data))) or "none"
+    raise SimulationInputError(
+        f"cannot tell which pool to simulate: give --cluster, --pool and --scheduler (the metrics files "
+        f"describe: {found})"
+    )
+
+
+def with_overrides(pool: PoolConfig, request: Request) -> PoolConfig:
+    """The pool config with the command line's seed and join delay in its ``simulation`` block."""
+    sim = pool.simulation
+    if request.seed is not None:
+        sim = dataclasses.replace(sim, seed=request.seed)
+    if request.join_delay is not None:
+        mean, stdev = request.join_delay
+        if not (0 <= mean < float("inf") and 0 <= stdev < float("inf")):
+            raise SimulationInputError(f"--join-delay: expected two finite numbers >= 0, got {mean:g} {stdev:g}")
+        sim = dataclasses.replace(sim, join_delay_seconds=mean, join_delay_stdev_seconds=stdev)
+    return dataclasses.replace(pool, simulation=sim)
+
+
+def _time(flag: str, given: str | None, default: int | None) -> int:
+    if given is None:
+        if default is None:
+            raise SimulationInputError(f"{flag}: required when the metrics files hold no demand for the pool")
+        return default
+    try:
+        return parse_time(int(given) if given.isdigit() else given)
+    except ValueError as e:
+        raise SimulationInputError(f"{flag}: {e}") from e

@@ -1,0 +1,111 @@
+"""A run's summary: the JSON document (byte-identical for the same inputs and seed) and its text.
+
+Numbers are rounded (dollars and CPU figures to 6 decimals) and keys sorted, and nothing depends
+on the wall clock or the machine, so two runs of the same inputs write the same bytes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from clusterman.simulator.simulation import SimulationResult
+
+FORMAT = "clusterman-simulation/1"
+
+
+def summary(result: SimulationResult, pool_config: str, metrics_files: Sequence[str]) -> dict[str, Any]:
+    sc = result.scenario
+    sim = sc.setup.pool.simulation
+    t, h = result.totals, result.history
+    demand_cpu_minutes = t.demand_cpu_hours * 60
+    return {
+        "format": FORMAT,
+        "inputs": {
+            "pool": str(sc.setup.identity),
+            "pool_config": pool_config,
+            "metrics_files": list(metrics_files),
+            "start": _iso(sc.steps.start),
+            "end": _iso(sc.steps.end),
+            "minutes": len(result.timeline) * sc.steps.step_seconds // 60,
+            "period_minutes": _n(sc.setup.period_seconds / 60),
+            "seed": sim.seed,
+            "join_delay_seconds": {"mean": sim.join_delay_seconds, "stdev": sim.join_delay_stdev_seconds},
+            "signals": "internal" if sc.setup.internal else sc.signals.value,
+            "demand_task": {r: _n(amount) for r, amount in sc.demand_task.items()},
+            "spot_priced_markets": [f"{kind}, {zone}" for kind, zone in result.spot_priced],
+        },
+        "cost": {
+            "total_dollars": _n(t.cost),
+            "per_cpu_hour": _n(t.cost_per_cpu_hour),
+            "per_allocated_cpu_hour": _n(t.cost_per_allocated_cpu_hour),
+            "unused_capacity_dollars": _n(t.unused_cost),
+            "unused_capacity_share": _ratio(t.unused_cost, t.cost),
+            "oracle_dollars": _n(result.oracle_cost),
+            "vs_oracle": _ratio(t.cost, result.oracle_cost),
+        },
+        "unmet_demand": {
+            "cpu_minutes": _n(t.unmet_cpu_minutes),
+            "minutes_with_shortfall": _n(t.shortfall_minutes),
+            "share_of_demand": _ratio(t.unmet_cpu_minutes, demand_cpu_minutes),
+        },
+        "capacity": {
+            "paid_cpu_hours": _n(t.paid_cpu_hours),
+            "allocated_cpu_hours": _n(t.allocated_cpu_hours),
+            "demand_cpu_hours": _n(t.demand_cpu_hours),
+            "instance_hours": _n(t.instance_hours),
+            "peak_instances": t.peak_instances,
+            "instances_launched": t.instances_launched,
+            "instances_terminated": t.instances_terminated,
+        },
+        "scaling": {
+            "actions": h.scaling_actions,
+            "scale_ups": h.scale_ups,
+            "scale_downs": h.scale_downs,
+            "nodes_tainted": h.tainted,
+            "nodes_untainted": h.untainted,
+            "nodes_terminated": h.terminated,
+            "runs": h.runs,
+            "outcomes": dict(h.outcomes),
+            "decisions_by_reason": dict(h.reasons),
+            "apply_errors": h.errors,
+        },
+    }
+
+
+def to_json(document: dict[str, Any]) -> str:
+    return json.dumps(document, sort_keys=True, indent=2, allow_nan=False) + "\n"
+
+
+def text(document: dict[str, Any]) -> str:
+    i, c, u, s = document["inputs"], document["cost"], document["unmet_demand"], document["scaling"]
+    oracle = f" (oracle ${c['oracle_dollars']:,.2f}: {c['vs_oracle']:.2f}x)" if c["vs_oracle"] is not None else ""
+    share = c["unused_capacity_share"]
+    lines = [
+        f"simulated {i['pool']} from {i['start']} to {i['end']} ({i['minutes']:g} minutes, seed {i['seed']}, "
+        f"signals {i['signals']})",
+        f"cost                ${c['total_dollars']:,.2f}{oracle}",
+        f"per CPU-hour        ${c['per_cpu_hour']:.4f} paid for, ${c['per_allocated_cpu_hour']:.4f} allocated",
+        f"unused capacity     ${c['unused_capacity_dollars']:,.2f}" + (f" ({share:.0%} of the cost)" if share else ""),
+        f"unmet demand        {u['cpu_minutes']:,.1f} CPU-minutes; {u['minutes_with_shortfall']:g} minutes with a "
+        "shortfall",
+        f"scaling actions     {s['actions']} ({s['scale_ups']} up, {s['scale_downs']} down); "
+        f"{s['nodes_terminated']} nodes terminated",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _iso(seconds: int) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _n(value: float, places: int = 6) -> float | None:
+    """Rounded, so float noise never reaches the file; None for a figure that has no finite value."""
+    return round(value, places) + 0.0 if math.isfinite(value) else None
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return _n(a / b) if b and math.isfinite(b) else None

@@ -1,0 +1,243 @@
+"""One simulation: the real autoscaling cycle over simulated adapters, one minute at a time.
+
+Wiring (the same pieces as the autoscaler batch, each simulated):
+  resource groups  ``cloud.simulated.groups_from_config`` on the simulation's clock, read through
+                   ``cloud.view.GroupsCloudView`` (any resource_groups kind stands for a group)
+  scheduler        ``cluster.factory.simulated_connector``: the demand trace from the metrics files
+                   (``workload``) beside the pool's ``simulation.tasks``; nodes join after the join
+                   delay; ``SimulatedLifecycle`` taints and drains (``WithoutDraining`` unless
+                   ``draining_enabled``)
+  demand           the pool's signals over ``SignalDemand`` (``signals.py``), or ``InternalDemand``
+                   for ``internal: true`` pools
+  metrics          an in-memory store holding the files' series, where each minute the pool's own
+                   system metrics (``metrics.collector.collect``) replace the real pool's
+  the run          ``manager.cycle.Cycle`` every period, with the pool's ``ScalingPolicy``; its
+                   events go to a recorder whose publisher is never started (a bounded deque)
+Each minute: move the clock, snapshot, write the pool's metrics, run the cycle when due, then charge
+the minute (``costs.Ledger``). Every random choice comes from generators seeded by the run's seed,
+so the same inputs and seed give the same run.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field
+
+from clusterman.autoscaler.decision import Action
+from clusterman.cloud.simulated import SimulatedGroup
+from clusterman.cloud.simulated import groups_from_config
+from clusterman.cloud.view import GroupsCloudView
+from clusterman.cluster.accounting import account_nodes
+from clusterman.cluster.accounting import pending_demand
+from clusterman.cluster.factory import simulated_connector
+from clusterman.cluster.lifecycle import NodeLifecycle
+from clusterman.cluster.lifecycle import WithoutDraining
+from clusterman.cluster.model import PoolSnapshot
+from clusterman.cluster.simulated import DemandTrace
+from clusterman.cluster.simulated import SimulatedConnector
+from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
+from clusterman.config.model import MetricType
+from clusterman.config.model import PoolIdentity
+from clusterman.events.publisher import EventPublisher
+from clusterman.events.recorder import Recorder
+from clusterman.events.ring import EventRing
+from clusterman.manager.cycle import Cycle
+from clusterman.manager.cycle import Outcome
+from clusterman.manager.cycle import RunReport
+from clusterman.manager.demand import DemandSource
+from clusterman.manager.demand import InternalDemand
+from clusterman.manager.setup import PoolSetup
+from clusterman.metrics.collector import collect
+from clusterman.metrics.datafile import MetricsData
+from clusterman.metrics.store import InMemoryStore
+from clusterman.metrics.store import split_key
+from clusterman.resources import Resources
+from clusterman.simulator.clock import SimClock
+from clusterman.simulator.clock import Steps
+from clusterman.simulator.costs import Ledger
+from clusterman.simulator.costs import Timeline
+from clusterman.simulator.costs import Totals
+from clusterman.simulator.costs import oracle_cost
+from clusterman.simulator.prices import PriceBook
+from clusterman.simulator.prices import spot_series
+from clusterman.simulator.quiet_metrics import QuietMetrics
+from clusterman.simulator.signals import RunnerProcesses
+from clusterman.simulator.signals import SignalMode
+from clusterman.simulator.signals import collected_names
+from clusterman.simulator.signals import signal_demand
+
+EVENT_QUEUE = 10_000  # events kept from a run (the recorder's publisher is never drained)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One run's inputs, checked (``inputs.py``): the pool with the run's seed and join delay."""
+
+    setup: PoolSetup
+    source: str  # the pool file, for messages
+    metrics: MetricsData
+    demand: list[tuple[float, Resources]]  # the pool's demand from the files (``workload.demand_points``)
+    steps: Steps
+    demand_task: Resources
+    signals: SignalMode = SignalMode.IN_PROCESS
+
+
+@dataclass
+class History:
+    """What the autoscaler did, run by run, counted (a run's full report is not kept)."""
+
+    runs: int = 0
+    outcomes: collections.Counter[str] = field(default_factory=collections.Counter)
+    reasons: collections.Counter[str] = field(default_factory=collections.Counter)
+    scale_ups: int = 0
+    scale_downs: int = 0
+    tainted: int = 0
+    untainted: int = 0
+    terminated: int = 0
+    errors: int = 0
+
+    def add(self, report: RunReport) -> None:
+        self.runs += 1
+        self.outcomes[report.outcome.value] += 1
+        d, applied = report.decision, report.applied
+        if report.outcome is not Outcome.ACTED or d is None or applied is None:
+            return
+        self.reasons[d.reason.value] += 1
+        if d.target_capacity != d.current_target:
+            if d.action is Action.SCALE_UP:
+                self.scale_ups += 1
+            else:
+                self.scale_downs += 1
+        self.tainted += sum(1 for r in applied.tainted.values() if r.ok)
+        self.untainted += sum(1 for r in applied.untainted.values() if r.ok)
+        self.terminated += len(applied.terminated)
+        self.errors += len(applied.errors)
+
+    @property
+    def scaling_actions(self) -> int:
+        """Runs that changed the pool's target capacity."""
+        return self.scale_ups + self.scale_downs
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    scenario: Scenario
+    totals: Totals
+    oracle_cost: float
+    timeline: Timeline
+    history: History
+    spot_priced: list[tuple[str, str]]  # markets priced by the file's spot series
+
+
+@dataclass
+class Wiring:
+    """The pieces of one run, as ``wire`` connects them."""
+
+    groups: list[SimulatedGroup]
+    cloud: GroupsCloudView
+    connector: SimulatedConnector
+    cycle: Cycle
+    store: InMemoryStore
+    collected: frozenset[str] | None  # the pool metrics written each minute (None: all; none for internal pools)
+    runners: RunnerProcesses | None
+
+    def close(self) -> None:
+        self.cycle.close()
+        if self.runners is not None:
+            self.runners.close()
+
+
+def wire(scenario: Scenario, clock: SimClock) -> Wiring:
+    setup = scenario.setup
+    identity, pool = setup.identity, setup.pool
+    groups = groups_from_config(identity, pool, clock, scenario.source, every_kind=True)
+    cloud = GroupsCloudView(groups)
+    trace = DemandTrace(scenario.demand, scenario.demand_task) if scenario.demand else None
+    connector = simulated_connector(identity, pool, cloud, workload=trace)
+    lifecycle: NodeLifecycle = SimulatedLifecycle(connector.scheduler)
+    if not pool.draining_enabled:
+        lifecycle = WithoutDraining(lifecycle)
+    store = metrics_store(scenario.metrics, identity)
+    demand: DemandSource
+    runners: RunnerProcesses | None = None
+    collected: frozenset[str] | None = frozenset()
+    if setup.internal:
+        demand = InternalDemand()
+    else:
+        demand, runners = signal_demand(setup, store, scenario.signals)
+        collected = collected_names(setup)
+    publisher = EventPublisher(EventRing(EVENT_QUEUE), queue_size=EVENT_QUEUE)  # never started: nothing drains it
+    recorder = Recorder(publisher, QuietMetrics(identity.cluster, identity.pool), identity.pool, clock.ns)
+    cycle = Cycle(
+        connector=connector, cloud=cloud, lifecycle=lifecycle, demand=demand, policy=setup.policy, recorder=recorder
+    )
+    return Wiring(groups, cloud, connector, cycle, store, collected, runners)
+
+
+def simulate(
+    scenario: Scenario,
+    progress: Callable[[int, int], None] | None = None,
+    on_run: Callable[[RunReport], None] | None = None,
+) -> SimulationResult:
+    """Run every minute of ``scenario``; ``on_run`` sees each autoscaler run's full report."""
+    steps, identity = scenario.steps, scenario.setup.identity
+    clock = SimClock(steps.start)
+    w = wire(scenario, clock)
+    prices = PriceBook(spot_series(scenario.metrics))
+    ledger = Ledger({g.id: g.markets for g in w.groups}, prices, steps.step_seconds)
+    history = History()
+    period = max(int(scenario.setup.period_seconds), steps.step_seconds)
+    pending = Pending()
+    ledger.begin(w.cloud.cloud_view(steps.start))
+    try:
+        for k, now in enumerate(steps):
+            clock.now = now
+            snapshot = w.connector.snapshot(now)
+            accounting = account_nodes(snapshot.nodes)
+            if w.collected != frozenset():
+                w.store.write(collect(snapshot, identity, accounting, w.collected))
+            if (now - steps.start) % period == 0:
+                report = w.cycle.run_once(now)
+                history.add(report)
+                if on_run is not None:
+                    on_run(report)
+            ledger.record(
+                now, w.cloud.cloud_view(now), accounting.capacity.cpus, accounting.allocated, pending(snapshot)
+            )
+            if progress is not None:
+                progress(k + 1, len(steps))
+    finally:
+        w.close()
+    markets = [m for g in w.groups for m in g.markets]
+    join_delay = scenario.setup.pool.simulation.join_delay_seconds
+    oracle = oracle_cost(ledger.series["time"], ledger.demand, markets, prices, join_delay, steps.step_seconds)
+    return SimulationResult(scenario, ledger.totals(), oracle, ledger.series, history, prices.priced_by_series(markets))
+
+
+class Pending:
+    """The snapshot's pending demand, summed again only when the pending tasks changed."""
+
+    def __init__(self) -> None:
+        self._tasks: object = None
+        self._sum = Resources()
+
+    def __call__(self, snapshot: PoolSnapshot) -> Resources:
+        if snapshot.pending is not self._tasks:
+            self._tasks = snapshot.pending
+            self._sum = pending_demand(snapshot)
+        return self._sum
+
+
+def metrics_store(data: MetricsData, identity: PoolIdentity) -> InMemoryStore:
+    """The files' series for the signals, except the real pool's own system metrics and metadata:
+    those are the simulated pool's now, written each minute as the collector would."""
+    store = InMemoryStore()
+    own = {"cluster": identity.cluster, "pool": identity.pool_with_scheduler}
+    for metric_type, by_key in data.items():
+        for key, series in by_key.items():
+            if metric_type is not MetricType.APP_METRICS and split_key(key)[1] == own:
+                continue
+            store.load(metric_type, key, series)
+    return store
