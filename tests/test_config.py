@@ -18,7 +18,7 @@ def test_shipped_local_dev_config_loads():
     main = load_main_config(REPO / "config" / "clusterman.yaml")
     assert main.autoscale_signal is not None
     assert main.autoscale_signal.name == "MostRecentResources"
-    assert main.autoscale_signal.parameters == {"lookahead_minutes": 0.25}
+    assert main.autoscale_signal.parameters == {"lookahead_minutes": 5}
     assert main.autoscale_signal.required_metrics[0].type is MetricType.SYSTEM_METRICS
     assert Path(main.cluster_config_directory).is_absolute()
     pool = load_pool_config(main, LOCAL_DEV)

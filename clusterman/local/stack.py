@@ -56,6 +56,12 @@ def prepare_configs(run_dir: Path, moto_url: str, events_port: int) -> Path:
     main.setdefault("aws", {}).update({"endpoint_url": moto_url, "region": REGION})
     main["state_directory"] = str(run_dir / "state")
     main.setdefault("events", {})["port"] = events_port
+    # A day replayed in four minutes: one real minute is six simulated hours, so the default signal
+    # looks at the last minute and 15 s ahead rather than the last 10 minutes and 5 minutes ahead.
+    signal = main["autoscale_signal"]
+    signal["parameters"] = [{"lookahead_minutes": 0.25}]
+    for metric in signal.get("required_metrics", []):
+        metric["minute_range"] = 1
     main_path.write_text("# written by clusterman.local.stack from config/clusterman.yaml\n" + yaml.safe_dump(main))
     return main_path
 
