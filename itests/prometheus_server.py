@@ -6,13 +6,14 @@ import json
 import shutil
 import subprocess
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from clusterman.local.moto_server import free_port
+from clusterman.local.process import stop
+from clusterman.local.process import wait_ready
 
 CONFIG = """\
 global:
@@ -56,17 +57,11 @@ class PrometheusServer:
                 stdout=log,
                 stderr=log,
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {self._proc.returncode}: {self.log_path.read_text()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1):
-                    return self
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"prometheus was not ready within {timeout:g} s: {self.log_path.read_text()}")
+        try:
+            wait_ready(self._proc, f"{self.url}/-/ready", "prometheus", timeout)
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}: {self.log_path.read_text()}") from e
+        return self
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         """An instant query through the HTTP API: the list of ``{"metric", "value"}`` results."""
@@ -99,11 +94,5 @@ class PrometheusServer:
         self.stop()
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop(self._proc)
         self._proc = None

@@ -409,12 +409,7 @@ class KubernetesConnector(ClusterConnector):
 
     def _connect(self) -> kubernetes.client.ApiClient:
         if self._client is None:
-            try:
-                self._client = kubernetes.config.new_client_from_config(
-                    config_file=self.kubeconfig_path, persist_config=False
-                )
-            except (kubernetes.config.ConfigException, OSError, ValueError) as e:
-                raise ConnectorError(f"kubeconfig {self.kubeconfig_path}: {e}") from e
+            self._client = api_client(self.kubeconfig_path)
         return self._client
 
     @property
@@ -436,7 +431,7 @@ class KubernetesConnector(ClusterConnector):
                 )
                 body = json.loads(response.data)
             except ApiException as e:
-                raise ConnectorError(f"kubernetes API {self._host}: listing {what}: {_api_error(e)}") from e
+                raise ConnectorError(f"kubernetes API {self._host}: listing {what}: {api_error(e)}") from e
             except urllib3.exceptions.HTTPError as e:
                 raise ConnectorError(f"kubernetes API {self._host}: listing {what}: cannot reach it: {e}") from e
             except ValueError as e:
@@ -449,7 +444,15 @@ class KubernetesConnector(ClusterConnector):
                 return items
 
 
-def _api_error(e: ApiException) -> str:
+def api_client(kubeconfig_path: str) -> kubernetes.client.ApiClient:
+    """A client for the cluster a kubeconfig names; ConnectorError naming the file when it is unusable."""
+    try:
+        return kubernetes.config.new_client_from_config(config_file=kubeconfig_path, persist_config=False)
+    except (kubernetes.config.ConfigException, OSError, ValueError) as e:
+        raise ConnectorError(f"kubeconfig {kubeconfig_path}: {e}") from e
+
+
+def api_error(e: ApiException) -> str:
     """``403 Forbidden: nodes is forbidden: ...`` from the Status object the API server returns."""
     message = ""
     try:

@@ -29,11 +29,13 @@ import kubernetes.config
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
+from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.kubernetes import FALSE_WORDS
 from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
 from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEY
 from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEYS
-from clusterman.cluster.kubernetes import _api_error
+from clusterman.cluster.kubernetes import api_client
+from clusterman.cluster.kubernetes import api_error
 from clusterman.cluster.kubernetes import is_daemon
 from clusterman.cluster.kubernetes import pod_name
 from clusterman.cluster.lifecycle import UNKNOWN_COUNT
@@ -268,7 +270,7 @@ class KubernetesLifecycle(NodeLifecycle):
             data = response.data
             return json.loads(data) if data else {}
         except ApiException as e:
-            raise ApiFailure(f"{what}: {_api_error(e)}", e.status or 0) from e
+            raise ApiFailure(f"{what}: {api_error(e)}", e.status or 0) from e
         except urllib3.exceptions.HTTPError as e:
             raise ApiFailure(f"{what}: cannot reach the kubernetes API: {e}") from e
         except ValueError as e:
@@ -277,9 +279,7 @@ class KubernetesLifecycle(NodeLifecycle):
     def _api(self) -> kubernetes.client.CoreV1Api:
         if self._client is None:
             try:
-                self._client = kubernetes.config.new_client_from_config(
-                    config_file=self.kubeconfig_path, persist_config=False
-                )
-            except (kubernetes.config.ConfigException, OSError, ValueError) as e:
-                raise ApiFailure(f"kubeconfig {self.kubeconfig_path}: {e}") from e
+                self._client = api_client(self.kubeconfig_path)
+            except ConnectorError as e:
+                raise ApiFailure(str(e)) from e
         return kubernetes.client.CoreV1Api(self._client)

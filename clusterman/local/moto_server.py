@@ -11,12 +11,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
 
+from clusterman.local.process import stop
+from clusterman.local.process import wait_ready
 from clusterman.tree.supervisor import die_with_parent
 
 FAKE_CREDENTIALS = {
@@ -50,17 +50,8 @@ class MotoServer:
             env={**os.environ, **FAKE_CREDENTIALS},
             preexec_fn=functools.partial(die_with_parent, os.getpid()),  # never outlive whoever started it
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"moto server exited with status {self._proc.returncode}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=1):
-                    return self
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"moto server did not answer on {self.url} within {timeout:g} s")
+        wait_ready(self._proc, f"{self.url}/moto-api/", "moto server", timeout)
+        return self
 
     def reset(self) -> None:
         """Forget every resource (between tests sharing one server)."""
@@ -69,13 +60,7 @@ class MotoServer:
             pass
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop(self._proc)
         self._proc = None
 
     def __enter__(self) -> MotoServer:
