@@ -13,13 +13,12 @@ import argparse
 import hashlib
 import logging
 import math
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType
 
+from clusterman.batch.stopping import stop_on_signals
 from clusterman.cli.common import add_pool_arguments
 from clusterman.cli.common import resolve_pool
 from clusterman.config.loader import default_env_config_path
@@ -108,14 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     period = args.period_seconds or setup.period_seconds
     splay = 0.0 if args.no_splay else splay_seconds(setup.identity.cluster, setup.identity.pool, period)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: stopping after the current run", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stop_on_signals(log, "stopping after the current run")
 
     def show(report: RunReport) -> None:
         print(report.line(), flush=True)

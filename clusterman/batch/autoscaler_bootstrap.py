@@ -20,7 +20,6 @@ import logging
 import os
 import shlex
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -30,6 +29,7 @@ from pathlib import Path
 
 from clusterman.aws.session import AwsCredentialsError
 from clusterman.aws.session import read_access_key_file
+from clusterman.batch.stopping import stop_on_signals
 from clusterman.config.loader import default_env_config_path
 from clusterman.config.loader import load_main_config
 from clusterman.config.loader import load_pool_config
@@ -253,21 +253,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
-    logging.getLogger("staticconf").setLevel(logging.WARNING)
     try:
         settings = BootstrapSettings.from_args(args, os.environ)
     except SETUP_ERRORS as e:
         log.error("%s", e)
         return 1
-    stop_event = threading.Event()
-
-    def request_stop(signum: int, _frame: object) -> None:
-        log.info("%s received: stopping the tree", signal.Signals(signum).name)
-        stop_event.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
-    return Bootstrap(settings, stop_event).run()
+    return Bootstrap(settings, stop_on_signals(log, "stopping the tree")).run()
 
 
 if __name__ == "__main__":

@@ -14,15 +14,14 @@ import json
 import logging
 import math
 import os
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
-from types import FrameType
 
+from clusterman.batch.stopping import stop_on_signals
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.factory import connector_for_pool
@@ -167,14 +166,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.once:
             return 1 if collect_once(pools, store) else 0
-        stop = threading.Event()
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            log.info("signal %d: stopping after this run", signum)
-            stop.set()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        stop = stop_on_signals(log, "stopping after this run")
         run_forever(pools, store, main.batches.cluster_metrics.run_interval_seconds, stop)
         return 0
     finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import logging
 import os
 import shutil
 import signal
@@ -25,12 +26,12 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import boto3
 import yaml
 
+from clusterman.batch.stopping import stop_on_signals
 from clusterman.local.moto_server import FAKE_CREDENTIALS
 from clusterman.local.moto_server import MotoServer
 from clusterman.local.moto_server import free_port
@@ -135,14 +136,7 @@ def run(duration: float, run_dir: Path) -> int:
     if run_dir.exists():
         shutil.rmtree(run_dir)
     (run_dir / "logs").mkdir(parents=True)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    say = print
+    stop = stop_on_signals(logging.getLogger("clusterman.local.stack"), "stopping the stack")
     moto = MotoServer(log_path=run_dir / "moto.log").start()
     bootstrap: subprocess.Popen[bytes] | None = None
     try:
@@ -151,10 +145,12 @@ def run(duration: float, run_dir: Path) -> int:
         bucket = yaml.safe_load(main_path.read_text())["aws"]["signals_bucket"]
         create_bucket(moto.url, bucket)
         group = create_pool_group(moto.url)
-        say(f"embedded AWS (moto) on {moto.url}: bucket {bucket}, Auto Scaling group {group}")
+        print(f"embedded AWS (moto) on {moto.url}: bucket {bucket}, Auto Scaling group {group}")
         with tempfile.TemporaryDirectory(prefix="clusterman-publish-") as tmp:
             publish_signals(moto.url, bucket, "local", Path(tmp))
-        say(f"published this checkout's clusterman_signals as s3://{bucket}/{CODENAME}/clusterman_signals_local.tar.gz")
+        print(
+            f"published this checkout's clusterman_signals as s3://{bucket}/{CODENAME}/clusterman_signals_local.tar.gz"
+        )
         env = {
             **os.environ,
             **FAKE_CREDENTIALS,
@@ -174,8 +170,8 @@ def run(duration: float, run_dir: Path) -> int:
             env=env, stdout=bootstrap_log, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=functools.partial(die_with_parent, os.getpid()),
         )  # fmt: skip
-        say(f"bootstrap started (logs in {run_dir}); events and /metrics: http://127.0.0.1:{events_port}")
-        say("time     (UTC)  demand | utilisation | action | target | why")
+        print(f"bootstrap started (logs in {run_dir}); events and /metrics: http://127.0.0.1:{events_port}")
+        print("time     (UTC)  demand | utilisation | action | target | why")
         follower = threading.Thread(
             target=follow, args=(run_dir / "logs" / "autoscaler.log", stop, lambda s: print(s, flush=True))
         )
@@ -183,7 +179,7 @@ def run(duration: float, run_dir: Path) -> int:
         deadline = time.monotonic() + duration if duration > 0 else float("inf")
         while not stop.is_set() and time.monotonic() < deadline:
             if bootstrap.poll() is not None:
-                say(f"the bootstrap exited with status {bootstrap.returncode}; see {run_dir / 'bootstrap.log'}")
+                print(f"the bootstrap exited with status {bootstrap.returncode}; see {run_dir / 'bootstrap.log'}")
                 return 1
             stop.wait(0.5)
         return 0
@@ -192,7 +188,7 @@ def run(duration: float, run_dir: Path) -> int:
         if bootstrap is not None:
             _stop_tree(bootstrap)
         moto.stop()
-        say("stopped: no process of the stack is left")
+        print("stopped: no process of the stack is left")
 
 
 def _stop_tree(bootstrap: subprocess.Popen[bytes]) -> None:

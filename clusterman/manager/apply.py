@@ -70,7 +70,7 @@ def apply(
     _fail_nodes(report, report.tainted, "taint")
 
     leaving = set(decision.terminate)
-    for node_id in _draining(decision, snapshot, report):
+    for node_id in _draining(snapshot, report):
         if node_id not in leaving:
             report.drains[node_id] = result = lifecycle.drain(node_id, now)
             if result.status is DrainStatus.FAILED:
@@ -91,7 +91,7 @@ def apply(
     return report
 
 
-def _draining(decision: Decision, snapshot: PoolSnapshot, report: ApplyReport) -> list[str]:
+def _draining(snapshot: PoolSnapshot, report: ApplyReport) -> list[str]:
     """Nodes tainted before this run, plus those tainted now, minus those untainted now."""
     untainted = {n for n, r in report.untainted.items() if r.ok}
     tainted_now = [n for n, r in report.tainted.items() if r.ok]
