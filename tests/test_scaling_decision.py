@@ -200,6 +200,33 @@ class TestEscalatorRemoval:
             snap = replace(snap, nodes=tuple(n for n in snap.nodes if n.id not in d.taint))
         assert d.target_capacity == 34 and d.action is Action.NONE  # 14 / 34 = 41%: above taint_upper 40%
 
+    def test_zero_requests_remove_the_fast_rate_not_everything(self):
+        """Escalator: 0% is below taint_lower, so fast_node_removal_rate a run (issue 12)."""
+        d = run(snapshot(nodes(10)), request(0, 0), policy(escalator_removal=self.REMOVAL))
+        assert d.target_capacity == 5
+        assert "cpus 0% < taint_lower 10%: remove fast_node_removal_rate 5" in d.explanation
+        d = run(snapshot(nodes(4)), request(0, 0), policy(escalator_removal=self.REMOVAL, min_capacity=1))
+        assert d.target_capacity == 1  # never below min
+
+    @pytest.mark.parametrize(
+        ("ready", "cpus", "limits", "target", "why"),
+        [
+            # over max in the hold band (50%): down to max_nodes (Clusterman's rule would keep 12)
+            (12, 6, {"max_capacity": 10}, 10, "keep target 12; 12 ready > max_capacity 10: at most 10"),
+            # slow rate says 10; over max says 8
+            (12, 3, {"max_capacity": 8}, 8, "max(12 − 2, 5) = 10; 12 ready > max_capacity 8: at most 8"),
+            # still within the step limit
+            (12, 6, {"max_capacity": 8, "max_weight_to_remove": 3}, 9, "at most 8; limited by max_weight_to_remove 3"),
+            # below min in the hold band: up to min_nodes
+            (4, 2.2, {"min_capacity": 6}, 6, "keep target 4; 4 ready < min_capacity 6: at least 6"),
+            (10, 5, {"max_capacity": 10}, 10, "keep target 10"),  # at max: nothing
+        ],
+    )  # fmt: skip
+    def test_node_count_bounds_apply_in_every_band(self, ready, cpus, limits, target, why):
+        d = run(snapshot(nodes(ready)), request(cpus), policy(escalator_removal=self.REMOVAL, **limits))
+        assert d.target_capacity == target
+        assert why in d.explanation
+
 
 class TestSameNodeSet:
     """Demand and capacity describe the same pool: work that must live on ready nodes, over ready nodes."""

@@ -371,7 +371,10 @@ class PoolAutoscaling:
     (``2m``) to seconds. See docs/scaling.md.
     """
 
-    setpoint: float | None = field(None, check=fraction, aliases={"scale_up_threshold_percent": percent})
+    # Escalator's percents may pass 100 (its only rules: > 0, and ordered lower < upper < scale-up)
+    setpoint: float | None = field(
+        None, check=fraction, alias_check=positive, aliases={"scale_up_threshold_percent": percent}
+    )
     target_capacity_margin: float | None = field(None, check=unit_interval)
     excluded_resources: tuple[str, ...] | None = None
     prevent_scale_down_after_capacity_loss: bool = False
@@ -380,10 +383,16 @@ class PoolAutoscaling:
     # Escalator's removal below taint thresholds (all four or none): when set, they replace the
     # default scale-down (the target following utilisation down to the setpoint).
     taint_upper_capacity_threshold: float | None = field(
-        None, check=unit_interval, aliases={"taint_upper_capacity_threshold_percent": percent}
+        None,
+        check=unit_interval,
+        alias_check=positive,
+        aliases={"taint_upper_capacity_threshold_percent": percent},
     )
     taint_lower_capacity_threshold: float | None = field(
-        None, check=unit_interval, aliases={"taint_lower_capacity_threshold_percent": percent}
+        None,
+        check=unit_interval,
+        alias_check=positive,
+        aliases={"taint_lower_capacity_threshold_percent": percent},
     )
     slow_node_removal_rate: float | None = field(None, check=positive)  # weight units per run
     fast_node_removal_rate: float | None = field(None, check=positive)

@@ -7,6 +7,8 @@ metadata may add:
   parser   -- a function that turns the raw YAML value into the field's value, used instead of
               the annotation-driven type check (for shapes such as lists of one-key maps)
   check    -- a predicate with a message, e.g. ``positive``; a failing value is an error
+  alias_check -- the check for a value given under an alias instead (Escalator's percents have
+              Escalator's bounds: ``scale_up_threshold_percent: 150`` is valid, ``setpoint: 1.5`` not)
   ignored  -- a key accepted for compatibility and not used (logged, never silently dropped)
 Unknown keys, wrong types and missing required keys raise ``ConfigError``.
 """
@@ -57,10 +59,13 @@ def field(
     aliases: Mapping[str, Callable[[Any], Any] | None] | None = None,
     parser: Callable[[Any], Any] | None = None,
     check: Check | None = None,
+    alias_check: Check | None = None,
     doc: str = "",
 ) -> Any:
     """A dataclass field with the schema's extra metadata."""
     metadata = {"aliases": dict(aliases or {}), "parser": parser, "check": check, "doc": doc}
+    if alias_check is not None:
+        metadata["alias_check"] = alias_check
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -121,6 +126,8 @@ def parse(cls: type[T], raw: Any, source: str, path: str = "", ignored: frozense
         if alias_convert is not None and converted is not None:
             converted = alias_convert(converted)
         check: Check | None = f.metadata.get("check")
+        if key != f.name and "alias_check" in f.metadata:
+            check = f.metadata["alias_check"]
         if check is not None and converted is not None and not check.predicate(converted):
             raise ConfigError(source, key_path, f"{check.message}, got {value!r}")
         values[f.name] = converted
