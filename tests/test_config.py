@@ -9,6 +9,7 @@ from clusterman.config import Scheduler
 from clusterman.config import list_pools
 from clusterman.config import load_main_config
 from clusterman.config import load_pool_config
+from clusterman.config.loader import read_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_DEV = PoolIdentity("local-dev", "default", Scheduler.SIMULATED)
@@ -116,6 +117,28 @@ def test_malformed_yaml_names_the_line(tmp_path):
     path = write(tmp_path, "aws:\n  region: [us-west-2\n")
     with pytest.raises(ConfigError, match=r"clusterman.yaml: malformed YAML: line \d+"):
         load_main_config(path)
+
+
+def test_duplicate_keys_are_refused_naming_file_line_and_key(tmp_path):
+    """YAML keeps the last of two equal keys without a word; a pool would run on the wrong setpoint."""
+    path = write(tmp_path, "aws: {region: us-west-2}\nautoscaling:\n  setpoint: 0.7\n  setpoint: 0.9\n")
+    with pytest.raises(ConfigError) as err:
+        load_main_config(path)
+    assert str(err.value) == (
+        f"{path}: autoscaling.setpoint: given twice, at lines 3 and 4: YAML would silently keep the last; remove one"
+    )
+    main, ident = make_tree(tmp_path, LIMITS + "resource_groups: [{asg: {tag: a}}]\nscaling_limits: {}\n")
+    with pytest.raises(ConfigError, match=r"web.kubernetes: scaling_limits: given twice, at lines 1 and 3"):
+        load_pool_config(main, ident)
+    main, ident = make_tree(tmp_path, LIMITS + "resource_groups: [{asg: {tag: a, tag: b}}]\n")
+    with pytest.raises(ConfigError, match=r"resource_groups\[0\]\.asg\.tag: given twice on line 2"):
+        load_pool_config(main, ident)
+
+
+def test_merge_keys_may_be_overridden(tmp_path):
+    """``<<: *anchor`` then the mapping's own key is YAML's override, not a duplicate."""
+    path = write(tmp_path, "base: &b {region: us-west-2, endpoint_url: null}\naws:\n  <<: *b\n  region: eu-west-1\n")
+    assert read_yaml(path, "merge-test")["aws"] == {"region": "eu-west-1", "endpoint_url": None}
 
 
 def test_missing_file_and_unknown_cluster(tmp_path):
