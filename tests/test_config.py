@@ -135,6 +135,13 @@ def test_duplicate_keys_are_refused_naming_file_line_and_key(tmp_path):
         load_pool_config(main, ident)
 
 
+def test_a_number_too_long_for_python_is_named(tmp_path):
+    path = write(tmp_path, "aws: {region: us-west-2}\nautoscaling:\n  instance_loss_threshold: " + "9" * 5001 + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_main_config(path)
+    assert str(err.value) == f"{path}: autoscaling.instance_loss_threshold: line 3: a number of 5001 digits is too long"
+
+
 def test_merge_keys_may_be_overridden(tmp_path):
     """``<<: *anchor`` then the mapping's own key is YAML's override, not a duplicate."""
     path = write(tmp_path, "base: &b {region: us-west-2, endpoint_url: null}\naws:\n  <<: *b\n  region: eu-west-1\n")
