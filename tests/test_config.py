@@ -10,6 +10,7 @@ from clusterman.config import list_pools
 from clusterman.config import load_main_config
 from clusterman.config import load_pool_config
 from clusterman.config.loader import read_yaml
+from clusterman.config.model import ClusterConfig
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_DEV = PoolIdentity("local-dev", "default", Scheduler.SIMULATED)
@@ -177,6 +178,16 @@ module_env_config: []
     main = load_main_config(path)
     assert main.clusters["docker"].mesos_master_fqdn == "mesosmaster"
     assert main.aws.endpoint_url == "http://moto:5000"
+
+
+def test_keys_nothing_reads_are_accepted_and_ignored(tmp_path):
+    """cluster_manager, aws_account_number and alert_on_max_capacity: accepted from Clusterman's
+    files, and not on the model, so nothing can look as if it honoured them (docs/configuration.md)."""
+    main, ident = make_tree(tmp_path, LIMITS + "alert_on_max_capacity: false\n")
+    write(tmp_path, "clusters: {c1: {aws_region: x, cluster_manager: mesos, aws_account_number: '1'}}\n")
+    assert load_main_config(tmp_path / "clusterman.yaml").clusters["c1"] == ClusterConfig(aws_region="x")
+    pool = load_pool_config(main, ident)
+    assert not hasattr(pool, "alert_on_max_capacity")
 
 
 def test_unknown_main_key_is_an_error(tmp_path):

@@ -89,12 +89,20 @@ class SignalConfig:
 @dataclass(frozen=True)
 class ClusterConfig:
     aws_region: str | None = None
-    aws_account_number: str | None = None
     mesos_master_fqdn: str | None = field(None, aliases={"fqdn": None})
     kubeconfig_path: str | None = None
-    cluster_manager: Scheduler | None = None
 
-    IGNORED_KEYS: ClassVar = frozenset({"mesos_api_url", "paasta_cluster", "max_weight_to_add", "max_weight_to_remove"})
+    # cluster_manager: each pool file's suffix says its scheduler; aws_account_number: nothing needs it
+    IGNORED_KEYS: ClassVar = frozenset(
+        {
+            "mesos_api_url",
+            "paasta_cluster",
+            "max_weight_to_add",
+            "max_weight_to_remove",
+            "cluster_manager",
+            "aws_account_number",
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -596,7 +604,6 @@ class PoolConfig:
     )
     autoscaling: PoolAutoscaling = field(default_factory=PoolAutoscaling)
     draining_enabled: bool = False
-    alert_on_max_capacity: bool = True
     # Kubernetes (Clusterman's keys and defaults): the node label naming the pool, the pod label
     # naming it, and the pod annotation that pins a node ("false": never remove it).
     node_label_key: str = "clusterman.com/pool"
@@ -610,9 +617,17 @@ class PoolConfig:
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     prometheus_queries: PrometheusQueries = field(default_factory=PrometheusQueries)
 
-    # exclude_daemonset_pods: DaemonSet pods are always taken out of node capacity and demand here
+    # exclude_daemonset_pods: DaemonSet pods are always taken out of node capacity and demand here;
+    # alert_on_max_capacity: Clusterman's Sensu alert (here the decision's MAX_CAPACITY reason says it)
     IGNORED_KEYS: ClassVar = frozenset(
-        {"sensu_config", "node_migration", "pool_owner", "paasta_cluster", "exclude_daemonset_pods"}
+        {
+            "sensu_config",
+            "node_migration",
+            "pool_owner",
+            "paasta_cluster",
+            "exclude_daemonset_pods",
+            "alert_on_max_capacity",
+        }
     )
 
     def __post_init__(self) -> None:
