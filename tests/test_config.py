@@ -9,6 +9,8 @@ from clusterman.config import Scheduler
 from clusterman.config import list_pools
 from clusterman.config import load_main_config
 from clusterman.config import load_pool_config
+from clusterman.config.loader import read_yaml
+from clusterman.config.model import ClusterConfig
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_DEV = PoolIdentity("local-dev", "default", Scheduler.SIMULATED)
@@ -118,6 +120,35 @@ def test_malformed_yaml_names_the_line(tmp_path):
         load_main_config(path)
 
 
+def test_duplicate_keys_are_refused_naming_file_line_and_key(tmp_path):
+    """YAML keeps the last of two equal keys without a word; a pool would run on the wrong setpoint."""
+    path = write(tmp_path, "aws: {region: us-west-2}\nautoscaling:\n  setpoint: 0.7\n  setpoint: 0.9\n")
+    with pytest.raises(ConfigError) as err:
+        load_main_config(path)
+    assert str(err.value) == (
+        f"{path}: autoscaling.setpoint: given twice, at lines 3 and 4: YAML would silently keep the last; remove one"
+    )
+    main, ident = make_tree(tmp_path, LIMITS + "resource_groups: [{asg: {tag: a}}]\nscaling_limits: {}\n")
+    with pytest.raises(ConfigError, match=r"web.kubernetes: scaling_limits: given twice, at lines 1 and 3"):
+        load_pool_config(main, ident)
+    main, ident = make_tree(tmp_path, LIMITS + "resource_groups: [{asg: {tag: a, tag: b}}]\n")
+    with pytest.raises(ConfigError, match=r"resource_groups\[0\]\.asg\.tag: given twice on line 2"):
+        load_pool_config(main, ident)
+
+
+def test_a_number_too_long_for_python_is_named(tmp_path):
+    path = write(tmp_path, "aws: {region: us-west-2}\nautoscaling:\n  instance_loss_threshold: " + "9" * 5001 + "\n")
+    with pytest.raises(ConfigError) as err:
+        load_main_config(path)
+    assert str(err.value) == f"{path}: autoscaling.instance_loss_threshold: line 3: a number of 5001 digits is too long"
+
+
+def test_merge_keys_may_be_overridden(tmp_path):
+    """``<<: *anchor`` then the mapping's own key is YAML's override, not a duplicate."""
+    path = write(tmp_path, "base: &b {region: us-west-2, endpoint_url: null}\naws:\n  <<: *b\n  region: eu-west-1\n")
+    assert read_yaml(path, "merge-test")["aws"] == {"region": "eu-west-1", "endpoint_url": None}
+
+
 def test_missing_file_and_unknown_cluster(tmp_path):
     with pytest.raises(ConfigError, match="file not found"):
         load_main_config(tmp_path / "nope.yaml")
@@ -147,6 +178,16 @@ module_env_config: []
     main = load_main_config(path)
     assert main.clusters["docker"].mesos_master_fqdn == "mesosmaster"
     assert main.aws.endpoint_url == "http://moto:5000"
+
+
+def test_keys_nothing_reads_are_accepted_and_ignored(tmp_path):
+    """cluster_manager, aws_account_number and alert_on_max_capacity: accepted from Clusterman's
+    files, and not on the model, so nothing can look as if it honoured them (docs/configuration.md)."""
+    main, ident = make_tree(tmp_path, LIMITS + "alert_on_max_capacity: false\n")
+    write(tmp_path, "clusters: {c1: {aws_region: x, cluster_manager: mesos, aws_account_number: '1'}}\n")
+    assert load_main_config(tmp_path / "clusterman.yaml").clusters["c1"] == ClusterConfig(aws_region="x")
+    pool = load_pool_config(main, ident)
+    assert not hasattr(pool, "alert_on_max_capacity")
 
 
 def test_unknown_main_key_is_an_error(tmp_path):

@@ -127,6 +127,38 @@ def test_bad_documents_give_one_line_naming_the_field(tmp_path, capsys, doc, mes
     assert message in err
 
 
+@pytest.mark.parametrize(
+    ("old", "field"),
+    [
+        ('"cpus": 1,', "nodes[0].allocatable.cpus"),
+        ('"max_capacity": 100,', "config.scaling_limits.max_capacity"),
+        ('"now": 1700000000,', "now"),
+    ],
+)
+def test_a_number_too_long_for_python_is_named(tmp_path, capsys, old, field):
+    """A 5,001-digit integer: Python refuses to convert it; say which field, not Python's message."""
+    text = json.dumps(SEED)
+    assert old in text
+    huge = "9" * 5001
+    key = old.split(":")[0]
+    status, _, err = plan(tmp_path, text.replace(old, f"{key}: {huge},", 1), capsys)
+    assert status == 1 and "Traceback" not in err and err.count("\n") == 1
+    assert f"snapshot.json: {field}: a number of 5001 digits is too long (at most 4300 digits)" in err
+
+
+def test_plan_and_pool_files_word_a_problem_alike(tmp_path, capsys):
+    """One validator's wording for both readers (config/schema.py): the same bad value, the same words."""
+    from clusterman.config.model import PoolAutoscaling
+    from clusterman.config.schema import ConfigError
+    from clusterman.config.schema import parse
+
+    with pytest.raises(ConfigError) as yaml_err:
+        parse(PoolAutoscaling, {"prevent_scale_down_after_capacity_loss": None}, "web.kubernetes", "autoscaling")
+    _, _, err = plan(tmp_path, edit("groups[0].stale", None), capsys)
+    assert yaml_err.value.problem == "expected true or false, got null"
+    assert err.endswith(f"groups[0].stale: {yaml_err.value.problem}\n")
+
+
 def test_nan_allocatable_is_named(tmp_path, capsys):
     text = json.dumps(SEED).replace('"cpus": 1, "mem": 4000', '"cpus": NaN, "mem": 4000', 1)
     status, _, err = plan(tmp_path, text, capsys)

@@ -49,6 +49,23 @@ def test_escalator_names_bring_their_numbers():
     assert (pol.min_capacity, pol.max_capacity) == (1, 30)
 
 
+def test_escalator_thresholds_above_100_percent():
+    """Escalator's rules are > 0 and lower < upper < scale-up: over-committed pools use more than 100."""
+    pol = load({"scale_up_threshold_percent": 170})
+    assert pol.setpoint == Fraction(17, 10)
+    pol = load(
+        {
+            "scale_up_threshold_percent": 150,
+            "taint_upper_capacity_threshold_percent": 120,
+            "taint_lower_capacity_threshold_percent": 60,
+            "slow_node_removal_rate": 1,
+            "fast_node_removal_rate": 2,
+        }
+    )
+    assert pol.escalator_removal is not None
+    assert (pol.setpoint, pol.escalator_removal.upper) == (Fraction(3, 2), Fraction(6, 5))
+
+
 def test_clusterman_defaults_and_main_file_fallback():
     pol = load(defaults={"setpoint": 0.8, "target_capacity_margin": 0.05, "instance_loss_threshold": 2})
     assert (pol.setpoint, pol.target_capacity_margin) == (Fraction(4, 5), Fraction(1, 20))
@@ -71,7 +88,13 @@ def test_durations(value, seconds):
     ("block", "raw", "key", "problem"),
     [
         ("autoscaling", {"scale_up_threshold": 70}, "autoscaling.scale_up_threshold", "unknown key"),
-        ("autoscaling", {"scale_up_threshold_percent": 170}, "autoscaling.scale_up_threshold_percent", "(0, 1]"),
+        ("autoscaling", {"scale_up_threshold_percent": 0}, "autoscaling.scale_up_threshold_percent", "greater than 0"),
+        ("autoscaling", {"setpoint": 1.7}, "autoscaling.setpoint", "(0, 1]"),  # Clusterman's spelling: a fraction
+        ("autoscaling", {"taint_lower_capacity_threshold_percent": 0},
+         "autoscaling.taint_lower_capacity_threshold_percent", "greater than 0"),
+        ("autoscaling", {"scale_up_threshold_percent": 110, "taint_upper_capacity_threshold_percent": 120,
+                         "taint_lower_capacity_threshold_percent": 10, "slow_node_removal_rate": 1,
+                         "fast_node_removal_rate": 2}, "autoscaling", "must be below the setpoint"),
         ("autoscaling", {"setpoint": 0.7, "scale_up_threshold_percent": 70}, "autoscaling.scale_up_threshold_percent",
          "given twice"),
         ("autoscaling", {"soft_delete_grace_period": "2 minutes"}, "autoscaling.soft_delete_grace_period",

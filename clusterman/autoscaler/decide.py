@@ -6,8 +6,8 @@ The stages, each its own module and testable alone:
   utilisation  load (demand + slack) over ready capacity, the most constrained resource
   target       the target before limits (Clusterman's rules, Escalator's math)
   limits       Clusterman's clamping of the change
-  breaker      no raising while requested capacity does not arrive
   distribute   the new total across resource groups
+  breaker      no raising while requested capacity does not arrive (judged on what the groups take)
   node_choice  untaint, taint, terminate
 The autoscaler loop and the simulator call ``decide`` and apply the Decision; nothing here does I/O.
 """

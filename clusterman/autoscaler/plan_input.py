@@ -7,6 +7,7 @@ never a traceback. The document's ``config`` block takes the same keys as a pool
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,7 +29,15 @@ from clusterman.cluster.model import ResourceGroup
 from clusterman.cluster.model import Task
 from clusterman.config.model import PoolAutoscaling
 from clusterman.config.model import ScalingLimits
+from clusterman.config.schema import Check
+from clusterman.config.schema import TooLongNumber
+from clusterman.config.schema import as_flag
+from clusterman.config.schema import as_number
+from clusterman.config.schema import checked
+from clusterman.config.schema import describe
+from clusterman.config.schema import non_negative
 from clusterman.config.schema import parse
+from clusterman.config.schema import positive
 from clusterman.errors import UserError
 from clusterman.resources import NO_OPINION
 from clusterman.resources import RESOURCE_NAMES
@@ -57,6 +66,23 @@ GROUP_KEYS = ("id", "target_capacity", "min_capacity", "max_capacity", "stale", 
 NODE_KEYS = ("id", "group", "weight", "state", "allocatable", "reserved", "launched_at", "tainted_at",
              "instance_id", "instance_type", "market")  # fmt: skip
 POD_KEYS = ("id", "requests", "node", "app", "daemon", "revocable", "from_reservation", "safe_to_evict", "batch")
+
+
+def load_plan(text: str, source: str, default_now: float) -> PlanInput:
+    """The plan document from its JSON text; every problem a PlanInputError naming the field."""
+    try:
+        doc = json.loads(text, parse_int=_json_int)
+    except json.JSONDecodeError as e:
+        raise PlanInputError(source, "", f"not valid JSON: {e}") from e
+    return parse_plan(doc, source, default_now)
+
+
+def _json_int(text: str) -> int | TooLongNumber:
+    """An integer, or a marker the field's check names, where Python refuses to convert it."""
+    try:
+        return int(text)
+    except ValueError:
+        return TooLongNumber(sum(c.isdigit() for c in text))
 
 
 def parse_plan(doc: Any, source: str, default_now: float) -> PlanInput:
@@ -114,7 +140,7 @@ def parse_plan(doc: Any, source: str, default_now: float) -> PlanInput:
 
 
 class _Reader:
-    """Type checks with the field's path in every message."""
+    """The schema's value checks (config/schema.py), with the file and the field's path in every message."""
 
     def __init__(self, source: str) -> None:
         self.source = source
@@ -143,22 +169,20 @@ class _Reader:
         return value
 
     def flag(self, value: Any, path: str) -> bool:
-        if not isinstance(value, bool):
-            raise self.fail(path, f"expected true or false, got {_describe(value)}")
-        return value
+        try:
+            return as_flag(value)
+        except ValueError as e:
+            raise self.fail(path, str(e)) from None
 
-    def number(self, value: Any, path: str, minimum: float | None = None, above: bool = False) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(path, f"expected a number, got {_describe(value)}")
-        if not math.isfinite(value):
-            raise self.fail(path, f"expected a finite number, got {value!r}")
-        if minimum is not None and (value <= minimum if above else value < minimum):
-            raise self.fail(path, f"must be {'greater than' if above else 'at least'} {minimum:g}, got {value!r}")
-        return float(value)
+    def number(self, value: Any, path: str, check: Check | None = None) -> float:
+        try:
+            return checked(as_number(value), check)
+        except ValueError as e:
+            raise self.fail(path, str(e)) from None
 
     def resources(self, value: Any, path: str) -> Resources:
         amounts = self.mapping(value, path, RESOURCE_NAMES)
-        return Resources(**{k: self.number(v, f"{path}.{k}", 0) for k, v in amounts.items()})
+        return Resources(**{k: self.number(v, f"{path}.{k}", non_negative) for k, v in amounts.items()})
 
 
 def _node(r: _Reader, spec: Any, path: str) -> Node:
@@ -182,7 +206,7 @@ def _node(r: _Reader, spec: Any, path: str) -> Node:
         allocatable=allocatable,
         group_id=r.string(m["group"], f"{path}.group"),
         instance_id=str(m.get("instance_id", "")),
-        weight=r.number(m.get("weight", 1), f"{path}.weight", 0, above=True),
+        weight=r.number(m.get("weight", 1), f"{path}.weight", positive),
         launched_at=_time(r, m.get("launched_at"), f"{path}.launched_at"),
         tainted_at=_time(r, m.get("tainted_at"), f"{path}.tainted_at"),
         reserved=r.resources(m.get("reserved", {}), f"{path}.reserved"),
@@ -196,8 +220,9 @@ def _group(r: _Reader, spec: Any, path: str, nodes: list[Node]) -> ResourceGroup
     if "target_capacity" not in m:
         raise r.fail(f"{path}.target_capacity", "required key is missing")
     gid = m["id"]
-    lo = r.number(m.get("min_capacity", 0), f"{path}.min_capacity", 0)
-    hi = math.inf if m.get("max_capacity") is None else r.number(m["max_capacity"], f"{path}.max_capacity", 0)
+    lo = r.number(m.get("min_capacity", 0), f"{path}.min_capacity", non_negative)
+    top = m.get("max_capacity")
+    hi = math.inf if top is None else r.number(top, f"{path}.max_capacity", non_negative)
     if hi < lo:
         raise r.fail(f"{path}.max_capacity", f"is below min_capacity ({lo:g})")
     fulfilled = m.get("fulfilled_capacity")
@@ -206,8 +231,8 @@ def _group(r: _Reader, spec: Any, path: str, nodes: list[Node]) -> ResourceGroup
         fulfilled = sum(n.weight for n in nodes if n.group_id == gid and n.state in counted)
     return ResourceGroup(
         id=gid,
-        target_capacity=r.number(m["target_capacity"], f"{path}.target_capacity", 0),
-        fulfilled_capacity=r.number(fulfilled, f"{path}.fulfilled_capacity", 0),
+        target_capacity=r.number(m["target_capacity"], f"{path}.target_capacity", non_negative),
+        fulfilled_capacity=r.number(fulfilled, f"{path}.fulfilled_capacity", non_negative),
         min_capacity=lo,
         max_capacity=hi,
         stale=r.flag(m.get("stale", False), f"{path}.stale"),
@@ -238,7 +263,7 @@ def _request(r: _Reader, value: Any, path: str) -> ResourceRequest:
     """A request: each resource a number, or null / absent for no opinion."""
     amounts = r.mapping(value, path, RESOURCE_NAMES)
     parsed: dict[str, Amount] = {
-        k: NO_OPINION if v is None else r.number(v, f"{path}.{k}", 0) for k, v in amounts.items()
+        k: NO_OPINION if v is None else r.number(v, f"{path}.{k}", non_negative) for k, v in amounts.items()
     }
     return ResourceRequest(**parsed)
 
@@ -254,17 +279,17 @@ def _state(r: _Reader, value: Any, path: str) -> AutoscalerState:
         where = f"{path}.memory.{key}"
         return frozenset(r.string(v, f"{where}[{i}]") for i, v in enumerate(r.items(mem.get(key, []), where)))
 
-    failures = r.number(br.get("failures", 0), f"{path}.breaker.failures", 0)
+    failures = r.number(br.get("failures", 0), f"{path}.breaker.failures", non_negative)
     if not failures.is_integer():
         raise r.fail(f"{path}.breaker.failures", f"expected a whole number, got {br['failures']!r}")
     return AutoscalerState(
         scale_lock=ScaleLock(
             until=_time(r, lock.get("until"), f"{path}.scale_lock.until"),
-            requested=r.number(lock.get("requested", 0), f"{path}.scale_lock.requested", 0),
+            requested=r.number(lock.get("requested", 0), f"{path}.scale_lock.requested", non_negative),
         ),
         breaker=Breaker(
             failures=int(failures),
-            awaiting=r.number(br.get("awaiting", 0), f"{path}.breaker.awaiting", 0),
+            awaiting=r.number(br.get("awaiting", 0), f"{path}.breaker.awaiting", non_negative),
             opened_at=_time(r, br.get("opened_at"), f"{path}.breaker.opened_at"),
         ),
         memory=NodeMemory(ids("joined"), ids("terminating")),
@@ -284,10 +309,4 @@ def _unique(r: _Reader, ids: list[str], path: str, what: str) -> None:
 
 
 def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    return f"{type(value).__name__} {value!r}"
+    return describe(value, mapping="an object")

@@ -31,15 +31,32 @@ def propose(view: PoolView, util: Utilisation, policy: ScalingPolicy) -> Proposa
     T = view.target
     if not util.has_opinion:
         return Proposal(T, f"no opinion on any resource: keep target {show(T)}")
-    if util.all_zero:
-        return Proposal(ZERO, "every request is zero: target 0")
     W = view.ready_total
-    if W == 0:
-        return _from_zero_ready(view, util, policy, T)
-    if not util.most_constrained:
+    escalator = policy.escalator_removal is not None
+    if util.all_zero and not (escalator and W > 0):
+        proposal = Proposal(ZERO, "every request is zero: target 0")
+    elif W == 0:
+        proposal = _from_zero_ready(view, util, policy, T)
+    elif not util.most_constrained:
         return Proposal(T, f"no requested resource exists on ready nodes: keep target {show(T)}")
-    proposal = _from_utilisation(util, policy, T, W)
-    return _within_margin(proposal, T, policy.target_capacity_margin)
+    else:
+        # with Escalator's thresholds zero requests are 0% utilisation: the fast rate, not target 0
+        proposal = _from_utilisation(util, policy, T, W)
+        if not escalator:
+            return _within_margin(proposal, T, policy.target_capacity_margin)
+    # the taint thresholds are Escalator's band, its rates its step: no margin on top
+    return _escalator_bounds(proposal, W, policy) if escalator else proposal
+
+
+def _escalator_bounds(p: Proposal, ready: Fraction, policy: ScalingPolicy) -> Proposal:
+    """Escalator's node-count bounds on the ready (untainted) capacity, whatever the utilisation
+    said, the hold band included: above max_nodes come down to it, below min_nodes go up to it."""
+    hi, lo = policy.max_capacity, policy.min_capacity
+    if ready > hi and p.target > hi:
+        return Proposal(hi, f"{p.reason}; {show(ready)} ready > max_capacity {show(hi)}: at most {show(hi)}")
+    if ready < lo and p.target < lo:
+        return Proposal(lo, f"{p.reason}; {show(ready)} ready < min_capacity {show(lo)}: at least {show(lo)}")
+    return p
 
 
 def _from_utilisation(util: Utilisation, policy: ScalingPolicy, T: Fraction, W: Fraction) -> Proposal:
@@ -106,11 +123,12 @@ def _unit_resources(view: PoolView, policy: ScalingPolicy) -> tuple[dict[str, Fr
 
 
 def _within_margin(p: Proposal, T: Fraction, margin: Fraction) -> Proposal:
-    """Clusterman's target_capacity_margin: ignore a change smaller than margin × T.
+    """Clusterman's target_capacity_margin, on scale-down only: ignore a decrease smaller than margin × T.
 
-    Inside the band the result is T itself, nothing added to it: an offset applied on top of a kept
-    target is how Clusterman's capacity offset crept up run after run.
+    A scale-up is never held back: a margin that swallows increases leaves demand unmet until it
+    grows past the band. Inside the band the result is T itself, nothing added to it: an offset
+    applied on top of a kept target is how Clusterman's capacity offset crept up run after run.
     """
-    if T > 0 and p.target != T and abs(p.target - T) / T < margin:
+    if T > 0 and p.target < T and (T - p.target) / T < margin:
         return Proposal(T, f"{p.reason}, within margin {percent(margin)}% of target {show(T)}: keep {show(T)}")
     return p

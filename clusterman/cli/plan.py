@@ -14,7 +14,7 @@ from pathlib import Path
 
 from clusterman.autoscaler.decide import decide
 from clusterman.autoscaler.plan_input import PlanInputError
-from clusterman.autoscaler.plan_input import parse_plan
+from clusterman.autoscaler.plan_input import load_plan
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,11 +29,7 @@ def run_plan(args: argparse.Namespace) -> int:
         text = sys.stdin.read() if source == "stdin" else args.snapshot.read_text()
     except OSError as e:
         raise PlanInputError(source, "", f"cannot read: {e.strerror}") from e
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise PlanInputError(source, "", f"not valid JSON: {e}") from e
-    plan = parse_plan(doc, source, default_now=time.time())
+    plan = load_plan(text, source, default_now=time.time())
     decision = decide(plan.snapshot, plan.requests, plan.policy, plan.state, plan.now)
     print(json.dumps(decision.as_json(), indent=2, ensure_ascii=False))
     return 0

@@ -17,7 +17,7 @@ from typing import Any
 import staticconf
 import staticconf.config
 import yaml
-from staticconf.loader import YamlConfiguration
+from staticconf.loader import build_loader
 
 from clusterman.config.model import MainConfig
 from clusterman.config.model import PoolConfig
@@ -30,6 +30,74 @@ DEFAULT_ENV_CONFIG_PATH = "/nail/srv/configs/clusterman.yaml"
 # staticconf reports every key nobody declared to it at INFO; our schema validates them all instead.
 logging.getLogger("staticconf").setLevel(logging.WARNING)
 MAIN_NAMESPACE = "clusterman"
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available, as staticconf
+
+
+_INT_TAG = "tag:yaml.org,2002:int"
+
+
+class YamlValueError(Exception):
+    """A value YAML would load wrongly or not at all: the key path and what is wrong with it."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key, self.problem = key, problem
+
+
+def _strict_yaml(filename: str) -> Any:
+    """PyYAML's safe load, refusing what it would resolve silently or fail on without a key."""
+    with open(filename) as fh:
+        loader = _Loader(fh)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return {}
+            _check_document(loader, node, "", set())
+            return loader.construct_document(node)
+        finally:
+            loader.dispose()
+
+
+def _check_document(loader: Any, node: yaml.Node, path: str, visited: set[int]) -> None:
+    """Walk the composed document: a key written twice in one mapping (YAML keeps the last without
+    a word), and an integer Python will not read (over 4,300 digits), are refused with their path.
+    Keys merged in with ``<<: *anchor`` may be overridden by the mapping's own keys, as YAML intends."""
+    if id(node) in visited:  # an alias to a node already checked (or a recursive structure)
+        return
+    visited.add(id(node))
+    where = path or "(top level)"
+    if isinstance(node, yaml.ScalarNode) and node.tag == _INT_TAG:
+        try:
+            loader.construct_yaml_int(node)
+        except ValueError:
+            line = node.start_mark.line + 1
+            digits = sum(c.isdigit() for c in node.value)
+            raise YamlValueError(where, f"line {line}: a number of {digits} digits is too long") from None
+    elif isinstance(node, yaml.MappingNode):
+        seen: dict[tuple[str, str], int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                _check_document(loader, value_node, path, visited)
+                continue
+            name = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+            key_path = f"{path}.{name}" if path else name
+            if isinstance(key_node, yaml.ScalarNode):
+                identity = (key_node.tag, key_node.value)
+                line = key_node.start_mark.line + 1
+                first = seen.get(identity)
+                if first is not None:
+                    lines = f"twice on line {line}" if line == first else f"twice, at lines {first} and {line}"
+                    raise YamlValueError(key_path, f"given {lines}: YAML would silently keep the last; remove one")
+                seen[identity] = line
+            _check_document(loader, value_node, key_path, visited)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_document(loader, item, f"{path}[{i}]", visited)
+
+
+_StrictYamlConfiguration = build_loader(_strict_yaml)
 
 
 def default_env_config_path() -> str:
@@ -50,7 +118,9 @@ def read_yaml(path: str | os.PathLike[str], namespace: str) -> dict[str, Any]:
     # A reload replaces the namespace's values instead of tripping over duplicate keys.
     staticconf.config.get_namespace(namespace).clear()
     try:
-        data = YamlConfiguration(source, namespace=namespace, flatten=False)
+        data = _StrictYamlConfiguration(source, namespace=namespace, flatten=False)
+    except YamlValueError as e:
+        raise ConfigError(source, e.key, e.problem) from e
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""

@@ -89,12 +89,20 @@ class SignalConfig:
 @dataclass(frozen=True)
 class ClusterConfig:
     aws_region: str | None = None
-    aws_account_number: str | None = None
     mesos_master_fqdn: str | None = field(None, aliases={"fqdn": None})
     kubeconfig_path: str | None = None
-    cluster_manager: Scheduler | None = None
 
-    IGNORED_KEYS: ClassVar = frozenset({"mesos_api_url", "paasta_cluster", "max_weight_to_add", "max_weight_to_remove"})
+    # cluster_manager: each pool file's suffix says its scheduler; aws_account_number: nothing needs it
+    IGNORED_KEYS: ClassVar = frozenset(
+        {
+            "mesos_api_url",
+            "paasta_cluster",
+            "max_weight_to_add",
+            "max_weight_to_remove",
+            "cluster_manager",
+            "aws_account_number",
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -371,7 +379,10 @@ class PoolAutoscaling:
     (``2m``) to seconds. See docs/scaling.md.
     """
 
-    setpoint: float | None = field(None, check=fraction, aliases={"scale_up_threshold_percent": percent})
+    # Escalator's percents may pass 100 (its only rules: > 0, and ordered lower < upper < scale-up)
+    setpoint: float | None = field(
+        None, check=fraction, alias_check=positive, aliases={"scale_up_threshold_percent": percent}
+    )
     target_capacity_margin: float | None = field(None, check=unit_interval)
     excluded_resources: tuple[str, ...] | None = None
     prevent_scale_down_after_capacity_loss: bool = False
@@ -380,10 +391,16 @@ class PoolAutoscaling:
     # Escalator's removal below taint thresholds (all four or none): when set, they replace the
     # default scale-down (the target following utilisation down to the setpoint).
     taint_upper_capacity_threshold: float | None = field(
-        None, check=unit_interval, aliases={"taint_upper_capacity_threshold_percent": percent}
+        None,
+        check=unit_interval,
+        alias_check=positive,
+        aliases={"taint_upper_capacity_threshold_percent": percent},
     )
     taint_lower_capacity_threshold: float | None = field(
-        None, check=unit_interval, aliases={"taint_lower_capacity_threshold_percent": percent}
+        None,
+        check=unit_interval,
+        alias_check=positive,
+        aliases={"taint_lower_capacity_threshold_percent": percent},
     )
     slow_node_removal_rate: float | None = field(None, check=positive)  # weight units per run
     fast_node_removal_rate: float | None = field(None, check=positive)
@@ -587,7 +604,6 @@ class PoolConfig:
     )
     autoscaling: PoolAutoscaling = field(default_factory=PoolAutoscaling)
     draining_enabled: bool = False
-    alert_on_max_capacity: bool = True
     # Kubernetes (Clusterman's keys and defaults): the node label naming the pool, the pod label
     # naming it, and the pod annotation that pins a node ("false": never remove it).
     node_label_key: str = "clusterman.com/pool"
@@ -601,9 +617,17 @@ class PoolConfig:
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     prometheus_queries: PrometheusQueries = field(default_factory=PrometheusQueries)
 
-    # exclude_daemonset_pods: DaemonSet pods are always taken out of node capacity and demand here
+    # exclude_daemonset_pods: DaemonSet pods are always taken out of node capacity and demand here;
+    # alert_on_max_capacity: Clusterman's Sensu alert (here the decision's MAX_CAPACITY reason says it)
     IGNORED_KEYS: ClassVar = frozenset(
-        {"sensu_config", "node_migration", "pool_owner", "paasta_cluster", "exclude_daemonset_pods"}
+        {
+            "sensu_config",
+            "node_migration",
+            "pool_owner",
+            "paasta_cluster",
+            "exclude_daemonset_pods",
+            "alert_on_max_capacity",
+        }
     )
 
     def __post_init__(self) -> None:

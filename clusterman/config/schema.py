@@ -7,6 +7,8 @@ metadata may add:
   parser   -- a function that turns the raw YAML value into the field's value, used instead of
               the annotation-driven type check (for shapes such as lists of one-key maps)
   check    -- a predicate with a message, e.g. ``positive``; a failing value is an error
+  alias_check -- the check for a value given under an alias instead (Escalator's percents have
+              Escalator's bounds: ``scale_up_threshold_percent: 150`` is valid, ``setpoint: 1.5`` not)
   ignored  -- a key accepted for compatibility and not used (logged, never silently dropped)
 Unknown keys, wrong types and missing required keys raise ``ConfigError``.
 """
@@ -17,6 +19,7 @@ import dataclasses
 import enum
 import logging
 import math
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -57,10 +60,13 @@ def field(
     aliases: Mapping[str, Callable[[Any], Any] | None] | None = None,
     parser: Callable[[Any], Any] | None = None,
     check: Check | None = None,
+    alias_check: Check | None = None,
     doc: str = "",
 ) -> Any:
     """A dataclass field with the schema's extra metadata."""
     metadata = {"aliases": dict(aliases or {}), "parser": parser, "check": check, "doc": doc}
+    if alias_check is not None:
+        metadata["alias_check"] = alias_check
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -81,7 +87,7 @@ def parse(cls: type[T], raw: Any, source: str, path: str = "", ignored: frozense
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
-        raise ConfigError(source, path, f"expected a mapping, got {_describe(raw)}")
+        raise ConfigError(source, path, f"expected a mapping, got {describe(raw)}")
     hints = typing.get_type_hints(cls)
     by_name: dict[str, dataclasses.Field[Any]] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
@@ -121,6 +127,8 @@ def parse(cls: type[T], raw: Any, source: str, path: str = "", ignored: frozense
         if alias_convert is not None and converted is not None:
             converted = alias_convert(converted)
         check: Check | None = f.metadata.get("check")
+        if key != f.name and "alias_check" in f.metadata:
+            check = f.metadata["alias_check"]
         if check is not None and converted is not None and not check.predicate(converted):
             raise ConfigError(source, key_path, f"{check.message}, got {value!r}")
         values[f.name] = converted
@@ -156,28 +164,17 @@ def _coerce(tp: Any, value: Any, source: str, path: str) -> Any:
             except ConfigError as e:
                 errors.append(e.problem)
         raise ConfigError(source, path, " or ".join(errors))
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(source, path, f"expected true or false, got {_describe(value)}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise ConfigError(source, path, f"expected a whole number, got {_describe(value)}")
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if not math.isfinite(value):
-                raise ConfigError(source, path, f"expected a finite number, got {value!r}")
-            return float(value)
-        raise ConfigError(source, path, f"expected a number, got {_describe(value)}")
+    if tp in _SCALARS:
+        try:
+            return _SCALARS[tp](value)
+        except ValueError as e:
+            raise ConfigError(source, path, str(e)) from None
     if tp is str:
         if isinstance(value, str):
             return value
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)  # YAML reads `branch_or_tag: 1.0` as a number; a version is a string
-        raise ConfigError(source, path, f"expected a string, got {_describe(value)}")
+        raise ConfigError(source, path, f"expected a string, got {describe(value)}")
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         allowed = [m.value for m in tp]
         if value in allowed:
@@ -185,12 +182,12 @@ def _coerce(tp: Any, value: Any, source: str, path: str) -> Any:
         raise ConfigError(source, path, f"expected one of {', '.join(map(str, allowed))}, got {value!r}")
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(source, path, f"expected a list, got {_describe(value)}")
+            raise ConfigError(source, path, f"expected a list, got {describe(value)}")
         item_type = args[0]
         return tuple(_coerce(item_type, v, source, f"{path}[{i}]") for i, v in enumerate(value))
     if origin in (dict, Mapping) or tp is dict:
         if not isinstance(value, Mapping):
-            raise ConfigError(source, path, f"expected a mapping, got {_describe(value)}")
+            raise ConfigError(source, path, f"expected a mapping, got {describe(value)}")
         value_type = args[1] if args else Any
         return {str(k): _coerce(value_type, v, source, _join(path, str(k))) for k, v in value.items()}
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
@@ -202,11 +199,70 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _describe(value: Any) -> str:
+# The value checks shared by every validator of user documents (this schema for YAML, and
+# ``clusterman plan``'s JSON reader): one wording for one problem. Each raises ValueError with the
+# problem; the caller adds the file and the field.
+
+
+class TooLongNumber:
+    """An integer with more digits than Python converts (``sys.get_int_max_str_digits``): a JSON
+    reader's ``parse_int`` returns this instead of failing with no file or field named."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"a number of {self.digits} digits"
+
+
+def describe(value: Any, mapping: str = "a mapping") -> str:
+    """``value`` in a message; JSON readers call a mapping "an object"."""
     if value is None:
-        return "nothing (null)"
+        return "null"
     if isinstance(value, Mapping):
-        return "a mapping"
+        return mapping
     if isinstance(value, (list, tuple)):
         return "a list"
+    if isinstance(value, TooLongNumber):
+        return f"{value!r} (too long)"
     return f"{type(value).__name__} {value!r}"
+
+
+def _too_long(value: Any) -> None:
+    if isinstance(value, TooLongNumber):
+        raise ValueError(f"{value!r} is too long (at most {sys.get_int_max_str_digits()} digits)")
+
+
+def as_number(value: Any) -> float:
+    _too_long(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {describe(value)}")
+    if not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return float(value)
+
+
+def as_whole(value: Any) -> int:
+    _too_long(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise ValueError(f"expected a whole number, got {describe(value)}")
+
+
+def as_flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"expected true or false, got {describe(value)}")
+
+
+def checked(value: T, check: Check | None) -> T:
+    if check is not None and not check.predicate(value):
+        raise ValueError(f"{check.message}, got {value!r}")
+    return value
+
+
+_SCALARS: dict[Any, Callable[[Any], Any]] = {bool: as_flag, int: as_whole, float: as_number}
