@@ -5,6 +5,11 @@ cluster connector and writes ``clusterman.metrics.collector.collect``'s points t
 store. A pool that fails (scheduler unreachable, store down, a bug) is logged and skipped; the next
 run tries again: one failing run never ends the loop. ``--once`` runs once and exits 1 if any pool
 failed. ``clusterman collect-metrics`` is the same program.
+
+A pool with cloud resource groups (``asg``, ``sfr``) is read with the same cloud adapters as its
+autoscaler, so its capacity figures are written and a simulated scheduler has instances to turn
+into nodes. Beside its writes (never inside them) the collector applies the store's retention
+once an hour of wall-clock time (``RetentionPass``).
 """
 
 from __future__ import annotations
@@ -33,12 +38,15 @@ from clusterman.config.model import MainConfig
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.config.schema import ConfigError
+from clusterman.manager.setup import PoolSetup
+from clusterman.manager.wiring import cloud_for
 from clusterman.metrics.collector import collect
 from clusterman.metrics.factory import open_store as open_configured_store
 from clusterman.metrics.store import InMemoryStore
 from clusterman.metrics.store import MetricsError
 from clusterman.metrics.store import MetricsStore
 from clusterman.metrics.store import Point
+from clusterman.metrics.store import RetentionPass
 from clusterman.metrics.store import Series
 
 log = logging.getLogger(__name__)
@@ -78,8 +86,14 @@ def open_store(name: str, main: MainConfig) -> MetricsStore:
     return factory(main)
 
 
-def collect_once(pools: Sequence[Pool], store: MetricsStore, clock: Callable[[], float] = time.time) -> int:
-    """Snapshot every pool and write its points; returns how many pools failed (each is logged)."""
+def collect_once(
+    pools: Sequence[Pool],
+    store: MetricsStore,
+    clock: Callable[[], float] = time.time,
+    retention: Callable[[float], int] | None = None,
+) -> int:
+    """Snapshot every pool and write its points, then run ``retention`` (a ``RetentionPass``);
+    returns how many pools failed (each is logged)."""
     failures = 0
     for identity, connector in pools:
         try:
@@ -92,6 +106,8 @@ def collect_once(pools: Sequence[Pool], store: MetricsStore, clock: Callable[[],
         except Exception:  # a bug must not stop the other pools, nor the next run
             failures += 1
             log.exception("%s: no metrics this run: unexpected error", identity)
+    if retention is not None:
+        retention(clock())
     return failures
 
 
@@ -101,12 +117,13 @@ def run_forever(
     interval_seconds: float,
     stop: threading.Event,
     clock: Callable[[], float] = time.time,
+    retention: Callable[[float], int] | None = None,
 ) -> None:
     """Run every ``interval_seconds`` on a fixed grid from the first run; a run that overruns skips
     the slots it missed rather than bunching runs up. Returns when ``stop`` is set."""
     next_run = clock()
     while not stop.is_set():
-        collect_once(pools, store, clock)
+        collect_once(pools, store, clock, retention)
         next_run += interval_seconds
         late = clock() - next_run
         if late > 0:
@@ -147,7 +164,9 @@ def load_pools(main: MainConfig, cluster: str, wanted: Sequence[str], directory:
     for identity in identities:
         try:
             pool_config = load_pool_config(main, identity, directory)
-            pools.append((identity, connector_for_pool(main, identity, pool_config)))
+            uses_cloud = any(entry.kind in ("asg", "sfr") for entry in pool_config.resource_groups)
+            cloud = cloud_for(PoolSetup(main, identity, pool_config)) if uses_cloud else None
+            pools.append((identity, connector_for_pool(main, identity, pool_config, cloud=cloud)))
         except (ConfigError, ValueError) as e:
             log.error("%s: not collected: %s", identity, e)
     if not pools:
@@ -164,10 +183,11 @@ def run(args: argparse.Namespace) -> int:
     if args.store == "memory":
         log.warning("--store memory: points stay in this process and are lost when it exits")
     try:
+        retention = RetentionPass(store)
         if args.once:
-            return 1 if collect_once(pools, store) else 0
+            return 1 if collect_once(pools, store, retention=retention) else 0
         stop = stop_on_signals(log, "stopping after this run")
-        run_forever(pools, store, main.batches.cluster_metrics.run_interval_seconds, stop)
+        run_forever(pools, store, main.batches.cluster_metrics.run_interval_seconds, stop, retention=retention)
         return 0
     finally:
         for _, connector in pools:
