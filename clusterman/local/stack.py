@@ -198,6 +198,13 @@ def bootstrap_error(log_path: Path) -> str:
     return last[-1].strip() if last else "(it logged nothing)"
 
 
+def private_parent(run_dir: Path) -> Path:
+    """Where the bootstrap makes its private directory (supervisord's socket): the run's own
+    directory, unless its path is too long for a Unix socket (sun_path holds 107 bytes)."""
+    longest = run_dir / "clusterman-tree-xxxxxxxx" / "supervisor.sock"
+    return run_dir if len(str(longest)) <= 107 else Path(tempfile.gettempdir())
+
+
 def run(duration: float, run: RunDir, config_dir: Path = REPO / "config") -> int:
     run_dir = run.path
     (run_dir / "logs").mkdir(parents=True)
@@ -235,7 +242,7 @@ def run(duration: float, run: RunDir, config_dir: Path = REPO / "config") -> int
         bootstrap_log = (run_dir / "bootstrap.log").open("wb")
         bootstrap = subprocess.Popen(
             [sys.executable, "-m", "clusterman.batch.autoscaler_bootstrap", "--env-config-path", str(main_path),
-             "--private-dir-parent", str(run_dir), "--poll-interval", "2", "--codename", CODENAME],
+             "--private-dir-parent", str(private_parent(run_dir)), "--poll-interval", "2", "--codename", CODENAME],
             env=env, stdout=bootstrap_log, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=functools.partial(die_with_parent, os.getpid()),
             pass_fds=(run.fd,),  # the run stays locked while its bootstrap lives, even if we are killed
