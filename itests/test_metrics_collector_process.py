@@ -137,15 +137,21 @@ def test_collects_the_shipped_local_dev_cluster_against_moto(tmp_path):
     from clusterman.local.stack import create_pool_group
     from clusterman.local.stack import prepare_configs
 
-    with MotoServer() as moto:
-        config = prepare_configs(tmp_path, moto.url, events_port=0)
-        create_pool_group(moto.url)
-        done = subprocess.run(
+    def collect_once(config):
+        return subprocess.run(
             [sys.executable, "-m", "clusterman.cli.main", "--env-config-path", str(config),
              "collect-metrics", "--cluster", "local-dev", "--once", "--store", "stdout"],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
+
+    with MotoServer() as moto:
+        config = prepare_configs(tmp_path, moto.url, events_port=0)
+        create_pool_group(moto.url)
+        done = collect_once(config)
     assert done.returncode == 0, done.stderr
+    gone = collect_once(config)  # the AWS stopped: its instances are the nodes, so nothing is written
+    assert gone.returncode == 1 and gone.stdout == ""
+    assert "local-dev/default.simulated: no metrics this run: cannot read its resource groups" in gone.stderr
     got = {(p["type"], p["key"]): p["value"] for p in points(done.stdout)}
     key = "|cluster=local-dev,pool=default.simulated"
     assert got[("metadata", "target_capacity" + key)] == 1

@@ -27,6 +27,8 @@ from collections.abc import Iterable
 from collections.abc import Sequence
 
 from clusterman.batch.stopping import stop_on_signals
+from clusterman.cloud.view import GroupsCloudView
+from clusterman.cluster.cloud_view import CloudView
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.factory import connector_for_pool
@@ -37,6 +39,7 @@ from clusterman.config.loader import load_pool_config
 from clusterman.config.model import MainConfig
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
+from clusterman.config.model import Scheduler
 from clusterman.config.schema import ConfigError
 from clusterman.manager.setup import PoolSetup
 from clusterman.manager.wiring import cloud_for
@@ -84,6 +87,20 @@ def open_store(name: str, main: MainConfig) -> MetricsStore:
     if factory is None:
         raise ConfigError("--store", name, f"unknown metrics store (known: {', '.join(sorted(STORES))})")
     return factory(main)
+
+
+class WholeCloud:
+    """A simulated scheduler's nodes are its groups' instances: when a group cannot be read, its
+    nodes would look gone and the run would write zeros, so the run fails instead, saying why."""
+
+    def __init__(self, cloud: GroupsCloudView) -> None:
+        self.cloud = cloud
+
+    def cloud_view(self, now: float) -> CloudView:
+        view = self.cloud.cloud_view(now)
+        if self.cloud.errors:
+            raise ConnectorError("cannot read its resource groups: " + "; ".join(map(str, self.cloud.errors)))
+        return view
 
 
 def collect_once(
@@ -166,7 +183,8 @@ def load_pools(main: MainConfig, cluster: str, wanted: Sequence[str], directory:
             pool_config = load_pool_config(main, identity, directory)
             uses_cloud = any(entry.kind in ("asg", "sfr") for entry in pool_config.resource_groups)
             cloud = cloud_for(PoolSetup(main, identity, pool_config)) if uses_cloud else None
-            pools.append((identity, connector_for_pool(main, identity, pool_config, cloud=cloud)))
+            source = WholeCloud(cloud) if cloud is not None and identity.scheduler is Scheduler.SIMULATED else cloud
+            pools.append((identity, connector_for_pool(main, identity, pool_config, cloud=source)))
         except (ConfigError, ValueError) as e:
             log.error("%s: not collected: %s", identity, e)
     if not pools:
