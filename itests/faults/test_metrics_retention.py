@@ -105,3 +105,32 @@ def test_the_collectors_retention_pass_goes_by_the_wall_clock(tmp_path):
     assert after[CLUSTER_KEY] >= 1, "the collector's own point, written now, stays"
     read = cli(conf, "metrics", "read", "--type", "system_metrics", "--key", CLUSTER_KEY, "--minutes", "5", "--json")
     assert [p[1] for p in json.loads(read.stdout)["points"]] == [2.0], "two 1-cpu tasks, written just now"
+
+
+def test_a_failed_retention_pass_loses_nothing_and_runs_again_later(tmp_path, caplog):
+    from clusterman.config.model import MetricType
+    from clusterman.metrics.sqlite import SqliteStore
+    from clusterman.metrics.store import Point
+    from clusterman.metrics.store import RetentionPass
+
+    now = time.time()
+    store = SqliteStore(tmp_path / "m.sqlite3", retention_days=1, busy_timeout_seconds=0.2)
+    store.write([Point(MetricType.APP_METRICS, "a,b", int(now) - 2 * DAY, 1.0)])
+    retention = RetentionPass(store, every_seconds=3600)
+    other = subprocess.Popen(  # another process holds the database
+        [sys.executable, "-c", "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1], isolation_level=None);"
+         " c.execute('BEGIN EXCLUSIVE'); print('held', flush=True); time.sleep(600)", str(store.path)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "held"
+        assert retention(now) == 0
+        assert "retention pass failed (tried again in 3600 s)" in caplog.text and "m.sqlite3" in caplog.text
+    finally:
+        other.kill()
+        other.wait()
+    store.write([Point(MetricType.APP_METRICS, "a,b", int(now), 2.0)])
+    assert retention(now + 60) == 0, "not before the hour is up"
+    assert retention(now + 3600) == 1
+    assert store.read(MetricType.APP_METRICS, "a,b", 0, int(now) + 10) == [(int(now), 2.0)]
+    store.close()
