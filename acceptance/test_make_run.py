@@ -2,7 +2,8 @@
 
 The local stack replays a day of demand in four minutes (config/workloads/local-dev-day.yaml:
 quiet at night, busy in the afternoon). Over 150 s the pool must scale up with the morning's rise,
-keep utilisation near the setpoint, stay within its limits, and leave no process behind.
+keep utilisation near the setpoint, stay within its limits, and leave no process behind. While it
+runs, the operator commands it prints (through its env.sh) reach it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import re
 import statistics
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,10 +20,40 @@ REPO = Path(__file__).resolve().parents[1]
 LINE = re.compile(r"^\d\d:\d\d:\d\d demand cpus=(?P<demand>[\d.]+).*\| target (?P<old>\d+) -> (?P<new>\d+) \|")
 
 
+ENV_FILE = re.compile(r"^  \. (?P<path>\S+/env\.sh)$")
+
+
 @pytest.mark.timeout(420)
 def test_make_run_follows_the_demand_trace():
-    done = subprocess.run(["make", "-s", "run", "DURATION=150"], cwd=REPO, capture_output=True, text=True, timeout=400)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    proc = subprocess.Popen(
+        ["make", "-s", "run", "DURATION=150"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    lines: list[str] = []
+    deciding = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if sum(1 for seen in lines if LINE.match(seen)) >= 3:
+                deciding.set()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    status = None
+    if deciding.wait(timeout=200):
+        (env_file,) = [m["path"] for m in map(ENV_FILE.match, lines) if m]
+        command = f". {env_file} && {REPO}/.venv/bin/clusterman status"
+        status = subprocess.run(["bash", "-c", command], cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc.wait(timeout=400)
+    reader.join()
+    stdout = "\n".join(lines)
+    assert proc.returncode == 0, stdout[-3000:]
+    assert status is not None, stdout[-3000:]
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "local-dev/default.simulated: enabled" in status.stdout
+    assert "asg local-dev-default-asg: target" in status.stdout and "utilisation (last decision)" in status.stdout
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, "")
     decisions = [LINE.match(line) for line in done.stdout.splitlines()]
     runs = [(float(m["demand"]), int(m["new"])) for m in decisions if m]
     assert len(runs) >= 20, done.stdout[-3000:]  # one every 5 s, after the tree came up

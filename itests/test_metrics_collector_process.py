@@ -128,3 +128,33 @@ def test_configured_sqlite_store_is_what_signals_read(tmp_path):
     )  # fmt: skip
     assert read.returncode == 0, read.stderr
     assert "3.5" in read.stdout
+
+
+def test_collects_the_shipped_local_dev_cluster_against_moto(tmp_path):
+    """config/'s only cluster: a simulated scheduler whose nodes are an Auto Scaling group's
+    instances, read with the autoscaler's own cloud adapter (moto's server as the AWS)."""
+    from clusterman.local.moto_server import MotoServer
+    from clusterman.local.stack import create_pool_group
+    from clusterman.local.stack import prepare_configs
+
+    def collect_once(config):
+        return subprocess.run(
+            [sys.executable, "-m", "clusterman.cli.main", "--env-config-path", str(config),
+             "collect-metrics", "--cluster", "local-dev", "--once", "--store", "stdout"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    with MotoServer() as moto:
+        config = prepare_configs(tmp_path, moto.url, events_port=0)
+        create_pool_group(moto.url)
+        done = collect_once(config)
+    assert done.returncode == 0, done.stderr
+    gone = collect_once(config)  # the AWS stopped: its instances are the nodes, so nothing is written
+    assert gone.returncode == 1 and gone.stdout == ""
+    assert "local-dev/default.simulated: no metrics this run: cannot read its resource groups" in gone.stderr
+    got = {(p["type"], p["key"]): p["value"] for p in points(done.stdout)}
+    key = "|cluster=local-dev,pool=default.simulated"
+    assert got[("metadata", "target_capacity" + key)] == 1
+    assert got[("metadata", "fulfilled_capacity" + key)] == {"<m5.large, us-west-2a>": 1.0}
+    assert got[("metadata", "ready_nodes" + key)] == 1
+    assert got[("metadata", "cpus_total" + key)] == 2

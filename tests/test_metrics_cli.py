@@ -62,15 +62,36 @@ def test_reading_a_key_with_no_data_prints_an_empty_window(tmp_path, capsys):
 
 def test_write_takes_numbers_and_mappings_and_refuses_the_rest(tmp_path, capsys):
     db = tmp_path / "metrics.sqlite3"
-    base = ["metrics", "write", "--sqlite", str(db), "--type", "metadata", "--key", "fc", "--timestamp"]
+    fc = "fc|cluster=c,pool=p.simulated"
+    base = ["metrics", "write", "--sqlite", str(db), "--type", "metadata", "--key", fc, "--timestamp"]
     assert run(capsys, *base, "100", "--value", "3.5")[0] == 0
     assert run(capsys, *base, "160", "--value", '{"<m5.large, us-west-2a>": 2}')[0] == 0
     status, _, err = run(capsys, *base, "220", "--value", "lots")
-    assert status == 1 and err.strip() == "clusterman metrics: fc: metric value must be a number, got 'lots'"
+    assert status == 1 and err.strip() == f"clusterman metrics: {fc}: metric value must be a number, got 'lots'"
     status, _, err = run(capsys, *base, "220", "--value", '{"a": "x"}')
-    assert status == 1 and "fc[a]: metric value must be a number, got 'x'" in err
+    assert status == 1 and f"{fc}[a]: metric value must be a number, got 'x'" in err
     store = SqliteStore(db)
-    assert store.read(MetricType.METADATA, "fc", 0, 1000) == [(100, 3.5), (160, {"<m5.large, us-west-2a>": 2.0})]
+    assert store.read(MetricType.METADATA, fc, 0, 1000) == [(100, 3.5), (160, {"<m5.large, us-west-2a>": 2.0})]
+
+
+@pytest.mark.parametrize(
+    ("metric_type", "key", "timestamp", "message"),
+    [
+        ("app_metrics", "", "5", "--key: the app_metrics key is empty"),
+        ("system_metrics", "  ", "5", "--key: the system_metrics key is empty"),
+        ("system_metrics", "cpus_allocated", "5", "--key 'cpus_allocated': system_metrics keys carry dimensions, "
+         "e.g. 'cpus_allocated|cluster=<cluster>,pool=<pool>.<scheduler>' (signals read them by those)"),
+        ("metadata", "target_capacity|", "5", "--key 'target_capacity|': metadata keys carry dimensions"),
+        ("app_metrics", "queue_depth", "5", "--key 'queue_depth': app metrics are keyed <app>,<name>"),
+        ("app_metrics", "a,b", "-1", "--timestamp -1: must be Unix seconds, at least 0"),
+    ],
+)  # fmt: skip
+def test_write_refuses_keys_nobody_reads_and_negative_times(tmp_path, capsys, metric_type, key, timestamp, message):
+    db = tmp_path / "metrics.sqlite3"
+    argv = ["metrics", "write", "--sqlite", str(db), "--type", metric_type, "--key", key, "--timestamp", timestamp]
+    status, _, err = run(capsys, *argv, "--value", "1")
+    assert status == 1 and message in err and len(err.splitlines()) == 1, err
+    assert not db.exists(), "nothing was written"
 
 
 def test_missing_database_and_file_are_one_line_each(tmp_path, capsys):

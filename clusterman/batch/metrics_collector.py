@@ -5,6 +5,11 @@ cluster connector and writes ``clusterman.metrics.collector.collect``'s points t
 store. A pool that fails (scheduler unreachable, store down, a bug) is logged and skipped; the next
 run tries again: one failing run never ends the loop. ``--once`` runs once and exits 1 if any pool
 failed. ``clusterman collect-metrics`` is the same program.
+
+A pool with cloud resource groups (``asg``, ``sfr``) is read with the same cloud adapters as its
+autoscaler, so its capacity figures are written and a simulated scheduler has instances to turn
+into nodes. Beside its writes (never inside them) the collector applies the store's retention
+once an hour of wall-clock time (``RetentionPass``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from collections.abc import Iterable
 from collections.abc import Sequence
 
 from clusterman.batch.stopping import stop_on_signals
+from clusterman.cloud.view import GroupsCloudView
+from clusterman.cluster.cloud_view import CloudView
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.factory import connector_for_pool
@@ -32,13 +39,17 @@ from clusterman.config.loader import load_pool_config
 from clusterman.config.model import MainConfig
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
+from clusterman.config.model import Scheduler
 from clusterman.config.schema import ConfigError
+from clusterman.manager.setup import PoolSetup
+from clusterman.manager.wiring import cloud_for
 from clusterman.metrics.collector import collect
 from clusterman.metrics.factory import open_store as open_configured_store
 from clusterman.metrics.store import InMemoryStore
 from clusterman.metrics.store import MetricsError
 from clusterman.metrics.store import MetricsStore
 from clusterman.metrics.store import Point
+from clusterman.metrics.store import RetentionPass
 from clusterman.metrics.store import Series
 
 log = logging.getLogger(__name__)
@@ -78,8 +89,28 @@ def open_store(name: str, main: MainConfig) -> MetricsStore:
     return factory(main)
 
 
-def collect_once(pools: Sequence[Pool], store: MetricsStore, clock: Callable[[], float] = time.time) -> int:
-    """Snapshot every pool and write its points; returns how many pools failed (each is logged)."""
+class WholeCloud:
+    """A simulated scheduler's nodes are its groups' instances: when a group cannot be read, its
+    nodes would look gone and the run would write zeros, so the run fails instead, saying why."""
+
+    def __init__(self, cloud: GroupsCloudView) -> None:
+        self.cloud = cloud
+
+    def cloud_view(self, now: float) -> CloudView:
+        view = self.cloud.cloud_view(now)
+        if self.cloud.errors:
+            raise ConnectorError("cannot read its resource groups: " + "; ".join(map(str, self.cloud.errors)))
+        return view
+
+
+def collect_once(
+    pools: Sequence[Pool],
+    store: MetricsStore,
+    clock: Callable[[], float] = time.time,
+    retention: Callable[[float], int] | None = None,
+) -> int:
+    """Snapshot every pool and write its points, then run ``retention`` (a ``RetentionPass``);
+    returns how many pools failed (each is logged)."""
     failures = 0
     for identity, connector in pools:
         try:
@@ -92,6 +123,8 @@ def collect_once(pools: Sequence[Pool], store: MetricsStore, clock: Callable[[],
         except Exception:  # a bug must not stop the other pools, nor the next run
             failures += 1
             log.exception("%s: no metrics this run: unexpected error", identity)
+    if retention is not None:
+        retention(clock())
     return failures
 
 
@@ -101,12 +134,13 @@ def run_forever(
     interval_seconds: float,
     stop: threading.Event,
     clock: Callable[[], float] = time.time,
+    retention: Callable[[float], int] | None = None,
 ) -> None:
     """Run every ``interval_seconds`` on a fixed grid from the first run; a run that overruns skips
     the slots it missed rather than bunching runs up. Returns when ``stop`` is set."""
     next_run = clock()
     while not stop.is_set():
-        collect_once(pools, store, clock)
+        collect_once(pools, store, clock, retention)
         next_run += interval_seconds
         late = clock() - next_run
         if late > 0:
@@ -147,7 +181,10 @@ def load_pools(main: MainConfig, cluster: str, wanted: Sequence[str], directory:
     for identity in identities:
         try:
             pool_config = load_pool_config(main, identity, directory)
-            pools.append((identity, connector_for_pool(main, identity, pool_config)))
+            uses_cloud = any(entry.kind in ("asg", "sfr") for entry in pool_config.resource_groups)
+            cloud = cloud_for(PoolSetup(main, identity, pool_config)) if uses_cloud else None
+            source = WholeCloud(cloud) if cloud is not None and identity.scheduler is Scheduler.SIMULATED else cloud
+            pools.append((identity, connector_for_pool(main, identity, pool_config, cloud=source)))
         except (ConfigError, ValueError) as e:
             log.error("%s: not collected: %s", identity, e)
     if not pools:
@@ -164,10 +201,11 @@ def run(args: argparse.Namespace) -> int:
     if args.store == "memory":
         log.warning("--store memory: points stay in this process and are lost when it exits")
     try:
+        retention = RetentionPass(store)
         if args.once:
-            return 1 if collect_once(pools, store) else 0
+            return 1 if collect_once(pools, store, retention=retention) else 0
         stop = stop_on_signals(log, "stopping after this run")
-        run_forever(pools, store, main.batches.cluster_metrics.run_interval_seconds, stop)
+        run_forever(pools, store, main.batches.cluster_metrics.run_interval_seconds, stop, retention=retention)
         return 0
     finally:
         for _, connector in pools:

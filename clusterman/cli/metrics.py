@@ -27,6 +27,7 @@ from clusterman.metrics.sqlite import SqliteStore
 from clusterman.metrics.store import MetricsStore
 from clusterman.metrics.store import Point
 from clusterman.metrics.store import Value
+from clusterman.metrics.store import split_key
 
 WRITE_CHUNK = 10_000
 TYPES = [t.value for t in MetricType]
@@ -129,9 +130,31 @@ def parse_value(text: str) -> Value | Any:
         return text
 
 
+def check_key(metric_type: MetricType, key: str) -> None:
+    """Refuse a key no reader would ever look up: signals read system metrics and metadata by
+    their dimensions, app metrics by their ``<app>,`` prefix."""
+    if not key.strip():
+        raise ValueError(f"--key: the {metric_type.value} key is empty")
+    if metric_type is MetricType.APP_METRICS:
+        app, _, name = key.partition(",")
+        if not app or not name:
+            raise ValueError(f"--key {key!r}: app metrics are keyed <app>,<name> (e.g. 'batchjobs,queue_depth')")
+        return
+    name, dimensions = split_key(key)
+    if not name or not dimensions:
+        raise ValueError(
+            f"--key {key!r}: {metric_type.value} keys carry dimensions, "
+            f"e.g. '{name or 'cpus_allocated'}|cluster=<cluster>,pool=<pool>.<scheduler>' (signals read them by those)"
+        )
+
+
 def run_write(args: argparse.Namespace) -> int:
+    metric_type = MetricType(args.type)
+    check_key(metric_type, args.key)
+    if args.timestamp is not None and args.timestamp < 0:
+        raise ValueError(f"--timestamp {args.timestamp}: must be Unix seconds, at least 0")
     timestamp = args.timestamp if args.timestamp is not None else int(time.time())
-    point = Point(MetricType(args.type), args.key, timestamp, parse_value(args.value))
+    point = Point(metric_type, args.key, timestamp, parse_value(args.value))
     store = store_from_args(args)
     try:
         store.write([point])
@@ -156,6 +179,15 @@ def run_load(args: argparse.Namespace) -> int:
         store.close()
     keys = sum(len(by_key) for by_key in data.values())
     print(f"loaded {count_points(data)} points of {keys} keys from {args.input} into {store!r}")
+    if store.retention_seconds:
+        cutoff = time.time() - store.retention_seconds
+        old = sum(1 for by_key in data.values() for series in by_key.values() for ts, _ in series if ts < cutoff)
+        if old:
+            days = store.retention_seconds / 86400
+            print(
+                f"note: {old} points are older than the retention ({days:g} days) and will be removed by the "
+                "store's next retention pass (metrics.retention_days; 0 keeps everything)"
+            )
     return 0
 
 

@@ -7,8 +7,13 @@
    the embedded AWS: supervisord fetches the signal from S3, starts it, starts the autoscaler.
 4. The autoscaler scales the group; a simulated scheduler turns its instances into nodes and
    replays a day of demand in four minutes (``config/workloads/local-dev-day.yaml``).
-One line per decision is printed here; the event and metrics endpoints are printed at start.
+One line per decision is printed here; the event and metrics endpoints, and the operator commands
+that reach this stack (``env.sh`` in its directory), are printed at start.
 The stack stops after ``--duration`` seconds (0: never) or on Ctrl-C, and leaves no process behind.
+
+Each run has its own directory ``.local-stack/<run id>/`` (``.local-stack/latest`` points at the
+newest) and its own signal socket names (``CMAN_SIGNAL_SOCKET_PREFIX=cman-<run id>-``), so two
+stacks on one host, or two people's, never touch each other (``clusterman.local.rundir``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import functools
 import json
 import logging
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -35,6 +42,11 @@ from clusterman.batch.stopping import stop_on_signals
 from clusterman.local.moto_server import FAKE_CREDENTIALS
 from clusterman.local.moto_server import MotoServer
 from clusterman.local.moto_server import free_port
+from clusterman.local.rundir import RunDir
+from clusterman.local.rundir import StackBusy
+from clusterman.local.rundir import claim
+from clusterman.local.rundir import claim_new
+from clusterman.local.rundir import socket_prefix
 from clusterman.signals.artifacts import ArtifactLocation
 from clusterman.signals.artifacts import build_artifact
 from clusterman.signals.artifacts import upload_artifact
@@ -48,10 +60,10 @@ CODENAME = "local"
 AUTOSCALER_ARGS = "--period-seconds 5 --no-splay --collect-metrics"
 
 
-def prepare_configs(run_dir: Path, moto_url: str, events_port: int) -> Path:
-    """A copy of config/ whose main file points at the embedded AWS and keeps state in ``run_dir``."""
+def prepare_configs(run_dir: Path, moto_url: str, events_port: int, config_dir: Path = REPO / "config") -> Path:
+    """A copy of ``config_dir`` whose main file points at the embedded AWS and keeps state in ``run_dir``."""
     srv = run_dir / "srv-configs"
-    shutil.copytree(REPO / "config", srv)
+    shutil.copytree(config_dir, srv)
     main_path = srv / "clusterman.yaml"
     main = yaml.safe_load(main_path.read_text())
     main.setdefault("aws", {}).update({"endpoint_url": moto_url, "region": REGION})
@@ -132,16 +144,77 @@ def follow(path: Path, stop: threading.Event, show: Any) -> None:
                 show(line.rstrip("\n"))
 
 
-def run(duration: float, run_dir: Path) -> int:
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
+def operator_environment(main_path: Path, prefix: str) -> dict[str, str]:
+    """What ``clusterman status|manage|disable|events`` need to reach this stack."""
+    return {
+        "CMAN_ENV_CONFIG_PATH": str(main_path),
+        "CMAN_CLUSTER": CLUSTER,
+        "CMAN_POOL": POOL,
+        "CMAN_SCHEDULER": SCHEDULER,
+        "CMAN_SIGNAL_SOCKET_PREFIX": prefix,
+        **FAKE_CREDENTIALS,
+    }
+
+
+def write_env_file(path: Path, env: dict[str, str]) -> None:
+    lines = [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    header = "# written by `make run`: `. <this file>` points clusterman at that stack (moto's fake AWS keys)\n"
+    path.write_text(header + "\n".join(lines) + "\n")
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the current directory when under it (what a person would type)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def operator_commands(env_file: Path) -> list[str]:
+    cli = Path(sys.executable).parent / "clusterman"
+    command = shown(cli) if cli.exists() else f"{shown(Path(sys.executable))} -m clusterman.cli.main"
+    return [
+        f". {shown(env_file)}",
+        f"{command} status",
+        f"{command} manage --target-capacity 5 --dry-run",
+        f"{command} disable --until 10m --reason trying; {command} enable",
+    ]
+
+
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (?P<logger>\S+) (?P<level>[A-Z]+) (?P<message>.*)$")
+
+
+def bootstrap_error(log_path: Path) -> str:
+    """The bootstrap's last ERROR line (its one-line cause), else the log's last line."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError as e:
+        return f"(cannot read {log_path}: {e.strerror})"
+    for line in reversed(lines):
+        m = LOG_LINE.match(line)
+        if m and m["level"] in ("ERROR", "CRITICAL"):
+            return m["message"]
+    last = [line for line in lines if line.strip()]
+    return last[-1].strip() if last else "(it logged nothing)"
+
+
+def private_parent(run_dir: Path) -> Path:
+    """Where the bootstrap makes its private directory (supervisord's socket): the run's own
+    directory, unless its path is too long for a Unix socket (sun_path holds 107 bytes)."""
+    longest = run_dir / "clusterman-tree-xxxxxxxx" / "supervisor.sock"
+    return run_dir if len(str(longest)) <= 107 else Path(tempfile.gettempdir())
+
+
+def run(duration: float, run: RunDir, config_dir: Path = REPO / "config") -> int:
+    run_dir = run.path
     (run_dir / "logs").mkdir(parents=True)
+    prefix = socket_prefix(run.run_id)
     stop = stop_on_signals(logging.getLogger("clusterman.local.stack"), "stopping the stack")
     moto = MotoServer(log_path=run_dir / "moto.log").start()
     bootstrap: subprocess.Popen[bytes] | None = None
     try:
         events_port = free_port()
-        main_path = prepare_configs(run_dir, moto.url, events_port)
+        main_path = prepare_configs(run_dir, moto.url, events_port, config_dir)
         bucket = yaml.safe_load(main_path.read_text())["aws"]["signals_bucket"]
         create_bucket(moto.url, bucket)
         group = create_pool_group(moto.url)
@@ -161,16 +234,23 @@ def run(duration: float, run_dir: Path) -> int:
             "CMAN_ARGS": AUTOSCALER_ARGS,
             "CMAN_LOG_DIR": str(run_dir / "logs"),
             "CMAN_SIGNALS_DIR": str(run_dir / "signals"),
+            "CMAN_SIGNAL_SOCKET_PREFIX": prefix,
             "PYTHONUNBUFFERED": "1",
         }
+        env_file = run_dir / "env.sh"
+        write_env_file(env_file, operator_environment(main_path, prefix))
         bootstrap_log = (run_dir / "bootstrap.log").open("wb")
         bootstrap = subprocess.Popen(
             [sys.executable, "-m", "clusterman.batch.autoscaler_bootstrap", "--env-config-path", str(main_path),
-             "--private-dir-parent", str(run_dir), "--poll-interval", "2", "--codename", CODENAME],
+             "--private-dir-parent", str(private_parent(run_dir)), "--poll-interval", "2", "--codename", CODENAME],
             env=env, stdout=bootstrap_log, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=functools.partial(die_with_parent, os.getpid()),
+            pass_fds=(run.fd,),  # the run stays locked while its bootstrap lives, even if we are killed
         )  # fmt: skip
-        print(f"bootstrap started (logs in {run_dir}); events and /metrics: http://127.0.0.1:{events_port}")
+        print(f"bootstrap started (logs in {shown(run_dir)}); events and /metrics: http://127.0.0.1:{events_port}")
+        print(f"operator commands for this stack (its config and moto's fake AWS keys are in {shown(env_file)}):")
+        for line in operator_commands(env_file):
+            print(f"  {line}")
         print("time     (UTC)  demand | utilisation | action | target | why")
         follower = threading.Thread(
             target=follow, args=(run_dir / "logs" / "autoscaler.log", stop, lambda s: print(s, flush=True))
@@ -179,7 +259,9 @@ def run(duration: float, run_dir: Path) -> int:
         deadline = time.monotonic() + duration if duration > 0 else float("inf")
         while not stop.is_set() and time.monotonic() < deadline:
             if bootstrap.poll() is not None:
-                print(f"the bootstrap exited with status {bootstrap.returncode}; see {run_dir / 'bootstrap.log'}")
+                cause = bootstrap_error(run_dir / "bootstrap.log")
+                print(f"the bootstrap exited with status {bootstrap.returncode}: {cause}")
+                print(f"(its whole log: {shown(run_dir / 'bootstrap.log')})")
                 return 1
             stop.wait(0.5)
         return 0
@@ -209,9 +291,23 @@ def _stop_tree(bootstrap: subprocess.Popen[bytes]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clusterman.local.stack", description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: run until Ctrl-C)")
-    parser.add_argument("--run-dir", type=Path, default=REPO / ".local-stack", help="logs, state and configs")
+    parser.add_argument(
+        "--base-dir", type=Path, default=REPO / ".local-stack", help="each run makes <base>/<run id> and <base>/latest"
+    )
+    parser.add_argument(
+        "--run-dir", type=Path, default=None, help="use this directory (refused while a stack runs in it)"
+    )
+    parser.add_argument("--config-dir", type=Path, default=REPO / "config", help="the srv-configs to copy (config/)")
     args = parser.parse_args(argv)
-    return run(args.duration, args.run_dir)
+    try:
+        owned = claim(args.run_dir) if args.run_dir is not None else claim_new(args.base_dir)
+    except StackBusy as e:
+        print(f"clusterman.local.stack: {e}", file=sys.stderr)
+        return 1
+    try:
+        return run(args.duration, owned, args.config_dir)
+    finally:
+        owned.release()
 
 
 if __name__ == "__main__":

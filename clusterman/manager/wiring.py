@@ -6,6 +6,7 @@ use, so building never touches the network.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from clusterman.aws.session import AwsSettings
@@ -26,6 +27,7 @@ from clusterman.manager.setup import PoolSetup
 from clusterman.metrics.collector import collect
 from clusterman.metrics.factory import open_store
 from clusterman.metrics.store import MetricsStore
+from clusterman.metrics.store import RetentionPass
 from clusterman.signals.client import SignalClient
 from clusterman.signals.client import allowed_uids_from_env
 from clusterman.signals.evaluator import SignalEvaluator
@@ -97,10 +99,12 @@ def build_cycle(
         return pause_status(state_store, setup.identity, now)
 
     store = open_store(setup.main, setup.pool, setup.identity) if collect_metrics else None
+    retention = RetentionPass(store) if store is not None else None
 
     def write_metrics(snapshot: PoolSnapshot) -> None:
-        assert store is not None
+        assert store is not None and retention is not None
         store.write(collect(snapshot, setup.identity))
+        retention(time.time())  # beside the write, on the wall clock: a write never deletes
 
     return Cycle(
         connector=connector,

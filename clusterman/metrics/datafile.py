@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 from collections.abc import Iterator
 from collections.abc import Mapping
@@ -92,8 +93,10 @@ def _parse_series(series: Any, where: str, ordered: bool) -> Series:
         stamp, value = point
         if isinstance(stamp, Mapping) and "timestamp" in stamp:  # an arrow.Arrow, pickled
             stamp = stamp["timestamp"]
-        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)):
-            raise ValueError(f"{where}[{i}]: timestamp must be Unix seconds, got {stamp!r}")
+        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not math.isfinite(stamp) or stamp < 0:
+            raise ValueError(
+                f"{where}[{i}]: timestamp must be Unix seconds (a finite number, at least 0), got {stamp!r}"
+            )
         if ordered and points and int(stamp) <= points[-1][0]:
             raise ValueError(
                 f"{where}[{i}]: timestamp {int(stamp)} is not after the previous point's ({points[-1][0]}): "

@@ -4,7 +4,10 @@ Three tables (``clusterman_system_metrics``, ``clusterman_app_metrics``, ``clust
 default), hash key ``key`` (S), range key ``timestamp`` (N). A number is the attribute ``value``; a
 mapping such as ``fulfilled_capacity`` is one numeric attribute per entry (``<m5.large, us-west-2a>``),
 as Clusterman stores it. With a retention, every item carries the TTL attribute
-(``expiration_timestamp`` by default) = its timestamp + the retention, in Unix seconds.
+(``expiration_timestamp`` by default) = its timestamp + the retention, in Unix seconds: DynamoDB
+expires each item on its own against the wall clock, so one item never shortens another's life.
+Points more than a few minutes ahead of this host's clock (milliseconds, a wrong clock) are
+refused before anything is sent: their TTL would keep them forever.
 
 Writes go in ``BatchWriteItem`` requests of 25, several at once; items DynamoDB leaves unprocessed
 are retried with backoff. Reads are paginated ``Query`` calls, one per key, several at once.
@@ -38,6 +41,7 @@ from clusterman.metrics.store import MetricsStore
 from clusterman.metrics.store import Point
 from clusterman.metrics.store import Series
 from clusterman.metrics.store import Value
+from clusterman.metrics.store import check_not_future
 from clusterman.metrics.store import matching_keys
 
 log = logging.getLogger(__name__)
@@ -63,6 +67,7 @@ class DynamoDBStore(MetricsStore):
         concurrency: int = 8,
         page_size: int | None = None,
         backoff_seconds: float = 0.05,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.tables = tables
@@ -73,6 +78,7 @@ class DynamoDBStore(MetricsStore):
         self.concurrency = concurrency
         self.page_size = page_size
         self.backoff_seconds = backoff_seconds
+        self.clock = clock
         self._client: Any = None
         self._lock = threading.Lock()
         self._reserved = {"key", "timestamp", "value", tables.ttl_attribute}
@@ -149,8 +155,13 @@ class DynamoDBStore(MetricsStore):
 
     def write(self, points: Iterable[Point]) -> None:
         by_table: dict[str, dict[tuple[str, int], Item]] = {}
+        newest: Point | None = None
         for p in points:  # one item per (key, timestamp): DynamoDB rejects a batch with duplicates
             by_table.setdefault(self.tables.table(p.metric_type), {})[(p.key, p.timestamp)] = self._item(p)
+            if newest is None or p.timestamp > newest.timestamp:
+                newest = p
+        if newest is not None:
+            check_not_future(newest.key, newest.timestamp, self.clock())
         batches = [
             (table, items[i : i + BATCH_SIZE])
             for table, by_key in by_table.items()

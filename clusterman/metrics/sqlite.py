@@ -11,14 +11,21 @@ autoscaler, ``clusterman metrics read``) work at once; readers see the last comm
 every ``read_many`` is one consistent snapshot. Ids are looked up inside each write's transaction,
 never cached, so nothing goes stale between processes. A writer that finds the file locked waits up
 to ``busy_timeout_seconds`` and then raises ``MetricsError``, as does every other SQLite failure.
+
+Retention: a write never deletes. ``prune(now)`` removes, series by series (each delete one
+primary-key range, one short transaction), the points older than ``now`` minus the retention,
+``now`` being the wall clock, never the data's newest timestamp: a point from the future (or in
+milliseconds) is refused by ``write`` and could not have pushed everything else out anyway.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import sqlite3
+import time
 import urllib.parse
 from collections.abc import Callable
 from collections.abc import Iterable
@@ -35,12 +42,12 @@ from clusterman.metrics.store import MetricsStore
 from clusterman.metrics.store import Point
 from clusterman.metrics.store import Series
 from clusterman.metrics.store import Value
+from clusterman.metrics.store import check_not_future
 from clusterman.metrics.store import matching_keys
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-PRUNE_EVERY_SECONDS = 3600  # of data time: retention is applied at most once per hour of points written
 T = TypeVar("T")
 
 CACHE_KIB = 65536  # SQLite's page cache per connection (grown only as used): inserts stay in memory longer
@@ -67,12 +74,18 @@ def _decode(stored: Any) -> Value:
 class SqliteStore(MetricsStore):
     """``SqliteStore(path)``; the file is opened on first use and created by the first write."""
 
-    def __init__(self, path: str | os.PathLike[str], retention_days: int = 0, busy_timeout_seconds: float = 10.0):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        retention_days: int = 0,
+        busy_timeout_seconds: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ):
         self.path = Path(path)
         self.retention_seconds = retention_days * 86400
         self.busy_timeout_seconds = busy_timeout_seconds
+        self.clock = clock  # writes refuse points too far ahead of it
         self._conn: sqlite3.Connection | None = None
-        self._pruned_at: int | None = None  # newest data timestamp at the last retention pass
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -167,20 +180,20 @@ class SqliteStore(MetricsStore):
     # -- the store interface ------------------------------------------------------------------
 
     def write(self, points: Iterable[Point]) -> None:
+        """Insert or replace the points, all or none; refuses the lot when one is from the future."""
         rows: list[tuple[MetricType, str, int, float | str]] = []
-        newest = -1
+        newest: Point | None = None
         for p in points:
             rows.append((p.metric_type, p.key, p.timestamp, _encode(p.value) if isinstance(p.value, dict) else p.value))
-            if p.timestamp > newest:
-                newest = p.timestamp
-        if not rows:
+            if newest is None or p.timestamp > newest.timestamp:
+                newest = p
+        if newest is None:
             return
+        check_not_future(newest.key, newest.timestamp, self.clock())
         conn = self._connect(create=True)
-        self._guard("write to", lambda: self._write_rows(conn, rows, newest))
+        self._guard("write to", lambda: self._write_rows(conn, rows))
 
-    def _write_rows(
-        self, conn: sqlite3.Connection, rows: list[tuple[MetricType, str, int, float | str]], newest: int
-    ) -> None:
+    def _write_rows(self, conn: sqlite3.Connection, rows: list[tuple[MetricType, str, int, float | str]]) -> None:
         with self._transaction(conn, "BEGIN IMMEDIATE"):
             names = {(metric_type.value, key) for metric_type, key, _, _ in rows}
             conn.executemany("INSERT OR IGNORE INTO series (metric_type, key) VALUES (?, ?)", names)
@@ -189,21 +202,30 @@ class SqliteStore(MetricsStore):
                 "INSERT OR REPLACE INTO points VALUES (?, ?, ?)",
                 [(ids[metric_type.value, key], ts, value) for metric_type, key, ts, value in rows],
             )
-            if self.retention_seconds and (self._pruned_at is None or newest - self._pruned_at >= PRUNE_EVERY_SECONDS):
-                self._prune(conn, newest - self.retention_seconds)
-                self._pruned_at = newest
 
     @staticmethod
     def _series_id(conn: sqlite3.Connection, type_name: str, key: str) -> int | None:
         row = conn.execute("SELECT id FROM series WHERE metric_type = ? AND key = ?", (type_name, key)).fetchone()
         return None if row is None else int(row[0])
 
-    def _prune(self, conn: sqlite3.Connection, before: int) -> None:
-        """Drop points older than ``before``, series by series, so each delete is a primary-key range."""
-        for (series,) in conn.execute("SELECT id FROM series").fetchall():
-            conn.execute("DELETE FROM points WHERE series = ? AND timestamp < ?", (series, before))
-            if conn.execute("SELECT 1 FROM points WHERE series = ? LIMIT 1", (series,)).fetchone() is None:
+    def prune(self, now: float) -> int:
+        """Drop points older than ``now`` − retention, series by series (one short transaction each,
+        so readers and the writer are not held up); a series left with no point is forgotten."""
+        if not self.retention_seconds or not self.path.exists():
+            return 0
+        conn = self._connect(create=False)
+        before = int(now) - self.retention_seconds
+        removed = 0
+        for (series,) in self._guard("read", lambda: conn.execute("SELECT id FROM series").fetchall()):
+            removed += self._guard("prune", functools.partial(self._prune_series, conn, series, before))
+        return removed
+
+    def _prune_series(self, conn: sqlite3.Connection, series: int, before: int) -> int:
+        with self._transaction(conn, "BEGIN IMMEDIATE"):
+            gone = conn.execute("DELETE FROM points WHERE series = ? AND timestamp < ?", (series, before)).rowcount
+            if gone and conn.execute("SELECT 1 FROM points WHERE series = ? LIMIT 1", (series,)).fetchone() is None:
                 conn.execute("DELETE FROM series WHERE id = ?", (series,))
+            return int(gone)
 
     def read(self, metric_type: MetricType, key: str, start: int, end: int) -> Series:
         return self.read_many(metric_type, [key], start, end)[key]

@@ -4,15 +4,21 @@ Keys (so data written by a Clusterman deployment reads back unchanged):
   system metrics  ``name|cluster=<cluster>,pool=<pool>.<scheduler>`` (dimensions sorted by name)
   app metrics     ``<app>,<name>``
   metadata        ``name|cluster=...,pool=...`` like system metrics
-Timestamps are whole Unix seconds. A value is a number, or for a few metadata metrics
-(``fulfilled_capacity``) a mapping such as ``{"<m5.large, us-west-2a>": 7}``.
+Timestamps are whole Unix seconds, never negative; a store refuses points more than
+``MAX_FUTURE_SECONDS`` ahead of its clock (a millisecond timestamp is one). A value is a number, or
+for a few metadata metrics (``fulfilled_capacity``) a mapping such as ``{"<m5.large, us-west-2a>": 7}``.
+
+Retention is never applied by a write: ``prune(now)`` removes what is older than the retention by
+the wall clock, and the collector calls it (``RetentionPass``), so one bad point cannot delete data.
 """
 
 from __future__ import annotations
 
 import abc
 import bisect
+import datetime
 import functools
+import logging
 import math
 import re
 from collections.abc import Iterable
@@ -25,6 +31,10 @@ from clusterman.errors import UserError
 
 Value = float | dict[str, float]
 Series = list[tuple[int, Value]]
+
+MAX_FUTURE_SECONDS = 300  # clock skew between hosts; anything further ahead is a wrong unit or a wrong clock
+MILLISECONDS_FROM = 10**11  # Unix seconds reach this in the year 5138; millisecond timestamps passed it in 1973
+log = logging.getLogger(__name__)
 
 
 class MetricsError(UserError):
@@ -49,7 +59,38 @@ class Point:
         if type(self.timestamp) is not int:
             if isinstance(self.timestamp, bool) or not isinstance(self.timestamp, (int, float)):
                 raise ValueError(f"{self.key}: timestamp must be a number, got {self.timestamp!r}")
+            if not math.isfinite(self.timestamp):
+                raise ValueError(f"{self.key}: timestamp must be finite Unix seconds, got {self.timestamp!r}")
             object.__setattr__(self, "timestamp", int(self.timestamp))
+        if not self.key:
+            raise ValueError(f"{self.metric_type.value}: the metric key is empty")
+        if self.timestamp < 0:
+            raise ValueError(f"{self.key}: timestamp must be Unix seconds, at least 0, got {self.timestamp}")
+
+
+def check_not_future(key: str, timestamp: int, now: float) -> None:
+    """Refuse a point too far ahead of ``now``: a store's retention and its readers' windows are
+    measured on the wall clock, so a future point would sit outside every window (or, measured from
+    the data, push everything else out). Milliseconds get their own hint."""
+    if timestamp <= now + MAX_FUTURE_SECONDS:
+        return
+    if timestamp >= MILLISECONDS_FROM:
+        raise MetricsError(
+            f"{key}: timestamp {timestamp} is in milliseconds? Timestamps are Unix seconds "
+            f"({timestamp // 1000} would be {iso_time(timestamp // 1000)}); nothing was written"
+        )
+    ahead = timestamp - now
+    raise MetricsError(
+        f"{key}: timestamp {timestamp} ({iso_time(timestamp)}) is {ahead:.0f} s ahead of this host's clock "
+        f"(at most {MAX_FUTURE_SECONDS} s allowed); nothing was written"
+    )
+
+
+def iso_time(timestamp: float) -> str:
+    try:
+        return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, ValueError, OSError):
+        return "out of range"
 
 
 def check_value(key: str, value: object) -> Value:
@@ -101,6 +142,8 @@ def matching_keys(keys: Iterable[str], prefix: str = "", regex: str | None = Non
 class MetricsStore(abc.ABC):
     """Where signals' metrics live. Implementations: SQLite (default), DynamoDB, Prometheus (read)."""
 
+    retention_seconds: int = 0  # points older than this by the wall clock are removed (0: kept)
+
     @abc.abstractmethod
     def write(self, points: Iterable[Point]) -> None: ...
 
@@ -119,6 +162,12 @@ class MetricsStore(abc.ABC):
     def create(self) -> list[str]:
         """Create what the store needs before its first write (file, tables); returns what was new."""
         return []
+
+    def prune(self, now: float) -> int:
+        """Remove points older than the retention, measured back from ``now`` (the wall clock), in
+        every series; returns how many were removed. Stores that expire points themselves (DynamoDB's
+        TTL) or hold none (Prometheus) have nothing to do."""
+        return 0
 
     def close(self) -> None:  # noqa: B027 - most stores hold nothing to release
         """Release connections; the default holds none."""
@@ -153,3 +202,26 @@ class InMemoryStore(MetricsStore):
 
     def keys(self, metric_type: MetricType, prefix: str = "", regex: str | None = None) -> list[str]:
         return matching_keys((key for (t, key) in self._data if t == metric_type), prefix, regex)
+
+
+class RetentionPass:
+    """Calls ``store.prune(now)`` at most once per ``every_seconds`` of wall-clock time: the writers
+    (the collector, an autoscaler with ``--collect-metrics``) run it beside their writes, never in them."""
+
+    def __init__(self, store: MetricsStore, every_seconds: float = 3600.0) -> None:
+        self.store = store
+        self.every_seconds = every_seconds
+        self._last: float | None = None
+
+    def __call__(self, now: float) -> int:
+        if self._last is not None and now - self._last < self.every_seconds:
+            return 0
+        self._last = now
+        try:
+            removed = self.store.prune(now)
+        except MetricsError as e:  # retention can wait for the next pass; the points were written
+            log.warning("retention pass failed (tried again in %g s): %s", self.every_seconds, e)
+            return 0
+        if removed:
+            log.info("retention: removed %d points older than the retention from %r", removed, self.store)
+        return removed

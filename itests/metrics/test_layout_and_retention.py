@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import boto3
+import pytest
 
 from clusterman.metrics.sqlite import SqliteStore
+from clusterman.metrics.store import MetricsError
 from clusterman.metrics.store import Point
 from itests.metrics.conftest import APP
 from itests.metrics.conftest import META
@@ -88,17 +92,41 @@ def test_dynamodb_without_retention_writes_no_ttl(moto_server):
     assert "expiration_timestamp" not in item
 
 
-def test_sqlite_drops_points_older_than_the_retention(tmp_path):
-    store = SqliteStore(tmp_path / "m.sqlite3", retention_days=1)
-    store.write([Point(SYS, "old", 0, 1.0), Point(SYS, "kept", 0, 1.0), Point(SYS, "kept", DAY // 2, 2.0)])
-    assert store.keys(SYS) == ["kept", "old"], "nothing is a day older than the newest point yet"
-    store.write([Point(SYS, "kept", 3 * DAY, 3.0)])
-    assert store.read(SYS, "kept", 0, 10 * DAY) == [(3 * DAY, 3.0)]
+def test_sqlite_drops_points_older_than_the_retention_by_the_wall_clock(tmp_path):
+    now = 10 * DAY
+    store = SqliteStore(tmp_path / "m.sqlite3", retention_days=1, clock=lambda: now)
+    store.write([Point(SYS, "old", 0, 1.0), Point(SYS, "kept", 0, 1.0), Point(SYS, "kept", now - DAY // 2, 2.0)])
+    store.write([Point(SYS, "kept", now, 3.0)])
+    assert store.keys(SYS) == ["kept", "old"], "a write never deletes"
+    assert store.prune(now) == 2
+    assert store.read(SYS, "kept", 0, 10 * DAY) == [(now - DAY // 2, 2.0), (now, 3.0)]
     assert store.read(SYS, "old", 0, 10 * DAY) == []
     assert store.keys(SYS) == ["kept"], "a key with no points left is forgotten"
+    assert store.prune(now) == 0
+
+
+def test_a_write_from_the_future_is_refused_whole(tmp_path):
+    now = 10 * DAY
+    store = SqliteStore(tmp_path / "m.sqlite3", retention_days=1, clock=lambda: now)
+    store.write([Point(SYS, "k", now - 60, 1.0)])
+    with pytest.raises(MetricsError, match=r"k2: timestamp 864600 \(1970-01-11T00:10:00Z\) is 600 s ahead"):
+        store.write([Point(SYS, "k", now, 2.0), Point(SYS, "k2", now + 600, 2.0)])
+    store.write([Point(SYS, "k", now + 240, 3.0)])  # clock skew between hosts is allowed
+    assert store.read(SYS, "k", 0, 20 * DAY) == [(now - 60, 1.0), (now + 240, 3.0)]
 
 
 def test_sqlite_keeps_everything_without_retention(tmp_path):
     store = SqliteStore(tmp_path / "m.sqlite3")
     store.write([Point(SYS, "k", 0, 1.0), Point(SYS, "k", 400 * DAY, 2.0)])
     assert len(store.read(SYS, "k", 0, 400 * DAY)) == 2
+
+
+def test_dynamodb_refuses_a_millisecond_timestamp_before_sending_anything(moto_server):
+    """Its TTL would be timestamp + retention: a point in milliseconds would never expire."""
+    tables = unique_tables()
+    store = dynamodb_store(moto_server, tables, retention_days=2)
+    store.create()
+    now_ms = int(time.time() * 1000)
+    with pytest.raises(MetricsError, match=rf"a,b: timestamp {now_ms} is in milliseconds\?"):
+        store.write([Point(APP, "a,c", 1000, 1.0), Point(APP, "a,b", now_ms, 1.0)])
+    assert raw_client(moto_server).scan(TableName=tables.app_metrics_table)["Items"] == []
