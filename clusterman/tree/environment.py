@@ -49,6 +49,7 @@ class SignalProcess:
     namespace: str
     name: str
     app: str
+    where: str = ""  # the file and key that configured it (empty when read back from the lists)
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ def _checked(spec: SignalSpec, source: str, key: str) -> SignalProcess:
         check_version(spec.version)
     except ValueError as e:
         raise ConfigError(source, f"{key}.branch_or_tag", str(e)) from e
-    return SignalProcess(spec.version, spec.namespace, spec.name, spec.app)
+    return SignalProcess(spec.version, spec.namespace, spec.name, spec.app, f"{source}: {key}")
 
 
 def _entry(env: Mapping[str, str], list_var: str, count_var: str, n: int) -> str:
