@@ -45,7 +45,10 @@ def fetch(n: int) -> tuple[str, bool]:
                 raise TreeEnvironmentError(f"${var} is not set")
         main = load_main_config(default_env_config_path())
         location = ArtifactLocation(env["CMAN_SIGNALS_BUCKET"], default_codename(), version)
-        s3 = client(AwsSettings.from_config(main.aws), "s3")
+        # Few, short retries: with an installed copy to fall back on, an unreachable S3 must not
+        # hold a start-up for long.
+        retries = {"max_attempts": 3, "mode": "standard"}
+        s3 = client(AwsSettings.from_config(main.aws), "s3", retries=retries, connect_timeout=5, read_timeout=60)
         started = time.monotonic()
         fetched = fetch_version(s3, location, Path(env["CMAN_SIGNALS_DIR"]))
     except (ArtifactError, ConfigError, AwsCredentialsError, TreeEnvironmentError) as e:
