@@ -9,6 +9,8 @@ the bootstrap's SIGTERM/SIGINT handler) interrupts any wait with ``Stopped``.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import socket
 import struct
 import threading
@@ -101,6 +103,7 @@ class ProcessTree:
         self.rules = rules
         self.clock = clock
         self.starts = starts_file(supervisor.private_dir, "autoscaler")
+        self.killed: set[int] = set()  # stalled autoscaler pids already killed (supervisord may lag)
 
     def _wait(self, seconds: float) -> None:
         if self.stop_event.wait(seconds):
@@ -180,7 +183,7 @@ class ProcessTree:
             raise TreeError(
                 f"the autoscaler keeps exiting: started {looping} times in {window:.0f} s; its log ends: {last}"
             )
-        if self.heartbeat is None or status.state != "RUNNING":
+        if self.heartbeat is None or status.state != "RUNNING" or status.pid in self.killed:
             return
         stalled = stalled_for(Heartbeat.read(self.heartbeat), status.start, now, self.rules)
         if stalled is not None:
@@ -190,7 +193,11 @@ class ProcessTree:
                 "the autoscaler (pid %d) has not finished a run for %.0f s (over %g periods of %g s): restarting it",
                 status.pid, stalled, self.rules.stale_periods, period,
             )  # fmt: skip
-            self.supervisor.kill_process(AUTOSCALER)  # SIGKILL reaches a stopped process; supervisord restarts it
+            self.killed.add(status.pid)
+            try:
+                os.kill(status.pid, signal.SIGKILL)  # reaches a stopped process too; supervisord restarts it
+            except ProcessLookupError:
+                pass
 
     def stop(self) -> None:
         self.supervisor.stop(self.timeouts.stop)

@@ -129,10 +129,6 @@ class Supervisor:
     def start_process(self, full_name: str) -> None:
         self._call("startProcess", full_name, False)
 
-    def kill_process(self, full_name: str) -> None:
-        """SIGKILL: it ends even a stopped or hung program; ``autorestart`` starts it again."""
-        self._call("signalProcess", full_name, "KILL")
-
     def log_tail(self, full_name: str, length: int = 2000) -> str:
         try:
             text, _offset, _overflow = self._call("tailProcessStdoutLog", full_name, 0, length)
