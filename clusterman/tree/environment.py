@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from clusterman.errors import UserError
@@ -49,7 +50,7 @@ class SignalProcess:
     namespace: str
     name: str
     app: str
-    where: str = ""  # the file and key that configured it (empty when read back from the lists)
+    where: str = field(default="", compare=False)  # the file and key that set it ("" when read from the lists)
 
 
 @dataclass(frozen=True)
