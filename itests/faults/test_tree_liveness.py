@@ -28,9 +28,9 @@ def test_a_crash_loop_is_reported_in_one_line_with_its_cause_and_ends_the_tree(t
     config.write_main(signal_block(unique_name(), "v1"))
     config.write_pool({})
     cause = "cannot open the state store /var/lib/clusterman/state.sqlite: Permission denied"
-    crash = ("--crash-starts", "4", "--crash-window", "60")
+    crash = ("--crash-starts", "3", "--crash-window", "60")
     bootstrap = Bootstrap(
-        config, tmp_path, crash, cman_args=f"--start-delay 1.5 --exit-with '{cause}'", autoscaler=STAND_IN
+        config, tmp_path, crash, cman_args=f"--start-delay 1.2 --exit-with '{cause}'", autoscaler=STAND_IN
     )  # slower than startsecs=1: supervisord alone never gives up
     try:
         bootstrap.wait_log("started the autoscaler", timeout=60)
@@ -39,7 +39,7 @@ def test_a_crash_loop_is_reported_in_one_line_with_its_cause_and_ends_the_tree(t
         print(f"crash loop reported and the tree stopped {time.monotonic() - started:.1f} s after the first start")
         errors = [line for line in bootstrap.stderr.splitlines() if " ERROR " in line]
         assert len(errors) == 1, errors
-        assert "the autoscaler keeps exiting: started 4 times in" in errors[0]
+        assert "the autoscaler keeps exiting: started 3 times in" in errors[0]
         assert f"its log ends: autoscaler: {cause}" in errors[0]
         assert bootstrap.tree_pids() == []
     finally:
@@ -62,7 +62,7 @@ def test_a_stopped_autoscaler_is_restarted_after_n_periods(tmp_path, moto_server
         assert "has not finished a run for" in bootstrap.stderr
         assert "over 3 periods of 0.5 s): restarting it" in bootstrap.stderr
         assert first["pid"] not in bootstrap.tree_pids()
-        later = bootstrap.wait_for_run(lambda r: r["time"] > back["time"] + 3)
+        later = bootstrap.wait_for_run(lambda r: r["time"] > back["time"] + 2)
         assert later["pid"] == back["pid"]  # the new one is left alone while it works
         assert bootstrap.stderr.count("has not finished a run for") == 1
         bootstrap.proc.send_signal(signal.SIGTERM)
