@@ -48,7 +48,7 @@ if not (isinstance(cls, type) and issubclass(cls, BaseSignal)):
 
 
 @dataclass(frozen=True)
-class Fetched:
+class FetchReport:
     fallbacks: dict[str, str]  # version -> why its installed copy is used
     seconds: float
 
@@ -60,7 +60,7 @@ def last_line(text: str) -> str:
 
 def fetch_versions(
     plan: TreePlan, env: Mapping[str, str], log_dir: Path, timeout: float, stop: threading.Event
-) -> Fetched:
+) -> FetchReport:
     """Run every fetcher at once; raise TreeError naming the first version that failed."""
     started = time.monotonic()
     procs: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
@@ -87,7 +87,7 @@ def fetch_versions(
                 fallbacks[version] = last_line(log_path.read_text(errors="replace"))
             elif proc.returncode != 0:
                 raise _failed(version, log_path, proc.returncode)
-        return Fetched(fallbacks, time.monotonic() - started)
+        return FetchReport(fallbacks, time.monotonic() - started)
     finally:
         for _, _, proc in procs:
             if proc.poll() is None:
