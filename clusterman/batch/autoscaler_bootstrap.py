@@ -4,13 +4,19 @@
    load and validate the main and the pool config: a bad config stops here, before anything runs.
 2. Work out the signals (the default signal, the pool's own, its ``app_signals``) and export them
    as the CMAN_* lists (``clusterman.tree.environment``).
-3. Start supervisord with ``supervisord/supervisord.conf``, its control socket in a private
-   directory, dying with us.
-4. Wait for every fetcher to exit 0, start the signals, wait until each accepts a connection,
-   start the autoscaler (``clusterman.tree.process_tree``).
-5. Poll the main config, the pool config and the AWS key file; when they change and still
-   validate, restart the whole tree (if the new tree cannot come up, the last working
-   configuration comes back); SIGTERM or SIGINT stops the tree and exits 0.
+3. Copy the validated files to a snapshot the programs read (``clusterman.tree.snapshot``): a
+   program restarted later gets the last configuration we accepted, not a later bad edit.
+4. Fetch every version (our own children) and look each signal's class up in it
+   (``clusterman.tree.fetching``); a version S3 cannot give but that is installed runs from there.
+5. Start supervisord with ``supervisord/supervisord.conf``, its control socket in a private
+   directory, dying with us; start the signals, wait until each accepts a connection, start the
+   autoscaler (``clusterman.tree.process_tree``).
+6. Watch: supervisord, the autoscaler's starts (a crash loop ends the tree) and heartbeat (a
+   stalled autoscaler is restarted), and the main config, the pool config and the AWS key file.
+   A change is validated and fetched beside the running tree, which is only stopped once that
+   succeeded (if the new tree's signals then fail, the previous tree comes back). Each outcome
+   goes to ``$CMAN_TREE_STATUS_FILE`` for the autoscaler's events. SIGTERM or SIGINT stops the
+   tree and exits 0.
 """
 
 from __future__ import annotations
