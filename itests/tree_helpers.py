@@ -160,11 +160,19 @@ def unique_name(prefix: str = "WhoAmI") -> str:
 class Bootstrap:
     """``python -m clusterman.batch.autoscaler_bootstrap`` as a real child process, and its output."""
 
-    def __init__(self, config: TreeConfig, work: Path, extra_args: tuple[str, ...] = (), cman_args: str = "") -> None:
-        self.out = work / "autoscaler.jsonl"
-        self.stderr_path = work / "bootstrap.stderr"
+    def __init__(
+        self,
+        config: TreeConfig,
+        work: Path,
+        extra_args: tuple[str, ...] = (),
+        cman_args: str = "",
+        autoscaler: str = "fake_autoscaler.py",
+        name: str = "bootstrap",
+    ) -> None:
+        self.out = work / f"{name}-autoscaler.jsonl"
+        self.stderr_path = work / f"{name}.stderr"
         self.marker = f"CMAN_ITEST_MARKER={uuid.uuid4().hex}"
-        autoscaler = f"{sys.executable} {FIXTURES / 'fake_autoscaler.py'} --out {self.out}"
+        autoscaler = f"{sys.executable} {FIXTURES / autoscaler} --out {self.out}"
         env = {
             **os.environ,
             "CMAN_CLUSTER": "itest-cluster",

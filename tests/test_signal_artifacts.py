@@ -4,6 +4,7 @@ from clusterman.signals.artifacts import ArtifactError
 from clusterman.signals.artifacts import ArtifactLocation
 from clusterman.signals.artifacts import default_codename
 from clusterman.signals.artifacts import install_dir_name
+from clusterman.signals.artifacts import installed_copy
 from clusterman.signals.artifacts import parse_checksum
 from clusterman.signals.client import allowed_uids_from_env
 from clusterman.signals.client import parse_uids
@@ -47,3 +48,12 @@ def test_allowed_uids():
     with pytest.raises(ValueError, match="'root' is not a uid"):
         parse_uids("root")
     assert allowed_uids_from_env({"CMAN_SIGNAL_ALLOWED_UIDS": "4242"}) == {4242, __import__("os").getuid()}
+
+
+def test_only_a_verified_install_counts_as_the_installed_copy(tmp_path):
+    assert installed_copy(tmp_path, "v1") is None
+    (tmp_path / ".v1-0123456789abcdef" / "venv").mkdir(parents=True)
+    (tmp_path / "v1").symlink_to(".v1-0123456789abcdef")
+    assert installed_copy(tmp_path, "v1") == (tmp_path / ".v1-0123456789abcdef", "0123456789abcdef")
+    (tmp_path / "v2").symlink_to("/etc")  # not an install directory of ours
+    assert installed_copy(tmp_path, "v2") is None

@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import logging
 import math
+import os
 import sys
 import threading
 import time
@@ -28,6 +29,7 @@ from clusterman.events.service import EventService
 from clusterman.manager.cycle import Cycle
 from clusterman.manager.cycle import RunReport
 from clusterman.manager.wiring import build_cycle
+from clusterman.tree.status import follow_tree
 
 log = logging.getLogger("clusterman.batch.autoscaler")
 
@@ -113,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         print(report.line(), flush=True)
 
     events.start()
+    follow_tree(os.environ, events.recorder, events.metrics, stop)  # config outcomes and fallbacks from the bootstrap
     log.info(
         "%s: every %.0f s (splay %.0f s)%s; events and /metrics on http://%s:%d",
         setup.identity, period, splay, " (dry run)" if args.dry_run else "", events.config.host, events.server.port,

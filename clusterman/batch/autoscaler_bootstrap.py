@@ -4,13 +4,19 @@
    load and validate the main and the pool config: a bad config stops here, before anything runs.
 2. Work out the signals (the default signal, the pool's own, its ``app_signals``) and export them
    as the CMAN_* lists (``clusterman.tree.environment``).
-3. Start supervisord with ``supervisord/supervisord.conf``, its control socket in a private
-   directory, dying with us.
-4. Wait for every fetcher to exit 0, start the signals, wait until each accepts a connection,
-   start the autoscaler (``clusterman.tree.process_tree``).
-5. Poll the main config, the pool config and the AWS key file; when they change and still
-   validate, restart the whole tree (if the new tree cannot come up, the last working
-   configuration comes back); SIGTERM or SIGINT stops the tree and exits 0.
+3. Copy the validated files to a snapshot the programs read (``clusterman.tree.snapshot``): a
+   program restarted later gets the last configuration we accepted, not a later bad edit.
+4. Fetch every version (our own children) and look each signal's class up in it
+   (``clusterman.tree.fetching``); a version S3 cannot give but that is installed runs from there.
+5. Start supervisord with ``supervisord/supervisord.conf``, its control socket in a private
+   directory, dying with us; start the signals, wait until each accepts a connection, start the
+   autoscaler (``clusterman.tree.process_tree``).
+6. Watch: supervisord, the autoscaler's starts (a crash loop ends the tree) and heartbeat (a
+   stalled autoscaler is restarted), and the main config, the pool config and the AWS key file.
+   A change is validated and fetched beside the running tree, which is only stopped once that
+   succeeded (if the new tree's signals then fail, the previous tree comes back). Each outcome
+   goes to ``$CMAN_TREE_STATUS_FILE`` for the autoscaler's events. SIGTERM or SIGINT stops the
+   tree and exits 0.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from clusterman.aws.session import AwsCredentialsError
 from clusterman.aws.session import read_access_key_file
 from clusterman.batch.stopping import stop_on_signals
@@ -35,16 +43,22 @@ from clusterman.config.loader import load_main_config
 from clusterman.config.loader import load_pool_config
 from clusterman.config.loader import parse_scheduler
 from clusterman.config.loader import pool_config_path
+from clusterman.config.model import MainConfig
 from clusterman.config.model import PoolIdentity
 from clusterman.config.schema import ConfigError
 from clusterman.signals.artifacts import default_codename
 from clusterman.signals.client import parse_uids
 from clusterman.tree.environment import TreePlan
 from clusterman.tree.environment import plan_tree
+from clusterman.tree.fetching import check_signals
+from clusterman.tree.fetching import fetch_versions
+from clusterman.tree.liveness import LivenessRules
 from clusterman.tree.process_tree import ProcessTree
 from clusterman.tree.process_tree import Stopped
 from clusterman.tree.process_tree import Timeouts
 from clusterman.tree.process_tree import TreeError
+from clusterman.tree.snapshot import take_snapshot
+from clusterman.tree.status import StatusWriter
 from clusterman.tree.supervisor import Supervisor
 from clusterman.tree.supervisor import SupervisorError
 from clusterman.tree.watch import Fingerprint
@@ -72,6 +86,7 @@ class BootstrapSettings:
     autoscaler_command: str
     timeouts: Timeouts
     poll_interval: float
+    liveness: LivenessRules
 
     @staticmethod
     def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> BootstrapSettings:
@@ -95,6 +110,12 @@ class BootstrapSettings:
             autoscaler_command=args.autoscaler_command or default_command,
             timeouts=Timeouts(fetch=args.fetch_timeout, signals=args.signal_timeout, stop=args.stop_timeout),
             poll_interval=args.poll_interval,
+            liveness=LivenessRules(
+                stale_periods=args.stale_periods,
+                start_grace_seconds=args.start_grace,
+                crash_starts=args.crash_starts,
+                crash_window_seconds=args.crash_window,
+            ),
         )
 
 
@@ -102,6 +123,8 @@ class BootstrapSettings:
 class LoadedConfig:
     plan: TreePlan
     watched: tuple[Path, ...]  # the files whose change restarts the tree
+    main: MainConfig
+    pool_path: Path
 
 
 def load(settings: BootstrapSettings) -> LoadedConfig:
@@ -114,21 +137,49 @@ def load(settings: BootstrapSettings) -> LoadedConfig:
     if main.aws.access_key_file:
         read_access_key_file(main.aws.access_key_file)  # readable and well-formed, or an error now
         watched.append(Path(main.aws.access_key_file))
-    return LoadedConfig(plan, tuple(watched))
+    return LoadedConfig(plan, tuple(watched), main, pool_path)
 
 
-def tree_environment(settings: BootstrapSettings, plan: TreePlan, log_dir: Path, signals_dir: Path) -> dict[str, str]:
-    """What supervisord and its programs inherit: our environment, the plan, and where things live."""
+@dataclass(frozen=True)
+class Prepared:
+    """A configuration ready to run: validated, copied to a snapshot, its versions fetched and checked."""
+
+    loaded: LoadedConfig
+    baseline: Fingerprint  # of the live files, as they were when validated
+    snapshot: Path  # the copy of the main file the programs read
+    fallbacks: dict[str, str]  # version -> why its installed copy is used
+
+
+@dataclass(frozen=True)
+class Paths:
+    private: Path
+    log_dir: Path
+    signals_dir: Path
+
+    @property
+    def heartbeat(self) -> Path:
+        return self.private / "heartbeat.json"
+
+    @property
+    def status(self) -> Path:
+        return self.private / "tree-status.json"
+
+
+def tree_environment(settings: BootstrapSettings, prepared: Prepared, paths: Paths) -> dict[str, str]:
+    """What the fetchers, supervisord and its programs inherit: our environment, the plan, and where things live."""
     return {
         **os.environ,
-        **plan.to_env(),
-        "CMAN_ENV_CONFIG_PATH": str(settings.env_config_path),
+        **prepared.loaded.plan.to_env(),
+        "CMAN_ENV_CONFIG_PATH": str(prepared.snapshot),
         "CMAN_PYTHON": sys.executable,
-        "CMAN_LOG_DIR": str(log_dir),
-        "CMAN_SIGNALS_DIR": str(signals_dir),
+        "CMAN_LOG_DIR": str(paths.log_dir),
+        "CMAN_SIGNALS_DIR": str(paths.signals_dir),
         "CMAN_SIGNALS_CODENAME": settings.codename,
         "CMAN_SIGNAL_ALLOWED_UIDS": settings.allowed_uids,
         "CMAN_AUTOSCALER_COMMAND": settings.autoscaler_command,
+        "CMAN_HEARTBEAT_FILE": str(paths.heartbeat),
+        "CMAN_TREE_STATUS_FILE": str(paths.status),
+        "CMAN_SIGNAL_FALLBACK_VERSIONS": " ".join(prepared.fallbacks),
     }
 
 
@@ -136,77 +187,145 @@ class Bootstrap:
     def __init__(self, settings: BootstrapSettings, stop_event: threading.Event) -> None:
         self.settings = settings
         self.stop_event = stop_event
+        self.generation = 0
 
     def run(self) -> int:
         try:
-            loaded = load(self.settings)
+            self._validate()
         except SETUP_ERRORS as e:
             log.error("%s", e)
             return 1
         private = Path(tempfile.mkdtemp(prefix="clusterman-tree-", dir=self.settings.private_parent))
-        log_dir = self.settings.log_dir or private / "logs"
-        signals_dir = self.settings.signals_dir or private / "signals"
+        paths = Paths(
+            private, self.settings.log_dir or private / "logs", self.settings.signals_dir or private / "signals"
+        )
         try:
             if len(str(Supervisor.socket_in(private))) > MAX_SOCKET_PATH:
                 log.error("%s is too long a path for a Unix socket: use a shorter --private-dir-parent", private)
                 return 1
-            log_dir.mkdir(parents=True, exist_ok=True)
-            signals_dir.mkdir(parents=True, exist_ok=True)
-            log.info("private directory %s, program logs in %s", private, log_dir)
-            return self._supervise(loaded, private, log_dir, signals_dir)
+            paths.log_dir.mkdir(parents=True, exist_ok=True)
+            paths.signals_dir.mkdir(parents=True, exist_ok=True)
+            log.info("private directory %s, program logs in %s", private, paths.log_dir)
+            return self._supervise(paths)
         finally:
             shutil.rmtree(private, ignore_errors=True)
 
-    def _supervise(self, loaded: LoadedConfig, private: Path, log_dir: Path, signals_dir: Path) -> int:
-        baseline = fingerprint(loaded.watched)
-        last_good: LoadedConfig | None = None
+    def _validate(self) -> tuple[LoadedConfig, Fingerprint]:
+        """Load until the files hold still: the fingerprint is of what was validated."""
         while True:
-            env = tree_environment(self.settings, loaded.plan, log_dir, signals_dir)
-            supervisor = Supervisor(self.settings.supervisor_config, private, env)
-            tree = ProcessTree(supervisor, loaded.plan, self.settings.timeouts, self.stop_event)
-            log.info("starting the tree for %s", loaded.plan.describe())
-            try:
-                try:
-                    tree.start()
-                except (TreeError, SupervisorError) as e:
-                    if last_good is None:
-                        log.error("%s", e)
-                        return 1
-                    log.error("%s; going back to the last working configuration", e)
-                    # The failing files stay the baseline: nothing restarts until they change again.
-                    loaded, last_good = last_good, None
-                    continue
-                last_good = loaded
-                new = self._watch(tree, baseline)
-            except Stopped:
-                new = None
-            except (TreeError, SupervisorError) as e:
-                log.error("%s", e)
-                return 1
-            finally:
-                tree.stop()
-            if new is None:
-                log.info("stopped the tree")
-                return 0
-            loaded, baseline = new
+            before = fingerprint(self._watched_now())
+            loaded = load(self.settings)
+            after = fingerprint(loaded.watched)
+            if before == after:
+                return loaded, after
 
-    def _watch(self, tree: ProcessTree, baseline: Fingerprint) -> tuple[LoadedConfig, Fingerprint] | None:
-        """Return the new config when the watched files change and validate; None on SIGTERM/SIGINT."""
+    def _watched_now(self) -> list[Path]:
+        try:
+            return list(load(self.settings).watched)
+        except SETUP_ERRORS:
+            return [self.settings.env_config_path]
+
+    def _prepare(self, paths: Paths) -> Prepared:
+        """Validate, snapshot and fetch the configuration on disk: nothing running is touched."""
+        loaded, baseline = self._validate()
+        self.generation += 1
+        dest = paths.private / f"config-{self.generation}"
+        identity = self.settings.identity
+        try:
+            try:
+                snapshot = take_snapshot(loaded.main, self.settings.env_config_path, loaded.pool_path, identity, dest)
+            except (OSError, yaml.YAMLError) as e:
+                raise TreeError(f"cannot copy the configuration to {dest}: {e}") from e
+            prepared = Prepared(loaded, baseline, snapshot, {})
+            env = tree_environment(self.settings, prepared, paths)
+            fetched = fetch_versions(loaded.plan, env, paths.log_dir, self.settings.timeouts.fetch, self.stop_event)
+            for version, why in fetched.fallbacks.items():
+                log.error("SIGNAL VERSION %s RUNS FROM ITS INSTALLED COPY: %s", version, why)
+            log.info("fetched %d signal version(s) in %.2f s", len(loaded.plan.versions), fetched.seconds)
+            check_signals(loaded.plan, paths.signals_dir, env)
+        except BaseException:
+            shutil.rmtree(dest, ignore_errors=True)
+            raise
+        return Prepared(loaded, baseline, snapshot, fetched.fallbacks)
+
+    def _start(self, prepared: Prepared, paths: Paths) -> ProcessTree:
+        env = tree_environment(self.settings, prepared, paths)
+        supervisor = Supervisor(self.settings.supervisor_config, paths.private, env)
+        tree = ProcessTree(
+            supervisor, prepared.loaded.plan, self.settings.timeouts, self.stop_event,
+            heartbeat=paths.heartbeat, rules=self.settings.liveness,
+        )  # fmt: skip
+        log.info("starting the tree for %s", prepared.loaded.plan.describe())
+        try:
+            tree.start()
+        except BaseException:
+            tree.stop()
+            raise
+        return tree
+
+    def _supervise(self, paths: Paths) -> int:
+        status = StatusWriter(paths.status)
+        tree: ProcessTree | None = None
+        try:
+            current = self._prepare(paths)
+            tree = self._start(current, paths)
+            while True:
+                new = self._watch(tree, current, paths, status)
+                if new is None:
+                    return 0
+                tree.stop()
+                tree = None
+                try:
+                    tree = self._start(new, paths)
+                except (TreeError, SupervisorError) as e:
+                    log.error("%s; going back to the last working configuration", e)
+                    status.record(False, self._changed(current, new), str(e))
+                    tree = self._start(current, paths)
+                    continue
+                status.record(True, self._changed(current, new), new.loaded.plan.describe())
+                self._forget(current)
+                current = new
+        except SETUP_ERRORS as e:
+            log.error("%s", e)
+            return 1
+        except Stopped:
+            return 0
+        except (TreeError, SupervisorError) as e:
+            log.error("%s", e)
+            return 1
+        finally:
+            if tree is not None:
+                tree.stop()
+            log.info("stopped the tree")
+
+    @staticmethod
+    def _changed(old: Prepared, new: Prepared) -> str:
+        return ", ".join(changed(old.baseline, new.baseline)) or str(old.loaded.watched[0])
+
+    @staticmethod
+    def _forget(old: Prepared) -> None:
+        shutil.rmtree(old.snapshot.parent, ignore_errors=True)
+
+    def _watch(self, tree: ProcessTree, current: Prepared, paths: Paths, status: StatusWriter) -> Prepared | None:
+        """Return the next configuration, validated and fetched beside the running tree; None on SIGTERM/SIGINT."""
         rejected: Fingerprint | None = None
-        paths = [Path(p) for p, _ in baseline]
+        baseline = current.baseline
+        watched = [Path(p) for p, _ in baseline]
         while not self.stop_event.wait(self.settings.poll_interval):
             tree.check()
-            now = fingerprint(paths)
+            now = fingerprint(watched)
             if now in (baseline, rejected):
                 continue
+            what = ", ".join(changed(baseline, now))
             try:
-                new = load(self.settings)
-            except SETUP_ERRORS as e:
+                new = self._prepare(paths)
+            except (*SETUP_ERRORS, TreeError) as e:
                 log.error("%s (the running tree keeps its previous configuration)", e)
+                status.record(False, what, str(e))
                 rejected = now
                 continue
-            log.info("%s changed: restarting the tree", ", ".join(changed(baseline, now)))
-            return new, fingerprint(new.watched)
+            log.info("%s changed: restarting the tree", what)
+            return new
         return None
 
 
@@ -239,6 +358,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--signal-timeout", type=float, default=60.0, help="seconds for all signals to answer")
     parser.add_argument("--stop-timeout", type=float, default=60.0, help="seconds for the tree to stop")
     parser.add_argument("--poll-interval", type=float, default=10.0, help="seconds between config checks")
+    parser.add_argument(
+        "--stale-periods", type=float, default=3.0,
+        help="restart an autoscaler that finished no run for this many of its periods (heartbeat file)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--start-grace", type=float, default=60.0, help="seconds a started autoscaler gets on top, for its first run"
+    )
+    parser.add_argument(
+        "--crash-starts", type=int, default=5, help="this many autoscaler starts within --crash-window: a crash loop"
+    )
+    parser.add_argument("--crash-window", type=float, default=300.0, help="seconds (see --crash-starts)")
     parser.add_argument("--log-level", default="INFO")
     return parser
 

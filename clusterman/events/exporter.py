@@ -104,6 +104,9 @@ class AutoscalerMetrics:
         self._signal_failures = counter("signal_failures", "Signal evaluations that failed", "app")
         self._errors = counter("errors", "Errors from the cloud, the scheduler or clusterman", "source")
         self._reloads = counter("config_reloads", "Configuration reloads by result (ok, rejected)", "result")
+        self._fallbacks = gauge(
+            "signal_version_fallback", "1 for a signal version run from its installed copy: S3 gave none", "version"
+        )
         self._groups: set[str] = set()
         if events is not None:
             r.register(_EventStats(events, cluster, pool))
@@ -191,6 +194,11 @@ class AutoscalerMetrics:
 
     def observe_config_reload(self, ok: bool) -> None:
         self._reloads.labels(*self._l("ok" if ok else "rejected")).inc()
+
+    def set_signal_fallbacks(self, versions: list[str]) -> None:
+        """The versions the bootstrap ran from their installed copy (set once, at start-up)."""
+        for version in versions:
+            self._fallbacks.labels(*self._l(version)).set(1)
 
     def _set_per_resource(self, gauge: Gauge, amounts: Amounts) -> None:
         values = dict(amounts.items())

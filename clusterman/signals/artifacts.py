@@ -199,15 +199,54 @@ def install_dir_name(version: str, digest: str) -> str:
     return f".{version}-{digest[:DIGEST_PREFIX]}"
 
 
-def fetch_version(s3: Any, location: ArtifactLocation, signals_dir: Path) -> Path:
-    """Make ``signals_dir/{version}`` the verified, unpacked, runnable tarball; return that path."""
+@dataclass(frozen=True)
+class Fetched:
+    """Where a version is installed; ``fallback`` says why S3's copy was not used (None when it was)."""
+
+    path: Path
+    digest: str
+    fallback: str | None = None
+
+
+def installed_copy(signals_dir: Path, version: str) -> tuple[Path, str] | None:
+    """The verified install ``signals_dir/{version}`` points to, and its checksum prefix, if any.
+
+    Install directories exist only once their tarball was verified and its interpreter ran, so a
+    link to one is a copy that was good when it was fetched.
+    """
+    link = signals_dir / version
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return None
+    prefix = f".{version}-"
+    installed = signals_dir / target
+    if not target.startswith(prefix) or "/" in target or not (installed / "venv").is_dir():
+        return None
+    return installed, target[len(prefix) :]
+
+
+def fetch_version(s3: Any, location: ArtifactLocation, signals_dir: Path) -> Fetched:
+    """Make ``signals_dir/{version}`` the verified, unpacked, runnable tarball.
+
+    When S3 cannot give a verified copy (unreachable, a checksum that does not match its tarball,
+    a tarball that does not run) and a verified copy of the version is already installed, that
+    copy is used and ``fallback`` says why: a start-up must not depend on S3 for a version we hold.
+    """
     signals_dir.mkdir(parents=True, exist_ok=True)
-    digest = expected_checksum(s3, location)
-    installed = signals_dir / install_dir_name(location.version, digest)
-    if installed.is_dir():
-        log.info("%s: sha256 %s… already unpacked in %s", location.url, digest[:16], installed)
-    else:
-        _download_and_unpack(s3, location, digest, signals_dir, installed)
+    try:
+        digest = expected_checksum(s3, location)
+        installed = signals_dir / install_dir_name(location.version, digest)
+        if installed.is_dir():
+            log.info("%s: sha256 %s… already unpacked in %s", location.url, digest[:16], installed)
+        else:
+            _download_and_unpack(s3, location, digest, signals_dir, installed)
+    except ArtifactError as e:
+        held = installed_copy(signals_dir, location.version)
+        if held is None:
+            raise
+        log.warning("%s; using the installed copy %s (sha256 %s…)", e, held[0], held[1])
+        return Fetched(signals_dir / location.version, held[1], fallback=str(e))
     link = signals_dir / location.version
     staged = signals_dir / f".{location.version}.link-{os.getpid()}"
     staged.unlink(missing_ok=True)
@@ -217,7 +256,7 @@ def fetch_version(s3: Any, location: ArtifactLocation, signals_dir: Path) -> Pat
     except OSError as e:
         staged.unlink(missing_ok=True)
         raise ArtifactError(f"cannot install {link}: {e.strerror}") from e
-    return link
+    return Fetched(link, digest)
 
 
 def _download_and_unpack(s3: Any, location: ArtifactLocation, digest: str, signals_dir: Path, installed: Path) -> None:

@@ -26,6 +26,7 @@ UPDATES = (
     "set_paused",
     "observe_error",
     "observe_config_reload",
+    "set_signal_fallbacks",
 )
 
 

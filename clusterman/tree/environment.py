@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from clusterman.errors import UserError
@@ -49,6 +50,7 @@ class SignalProcess:
     namespace: str
     name: str
     app: str
+    where: str = field(default="", compare=False)  # the file and key that set it ("" when read from the lists)
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ def _checked(spec: SignalSpec, source: str, key: str) -> SignalProcess:
         check_version(spec.version)
     except ValueError as e:
         raise ConfigError(source, f"{key}.branch_or_tag", str(e)) from e
-    return SignalProcess(spec.version, spec.namespace, spec.name, spec.app)
+    return SignalProcess(spec.version, spec.namespace, spec.name, spec.app, f"{source}: {key}")
 
 
 def _entry(env: Mapping[str, str], list_var: str, count_var: str, n: int) -> str:

@@ -1,16 +1,18 @@
 """``fetch_clusterman_signal N``: download, verify and unpack signal version number N of the tree.
 
-One process of supervisord's ``fetch_signals`` group. It reads its version from
-``$CMAN_VERSIONS_TO_FETCH``, the bucket from ``$CMAN_SIGNALS_BUCKET``, the S3 endpoint, region and
-credentials from the main config (``$CMAN_ENV_CONFIG_PATH``), and installs into
-``$CMAN_SIGNALS_DIR``. It exits 0 only when the version is installed and runs; any failure exits
-1 with one line naming the version, which the bootstrap repeats.
+The bootstrap runs one per version (its children, dying with it) before it touches the running
+tree. It reads its version from ``$CMAN_VERSIONS_TO_FETCH``, the bucket from
+``$CMAN_SIGNALS_BUCKET``, the S3 endpoint, region and credentials from the main config
+(``$CMAN_ENV_CONFIG_PATH``), and installs into ``$CMAN_SIGNALS_DIR``. It exits 0 when S3's copy
+is installed and runs, ``EXIT_INSTALLED_COPY`` (3) when S3 could not give a verified copy but one
+was already installed (the last line says why), and 1 with one line naming the version otherwise.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -27,12 +29,14 @@ from clusterman.signals.artifacts import default_codename
 from clusterman.signals.artifacts import fetch_version
 from clusterman.tree.environment import TreeEnvironmentError
 from clusterman.tree.environment import version_to_fetch
+from clusterman.tree.parent_death import die_with_parent
 
 PROG = "fetch_clusterman_signal"
+EXIT_INSTALLED_COPY = 3
 
 
-def fetch(n: int) -> str:
-    """Install version number ``n``; return a one-line report."""
+def fetch(n: int) -> tuple[str, bool]:
+    """Install version number ``n``; return a one-line report and whether the installed copy was used."""
     env = os.environ
     version = version_to_fetch(env, n)
     try:
@@ -41,16 +45,24 @@ def fetch(n: int) -> str:
                 raise TreeEnvironmentError(f"${var} is not set")
         main = load_main_config(default_env_config_path())
         location = ArtifactLocation(env["CMAN_SIGNALS_BUCKET"], default_codename(), version)
-        s3 = client(AwsSettings.from_config(main.aws), "s3")
+        # Few, short retries: with an installed copy to fall back on, an unreachable S3 must not
+        # hold a start-up for long.
+        retries = {"max_attempts": 3, "mode": "standard"}
+        s3 = client(AwsSettings.from_config(main.aws), "s3", retries=retries, connect_timeout=5, read_timeout=60)
         started = time.monotonic()
-        path = fetch_version(s3, location, Path(env["CMAN_SIGNALS_DIR"]))
+        fetched = fetch_version(s3, location, Path(env["CMAN_SIGNALS_DIR"]))
     except (ArtifactError, ConfigError, AwsCredentialsError, TreeEnvironmentError) as e:
         raise ArtifactError(f"signal version {version}: {e}") from e
-    return f"signal version {version}: {location.url} installed in {path} ({time.monotonic() - started:.2f} s)"
+    if fetched.fallback is not None:
+        held = f"the installed copy (sha256 {fetched.digest}…)"
+        return f"signal version {version}: using {held}: S3 gave no verified copy: {fetched.fallback}", True
+    took = time.monotonic() - started
+    return f"signal version {version}: {location.url} installed in {fetched.path} ({took:.2f} s)", False
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    die_with_parent(os.getppid(), signal.SIGKILL)  # a fetch nobody waits for is pointless
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=f"{PROG} %(levelname)s %(message)s")
     for noisy in ("botocore", "staticconf"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -58,11 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: {PROG} PROCESS_NUMBER", file=sys.stderr)
         return 2
     try:
-        print(fetch(int(args[0])), file=sys.stderr)
+        report, installed_copy = fetch(int(args[0]))
     except (ArtifactError, TreeEnvironmentError) as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 1
-    return 0
+    print(f"{PROG}: {report}", file=sys.stderr)
+    return EXIT_INSTALLED_COPY if installed_copy else 0
 
 
 if __name__ == "__main__":

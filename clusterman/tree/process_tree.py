@@ -1,4 +1,5 @@
-"""Bring one tree up in order, watch it, and take it down: fetch → signals → autoscaler.
+"""Bring one tree up in order, watch it, and take it down: signals → autoscaler (the versions are
+fetched before, ``clusterman.tree.fetching``).
 
 Every wait has a deadline and ends in a ``TreeError`` naming the version or signal that failed,
 with the last lines of its log; a fetch failure never looks like success. ``stop_event`` (set by
@@ -8,26 +9,35 @@ the bootstrap's SIGTERM/SIGINT handler) interrupts any wait with ``Stopped``.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import socket
 import struct
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from clusterman.errors import UserError
 from clusterman.signals.client import SignalAddress
 from clusterman.tree.environment import SignalProcess
 from clusterman.tree.environment import TreePlan
+from clusterman.tree.liveness import Heartbeat
+from clusterman.tree.liveness import LivenessRules
+from clusterman.tree.liveness import crash_loop
+from clusterman.tree.liveness import stalled_for
+from clusterman.tree.parent_death import read_starts
+from clusterman.tree.parent_death import starts_file
 from clusterman.tree.supervisor import ProcessStatus
 from clusterman.tree.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
-FETCH_GROUP = "fetch_signals"
 SIGNALS_GROUP = "run_signals"
 AUTOSCALER = "autoscaler:autoscaler"
 POLL_SECONDS = 0.05
+DEFAULT_RULES = LivenessRules()
 
 
 class TreeError(UserError):
@@ -80,12 +90,20 @@ class ProcessTree:
         timeouts: Timeouts,
         stop_event: threading.Event,
         probe: Callable[[SignalProcess, int], bool] = accepts_from,
+        heartbeat: Path | None = None,
+        rules: LivenessRules = DEFAULT_RULES,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.supervisor = supervisor
         self.plan = plan
         self.timeouts = timeouts
         self.stop_event = stop_event
         self.probe = probe
+        self.heartbeat = heartbeat
+        self.rules = rules
+        self.clock = clock
+        self.starts = starts_file(supervisor.private_dir, "autoscaler")
+        self.killed: set[int] = set()  # stalled autoscaler pids already killed (supervisord may lag)
 
     def _wait(self, seconds: float) -> None:
         if self.stop_event.wait(seconds):
@@ -99,9 +117,8 @@ class ProcessTree:
 
     def start(self) -> None:
         started = time.monotonic()
+        self.starts.unlink(missing_ok=True)  # a crash loop is counted per tree
         self.supervisor.start(self.timeouts.supervisor)
-        self.wait_fetched()
-        log.info("fetched %d signal version(s) in %.2f s", len(self.plan.versions), time.monotonic() - started)
         self.supervisor.start_group(SIGNALS_GROUP)
         self.wait_signals()
         log.info("%d signal(s) answering after %.2f s", len(self.plan.signals), time.monotonic() - started)
@@ -114,24 +131,6 @@ class ProcessTree:
         if len(statuses) != expected:
             raise TreeError(f"supervisord runs {len(statuses)} {group} processes, expected {expected}")
         return statuses
-
-    def wait_fetched(self) -> None:
-        versions = {f"{FETCH_GROUP}_{n}": v for n, v in enumerate(self.plan.versions)}
-        deadline = time.monotonic() + self.timeouts.fetch
-        while True:
-            pending = []
-            for status in self._group(FETCH_GROUP, len(versions)):
-                version = versions[status.name]
-                if status.state == "EXITED" and status.exitstatus == 0:
-                    continue
-                if status.state in ("EXITED", "FATAL"):
-                    raise TreeError(f"signal version {version} could not be fetched ({self._failure(status)})")
-                pending.append(version)
-            if not pending:
-                return
-            if time.monotonic() > deadline:
-                raise TreeError(f"signal version(s) {', '.join(pending)} not fetched within {self.timeouts.fetch:g} s")
-            self._wait(POLL_SECONDS)
 
     def wait_signals(self) -> None:
         by_name = {f"{SIGNALS_GROUP}_{n}": s for n, s in enumerate(self.plan.signals)}
@@ -158,17 +157,47 @@ class ProcessTree:
             self._wait(POLL_SECONDS)
 
     def check(self) -> None:
-        """Between polls: supervisord must live; a signal that gave up is started again."""
+        """Between polls: supervisord must live; a signal that gave up is started again; the
+        autoscaler must not be crash-looping (TreeError) nor stalled (restarted)."""
         code = self.supervisor.exit_status()
         if code is not None:
             raise TreeError(f"supervisord exited with status {code}")
+        now = self.clock()
         for status in self.supervisor.processes():
+            if status.full_name == AUTOSCALER:
+                self._check_autoscaler(status, now)
+                continue
             if status.state != "FATAL":
                 continue
-            if status.full_name == AUTOSCALER:
-                raise TreeError(f"the autoscaler keeps exiting ({self._failure(status)})")
             log.error("%s gave up starting (%s); starting it again", status.full_name, self._failure(status))
             self.supervisor.start_process(status.full_name)
+
+    def _check_autoscaler(self, status: ProcessStatus, now: float) -> None:
+        if status.state == "FATAL":
+            raise TreeError(f"the autoscaler keeps exiting ({self._failure(status)})")
+        starts = read_starts(self.supervisor.private_dir, "autoscaler")
+        looping = crash_loop(starts, now, self.rules)
+        if looping:
+            window = now - min(t for t in starts if now - self.rules.crash_window_seconds <= t)
+            last = _last_lines(self.supervisor.log_tail(AUTOSCALER), 1)
+            raise TreeError(
+                f"the autoscaler keeps exiting: started {looping} times in {window:.0f} s; its log ends: {last}"
+            )
+        if self.heartbeat is None or status.state != "RUNNING" or status.pid in self.killed:
+            return
+        stalled = stalled_for(Heartbeat.read(self.heartbeat), status.start, now, self.rules)
+        if stalled is not None:
+            beat = Heartbeat.read(self.heartbeat)
+            period = beat.period_seconds if beat else 0.0
+            log.error(
+                "the autoscaler (pid %d) has not finished a run for %.0f s (over %g periods of %g s): restarting it",
+                status.pid, stalled, self.rules.stale_periods, period,
+            )  # fmt: skip
+            self.killed.add(status.pid)
+            try:
+                os.kill(status.pid, signal.SIGKILL)  # reaches a stopped process too; supervisord restarts it
+            except ProcessLookupError:
+                pass
 
     def stop(self) -> None:
         self.supervisor.stop(self.timeouts.stop)

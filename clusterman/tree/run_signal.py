@@ -2,7 +2,8 @@
 
 One process of supervisord's ``run_signals`` group. It picks version, namespace, name and app
 from the ``CMAN_SIGNAL_*`` lists and replaces itself (exec, same pid, so supervisord's signals
-and restarts reach the runner) with ``{version}/venv/bin/python -I -m clusterman_signals.run``.
+and restarts reach the runner) with ``{version}/venv/bin/python -I -m clusterman_signals.run``,
+after asking for SIGKILL when supervisord dies (kept across exec).
 ``-I`` and the version directory as working directory keep this checkout's own
 ``clusterman_signals`` (or a $PYTHONPATH) from shadowing the fetched one.
 """
@@ -10,6 +11,7 @@ and restarts reach the runner) with ``{version}/venv/bin/python -I -m clusterman
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,6 +19,7 @@ from pathlib import Path
 from clusterman.tree.environment import SignalProcess
 from clusterman.tree.environment import TreeEnvironmentError
 from clusterman.tree.environment import signal_process
+from clusterman.tree.parent_death import die_with_parent
 
 PROG = "run_clusterman_signal"
 
@@ -32,6 +35,7 @@ def runner_environment(env: Mapping[str, str]) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    die_with_parent(os.getppid(), signal.SIGKILL)  # kept across exec: the runner dies with supervisord
     if len(args) != 1 or not args[0].isdigit():
         print(f"usage: {PROG} PROCESS_NUMBER", file=sys.stderr)
         return 2

@@ -7,7 +7,6 @@ programs even when the bootstrap is killed outright.
 
 from __future__ import annotations
 
-import ctypes
 import http.client
 import logging
 import os
@@ -24,10 +23,10 @@ from typing import Any
 from supervisor.xmlrpc import SupervisorTransport
 
 from clusterman.errors import UserError
+from clusterman.tree.parent_death import die_with_parent
 
 log = logging.getLogger(__name__)
 
-PR_SET_PDEATHSIG = 1
 RPC_ERRORS = (OSError, xmlrpc.client.Error, http.client.HTTPException)
 RUNNING_STATE = "RUNNING"
 
@@ -46,6 +45,7 @@ class ProcessStatus:
     pid: int
     exitstatus: int
     spawnerr: str
+    start: float = 0.0  # unix seconds of the last start
 
     @property
     def full_name(self) -> str:
@@ -60,20 +60,14 @@ class ProcessStatus:
             int(info["pid"]),
             int(info["exitstatus"]),
             str(info.get("spawnerr") or ""),
+            float(info.get("start") or 0),
         )
-
-
-def die_with_parent(parent: int) -> None:
-    """Runs in the child between fork and exec: SIGTERM when the bootstrap's thread ends."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
 
 
 class Supervisor:
     def __init__(self, config: Path, private_dir: Path, env: Mapping[str, str]) -> None:
         self.config = config
+        self.private_dir = private_dir
         self.socket_path = self.socket_in(private_dir)
         self.env = {**env, "CMAN_SUPERVISOR_DIR": str(private_dir)}
         # Every process of the tree inherits this entry: it finds them if supervisord dies.
@@ -95,6 +89,7 @@ class Supervisor:
             env=self.env,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            # SIGTERM when the bootstrap's thread ends: supervisord then stops its programs in order.
             preexec_fn=lambda: die_with_parent(parent),
         )
         self._transport = SupervisorTransport(None, None, f"unix://{self.socket_path}")

@@ -1,0 +1,129 @@
+"""Fetch a tree's signal versions and check its signals exist, before touching the running tree.
+
+The bootstrap runs one ``fetch_clusterman_signal N`` per version as its own children (each
+dying with it), so a configuration change is fetched beside the running tree and the old tree is
+only stopped once the new one has everything it needs. Each fetcher's output goes to
+``fetch_signals_N.log``, rewritten by every fetch, so a failure shows this fetch's lines only.
+Then each signal's class is looked up with its own version's interpreter: a name the version
+does not have is refused here, in one line naming the file and key, instead of a signal that
+answers every run with an error.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from clusterman.tree.environment import SignalProcess
+from clusterman.tree.environment import TreePlan
+from clusterman.tree.fetch_signal import EXIT_INSTALLED_COPY
+from clusterman.tree.process_tree import Stopped
+from clusterman.tree.process_tree import TreeError
+from clusterman.tree.run_signal import runner_environment
+
+HELPERS = Path(__file__).resolve().parents[2] / "supervisord"
+FETCHER = HELPERS / "fetch_clusterman_signal"
+POLL_SECONDS = 0.05
+LOOKUP_SECONDS = 60.0
+
+# Run by each version's own interpreter (-I): the same lookup as clusterman_signals.run.
+LOOKUP = """
+import importlib, sys
+from clusterman_signals.base_signal import BaseSignal
+namespace, name = sys.argv[1:3]
+try:
+    module = importlib.import_module("clusterman_signals." + namespace)
+except Exception as e:
+    sys.exit(f"cannot import namespace clusterman_signals.{namespace}: {type(e).__name__}: {e}")
+cls = getattr(module, name, None)
+if cls is None:
+    sys.exit(f"clusterman_signals.{namespace} has no signal named {name}")
+if not (isinstance(cls, type) and issubclass(cls, BaseSignal)):
+    sys.exit(f"clusterman_signals.{namespace}.{name} is not a BaseSignal subclass")
+"""
+
+
+@dataclass(frozen=True)
+class FetchReport:
+    fallbacks: dict[str, str]  # version -> why its installed copy is used
+    seconds: float
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def fetch_versions(
+    plan: TreePlan, env: Mapping[str, str], log_dir: Path, timeout: float, stop: threading.Event
+) -> FetchReport:
+    """Run every fetcher at once; raise TreeError naming the first version that failed."""
+    started = time.monotonic()
+    procs: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
+    try:
+        for n, version in enumerate(plan.versions):
+            log_path = log_dir / f"fetch_signals_{n}.log"
+            with log_path.open("wb") as out:  # rewritten: this fetch's lines only
+                command = [str(FETCHER), str(n)]
+                proc = subprocess.Popen(command, env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+            procs.append((version, log_path, proc))
+        deadline = started + timeout
+        while any(p.poll() is None for _, _, p in procs):
+            for version, log_path, proc in procs:
+                if proc.poll() not in (None, 0, EXIT_INSTALLED_COPY):
+                    raise _failed(version, log_path, proc.returncode)
+            if time.monotonic() > deadline:
+                pending = [v for v, _, p in procs if p.poll() is None]
+                raise TreeError(f"signal version(s) {', '.join(pending)} not fetched within {timeout:g} s")
+            if stop.wait(POLL_SECONDS):
+                raise Stopped()
+        fallbacks = {}
+        for version, log_path, proc in procs:
+            if proc.returncode == EXIT_INSTALLED_COPY:
+                fallbacks[version] = last_line(log_path.read_text(errors="replace"))
+            elif proc.returncode != 0:
+                raise _failed(version, log_path, proc.returncode)
+        return FetchReport(fallbacks, time.monotonic() - started)
+    finally:
+        for _, _, proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+def _failed(version: str, log_path: Path, code: int) -> TreeError:
+    line = last_line(log_path.read_text(errors="replace"))
+    return TreeError(f"signal version {version} could not be fetched (exit status {code}: {line})")
+
+
+def check_signals(plan: TreePlan, signals_dir: Path, env: Mapping[str, str]) -> None:
+    """Look every signal's class up in its fetched version; raise TreeError for the first missing."""
+    runner_env = runner_environment(env)
+    procs: list[tuple[SignalProcess, subprocess.Popen[str]]] = []
+    try:
+        for process in plan.signals:
+            version_dir = signals_dir / process.version
+            python = version_dir / "venv" / "bin" / "python"
+            command = [str(python), "-I", "-c", LOOKUP, process.namespace, process.name]
+            proc = subprocess.Popen(
+                command, cwd=version_dir, env=runner_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            procs.append((process, proc))
+        for process, proc in procs:
+            try:
+                _, err = proc.communicate(timeout=LOOKUP_SECONDS)
+            except subprocess.TimeoutExpired:
+                err = f"looking the class up took over {LOOKUP_SECONDS:g} s"
+            if proc.returncode != 0:
+                where = process.where or f"signal for {process.app}"
+                raise TreeError(f"{where}: {last_line(err)} (version {process.version})")
+    finally:
+        for _, proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()

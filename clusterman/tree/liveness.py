@@ -1,0 +1,65 @@
+"""Is the autoscaler alive and working? Pure rules over its heartbeat and its starts.
+
+supervisord only sees whether a process exists. A stopped (SIGSTOP) or hung autoscaler exists and
+scales nothing; one that fails after ``startsecs`` is restarted forever without ever being FATAL.
+The bootstrap reads two small files and asks these rules:
+
+- the heartbeat ``$CMAN_HEARTBEAT_FILE``, which the autoscaler rewrites (atomically) after every
+  finished run: ``{"finished_at": <unix seconds>, "period_seconds": <seconds>}``;
+- the starts ``$CMAN_SUPERVISOR_DIR/starts-autoscaler``, one line per start
+  (``clusterman.tree.parent_death``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    finished_at: float  # unix seconds: the end of the last finished run
+    period_seconds: float  # the autoscaler's run period
+
+    @staticmethod
+    def read(path: Path) -> Heartbeat | None:
+        """None when there is no heartbeat (yet), or it is not one (then the watch waits for a good one)."""
+        try:
+            data = json.loads(path.read_text())
+            beat = Heartbeat(float(data["finished_at"]), float(data["period_seconds"]))
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+        if not (math.isfinite(beat.finished_at) and math.isfinite(beat.period_seconds) and beat.period_seconds > 0):
+            return None
+        return beat
+
+
+@dataclass(frozen=True)
+class LivenessRules:
+    stale_periods: float = 3.0  # no finished run for this many periods: restart the autoscaler
+    start_grace_seconds: float = 60.0  # after a start, on top of the periods, for start-up and the first run
+    crash_starts: int = 5  # this many starts ...
+    crash_window_seconds: float = 300.0  # ... within this window: a crash loop
+
+
+def stalled_for(beat: Heartbeat | None, started_at: float, now: float, rules: LivenessRules) -> float | None:
+    """Seconds since the last finished run when the autoscaler counts as stalled, else None.
+
+    Without any heartbeat the autoscaler does not write one, and nothing is judged. A run
+    finished before the process started (the previous process's) counts from the start plus
+    the grace.
+    """
+    if beat is None:
+        return None
+    since = beat.finished_at if beat.finished_at >= started_at else started_at + rules.start_grace_seconds
+    if now - since <= rules.stale_periods * beat.period_seconds:
+        return None
+    return now - max(beat.finished_at, started_at)
+
+
+def crash_loop(starts: list[float], now: float, rules: LivenessRules) -> int:
+    """How many starts fell in the window when they are a crash loop, else 0."""
+    recent = [t for t in starts if now - rules.crash_window_seconds <= t <= now + 1]
+    return len(recent) if len(recent) >= rules.crash_starts else 0

@@ -1,0 +1,74 @@
+"""Every program of the tree dies with its parent: an orphan must never keep calling the cloud.
+
+``prctl(PR_SET_PDEATHSIG)`` survives ``exec``, so the helper programs set it at start-up before
+they replace themselves with the real program. ``python -m clusterman.tree.parent_death NAME
+COMMAND...`` does that for any command (supervisord's ``autoscaler`` program runs through it),
+and also notes each start in ``$CMAN_SUPERVISOR_DIR/starts-NAME`` so that the bootstrap can count
+starts itself: supervisord cannot see a crash loop of a program that starts slower than
+``startsecs``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+PROG = "parent_death"
+
+
+def die_with_parent(parent: int, signum: int = signal.SIGTERM) -> None:
+    """Get ``signum`` when ``parent`` dies; exit now if it already has (then we were re-parented)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def starts_file(supervisor_dir: Path, name: str) -> Path:
+    return supervisor_dir / f"starts-{name}"
+
+
+def note_start(supervisor_dir: str | None, name: str) -> None:
+    """Append this start's time (one line, O_APPEND: a single write, never interleaved)."""
+    if not supervisor_dir:
+        return
+    fd = os.open(starts_file(Path(supervisor_dir), name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, f"{time.time():.3f}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def read_starts(supervisor_dir: Path, name: str) -> list[float]:
+    try:
+        text = starts_file(supervisor_dir, name).read_text()
+    except OSError:
+        return []
+    return [float(line) for line in text.split() if line.replace(".", "", 1).isdigit()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) < 2:
+        print(f"usage: python -m clusterman.tree.{PROG} NAME COMMAND [ARG...]", file=sys.stderr)
+        return 2
+    name, command = args[0], args[1:]
+    parent = os.getppid()
+    die_with_parent(parent, signal.SIGKILL)  # supervisord is gone: nothing is left to stop us in order
+    note_start(os.environ.get("CMAN_SUPERVISOR_DIR"), name)
+    try:
+        os.execvp(command[0], command)
+    except OSError as e:
+        print(f"{PROG}: cannot run {command[0]}: {e.strerror}", file=sys.stderr)
+        return 127
+    return 127  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

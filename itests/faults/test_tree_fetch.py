@@ -1,0 +1,131 @@
+"""Faults of fetching signal versions (issue 11, items 3 and 11): S3 down or serving a bad checksum
+must not take a tree down when a verified copy is installed; fetch failures keep their cause.
+
+Real bootstrap, supervisord, fetchers and signal runners; S3 is moto's server (a private one
+where the test stops it); the autoscaler is itests/fixtures/tree_autoscaler.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import time
+
+import pytest
+
+from clusterman.local.moto_server import MotoServer
+from itests.test_process_tree import tree_config
+from itests.tree_helpers import CODENAME
+from itests.tree_helpers import Bootstrap
+from itests.tree_helpers import TreeConfig
+from itests.tree_helpers import new_bucket
+from itests.tree_helpers import s3_client
+from itests.tree_helpers import signal_block
+from itests.tree_helpers import unique_name
+from itests.tree_helpers import upload
+
+pytestmark = pytest.mark.slow
+
+STAND_IN = "tree_autoscaler.py"
+
+
+def write_pool(config: TreeConfig, app_signal: dict, max_capacity: int) -> None:
+    """The pool file with one app signal; ``max_capacity`` tells which version of the file a program runs with."""
+    config.write_pool({"appa": app_signal})
+    config.pool_path.write_text(
+        config.pool_path.read_text().replace("max_capacity: 9", f"max_capacity: {max_capacity}")
+    )
+
+
+def test_s3_down_or_a_bad_checksum_uses_the_installed_copy(tmp_path, signal_versions):
+    with MotoServer() as moto:
+        bucket = new_bucket(moto.url)
+        upload(moto.url, bucket, "v1", signal_versions.tarballs["v1"])
+        root = tmp_path / "srv-configs"
+        root.mkdir()
+        config = TreeConfig(root, moto.url, bucket, unique_name("pool"))
+        config.write_main(signal_block(unique_name(), "v1"))
+        app_signal = signal_block(unique_name(), "v1")
+        write_pool(config, app_signal, 9)
+        signals_dir = tmp_path / "signals"  # persistent, as in production: it outlives one bootstrap
+        args = ("--signals-dir", str(signals_dir))
+        first = Bootstrap(config, tmp_path, args, autoscaler=STAND_IN, name="first")
+        try:
+            run = first.wait_for_run(lambda r: r["max_capacity"] == 9, timeout=60)
+            assert run["fallback_metrics"] == []
+
+            # A bad .sha256 re-published for the installed version, then a config edit.
+            key = f"{CODENAME}/clusterman_signals_v1.tar.gz.sha256"
+            s3_client(moto.url).put_object(Bucket=bucket, Key=key, Body=b"0" * 64 + b"  clusterman_signals_v1.tar.gz\n")
+            write_pool(config, app_signal, 8)
+            run = first.wait_for_run(lambda r: r["max_capacity"] == 8, timeout=60)
+            assert "checksum mismatch" in first.stderr and "RUNS FROM ITS INSTALLED COPY" in first.stderr
+            assert any('version="v1"' in line and line.endswith(" 1.0") for line in run["fallback_metrics"])
+
+            # S3 unreachable, then a config edit: the tree comes up again from the installed copy.
+            moto.stop()
+            edited = time.monotonic()
+            write_pool(config, app_signal, 7)
+            run = first.wait_for_run(lambda r: r["max_capacity"] == 7, timeout=90)
+            print(f"config edit with S3 down: new tree running after {time.monotonic() - edited:.1f} s")
+            assert "Could not connect to the endpoint URL" in first.stderr
+            assert any('version="v1"' in line for line in run["fallback_metrics"])
+
+            # A restart of the whole bootstrap with S3 still down.
+            first.proc.send_signal(signal.SIGTERM)
+            assert first.wait_exit(60) == 0, first.stderr
+            restarted = time.monotonic()
+            second = Bootstrap(config, tmp_path, args, autoscaler=STAND_IN, name="second")
+            try:
+                second.wait_for_run(lambda r: r["max_capacity"] == 7, timeout=90)
+                print(f"bootstrap restart with S3 down: running after {time.monotonic() - restarted:.1f} s")
+                assert "exited with status 1" not in second.stderr
+            finally:
+                second.kill()
+        finally:
+            first.kill()
+
+
+def test_fetch_failures_keep_their_cause_and_only_this_fetchs_lines(tmp_path, moto_server, signal_versions):
+    config = tree_config(tmp_path, moto_server, signal_versions, versions=("v1",))
+    garbage = b"this is not a tarball\n"
+    s3 = s3_client(moto_server.url)
+    s3.put_object(Bucket=config.bucket, Key=f"{CODENAME}/clusterman_signals_junk.tar.gz", Body=garbage)
+    digest = hashlib.sha256(garbage).hexdigest()
+    s3.put_object(
+        Bucket=config.bucket,
+        Key=f"{CODENAME}/clusterman_signals_junk.tar.gz.sha256",
+        Body=f"{digest}  clusterman_signals_junk.tar.gz\n".encode(),
+    )
+    config.write_main(signal_block(unique_name(), "v1"))
+    config.write_pool({"appa": signal_block(unique_name(), "junk")})
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    # An earlier fetch's lines in the same log directory must not be repeated.
+    (logs / "fetch_signals_1.log").write_text("fetch_clusterman_signal: signal version OLD: stale line\n")
+    bootstrap = Bootstrap(config, tmp_path, ("--log-dir", str(logs)), autoscaler=STAND_IN)
+    try:
+        assert bootstrap.wait_exit(60) == 1
+        errors = [line for line in bootstrap.stderr.splitlines() if " ERROR " in line]
+        assert len(errors) == 1, errors
+        assert "signal version junk could not be fetched" in errors[0]
+        assert "not a readable tar.gz file: not a gzip file" in errors[0]
+        assert "stale line" not in bootstrap.stderr
+    finally:
+        bootstrap.kill()
+
+
+def test_an_unknown_signal_name_is_refused_at_start_up(tmp_path, moto_server, signal_versions):
+    config = tree_config(tmp_path, moto_server, signal_versions, versions=("v1",))
+    config.write_main(signal_block("NoSuchSignal", "v1"))  # itest_versions only answers to WhoAmI*
+    config.write_pool({})
+    bootstrap = Bootstrap(config, tmp_path, autoscaler=STAND_IN)
+    try:
+        assert bootstrap.wait_exit(60) == 1
+        errors = [line for line in bootstrap.stderr.splitlines() if " ERROR " in line]
+        assert len(errors) == 1, errors
+        assert f"{config.main_path}: autoscale_signal:" in errors[0]
+        assert "clusterman_signals.itest_versions has no signal named NoSuchSignal (version v1)" in errors[0]
+        assert "started the autoscaler" not in bootstrap.stderr
+    finally:
+        bootstrap.kill()

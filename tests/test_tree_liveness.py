@@ -1,0 +1,40 @@
+import json
+
+from clusterman.tree.liveness import Heartbeat
+from clusterman.tree.liveness import LivenessRules
+from clusterman.tree.liveness import crash_loop
+from clusterman.tree.liveness import stalled_for
+
+RULES = LivenessRules(stale_periods=3, start_grace_seconds=60, crash_starts=5, crash_window_seconds=300)
+
+
+def test_no_heartbeat_means_nothing_is_judged():
+    assert stalled_for(None, started_at=0, now=10_000, rules=RULES) is None
+
+
+def test_stalled_after_n_periods_without_a_finished_run():
+    beat = Heartbeat(finished_at=1000, period_seconds=60)
+    assert stalled_for(beat, started_at=900, now=1000 + 180, rules=RULES) is None
+    assert stalled_for(beat, started_at=900, now=1000 + 181, rules=RULES) == 181
+
+
+def test_a_restarted_autoscaler_gets_the_grace_before_its_first_run():
+    beat = Heartbeat(finished_at=1000, period_seconds=60)  # the previous process's last run
+    assert stalled_for(beat, started_at=2000, now=2000 + 60 + 180, rules=RULES) is None
+    assert stalled_for(beat, started_at=2000, now=2000 + 60 + 181, rules=RULES) == 241
+
+
+def test_heartbeat_file(tmp_path):
+    path = tmp_path / "beat.json"
+    assert Heartbeat.read(path) is None
+    path.write_text(json.dumps({"finished_at": 5.5, "period_seconds": 60}))
+    assert Heartbeat.read(path) == Heartbeat(5.5, 60.0)
+    for bad in ("{", json.dumps({"finished_at": 5}), json.dumps({"finished_at": 5, "period_seconds": 0})):
+        path.write_text(bad)
+        assert Heartbeat.read(path) is None
+
+
+def test_crash_loop_counts_starts_in_the_window():
+    assert crash_loop([100, 200, 300, 400], now=400, rules=RULES) == 0
+    assert crash_loop([100, 200, 300, 350, 400], now=400, rules=RULES) == 5
+    assert crash_loop([10, 200, 300, 350, 400], now=400, rules=RULES) == 0  # the first is older than 300 s
