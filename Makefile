@@ -7,9 +7,9 @@ DURATION ?= 0
 
 .PHONY: venv system-deps run test lint format typecheck unit itests acceptance bench clean
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt setup.py pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt constraints-dev.txt setup.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -r requirements-dev.txt
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints-dev.txt -r requirements-dev.txt
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
