@@ -38,7 +38,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The venv ``deploy/install-clusterman`` made from a freshly built wheel; its bin directory."""
     work = tmp_path_factory.mktemp("wheel")
     wheel = build_wheel(work)
-    house = fill_wheelhouse(f"{wheel}[kubernetes]", REPO / "constraints.txt")
+    house = fill_wheelhouse(f"{wheel}[kubernetes]", constraints=REPO / "constraints.txt")
     venv = work / "venv"
     # PIP_NO_COMPILE: the image byte-compiles; here it would only cost time (kubernetes has ~1000 modules).
     env = clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(house), PIP_NO_COMPILE="1", PYTHON=_base_python())

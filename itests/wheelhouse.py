@@ -60,12 +60,14 @@ def build_wheel(work: Path) -> Path:
     return wheel
 
 
-def fill_wheelhouse(requirement: str, constraints: Path) -> Path:
-    """Make sure the wheelhouse holds every wheel ``requirement`` needs under ``constraints``."""
+def fill_wheelhouse(*requirements: str, constraints: Path | None = None) -> Path:
+    """Make sure the wheelhouse holds every wheel ``requirements`` (pip arguments) need."""
     house = wheelhouse()
-    common = ["download", "--quiet", "--only-binary=:all:", "--dest", str(house), "--constraint", str(constraints)]
-    offline = pip(*common, "--no-index", "--find-links", str(house), requirement)
+    common = ["download", "--quiet", "--only-binary=:all:", "--dest", str(house)]
+    if constraints is not None:
+        common += ["--constraint", str(constraints)]
+    offline = pip(*common, "--no-index", "--find-links", str(house), *requirements)
     if offline.returncode != 0:
-        online = pip(*common, requirement)
+        online = pip(*common, *requirements)
         assert online.returncode == 0, f"cannot fill the wheelhouse {house}: {online.stderr}"
     return house
