@@ -29,8 +29,7 @@ RUN groupadd --system --gid 10001 clusterman \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/clusterman --create-home clusterman
 ENV PATH=/opt/clusterman/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    CMAN_SIGNALS_DIR=/var/lib/clusterman/signals \
-    CMAN_SIGNALS_CODENAME=bookworm
+    CMAN_SIGNALS_DIR=/var/lib/clusterman/signals
 USER 10001:10001
 WORKDIR /var/lib/clusterman
 ENTRYPOINT ["python", "-m", "clusterman.batch.autoscaler_bootstrap"]
