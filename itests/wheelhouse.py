@@ -7,6 +7,7 @@ The wheelhouse is a directory that persists between runs ($CLUSTERMAN_WHEELHOUSE
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -66,8 +67,11 @@ def fill_wheelhouse(*requirements: str, constraints: Path | None = None) -> Path
     common = ["download", "--quiet", "--only-binary=:all:", "--dest", str(house)]
     if constraints is not None:
         common += ["--constraint", str(constraints)]
-    offline = pip(*common, "--no-index", "--find-links", str(house), *requirements)
-    if offline.returncode != 0:
-        online = pip(*common, *requirements)
-        assert online.returncode == 0, f"cannot fill the wheelhouse {house}: {online.stderr}"
+    # One filler at a time (pytest-xdist workers share the directory): no half-written wheel is read.
+    with open(house / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        offline = pip(*common, "--no-index", "--find-links", str(house), *requirements)
+        if offline.returncode != 0:
+            online = pip(*common, *requirements)
+            assert online.returncode == 0, f"cannot fill the wheelhouse {house}: {online.stderr}"
     return house
