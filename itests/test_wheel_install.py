@@ -103,12 +103,14 @@ def test_the_package_data_is_in_the_venv(installed: Path, tmp_path: Path) -> Non
     assert executable == "True"
 
 
-def test_only_the_pinned_closure_is_installed(installed: Path, tmp_path: Path) -> None:
+def test_constraints_txt_is_exactly_the_production_closure(installed: Path, tmp_path: Path) -> None:
     code = "import importlib.metadata as m, json; print(json.dumps([d.metadata['Name'] for d in m.distributions()]))"
     proc = run(installed, tmp_path, "python", "-c", code)
     names = {re.sub(r"[-_.]+", "-", name).lower() for name in json.loads(proc.stdout)}
     extra = names - PINNED - {"clusterman"}
     assert not extra, f"installed but not pinned in constraints.txt: {sorted(extra)}"
+    stale = PINNED - names
+    assert not stale, f"pinned in constraints.txt but not needed by clusterman[kubernetes]: {sorted(stale)}"
     assert "moto" not in names and "matplotlib" not in names
 
 
