@@ -5,11 +5,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DURATION ?= 0
 
-.PHONY: venv system-deps run test lint format typecheck unit itests acceptance bench clean
+.PHONY: venv system-deps run test lint format typecheck unit itests acceptance bench wheel clean
 
-$(STAMP): requirements.txt requirements-dev.txt constraints.txt setup.py pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt constraints.txt constraints-dev.txt setup.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -c constraints.txt -r requirements-dev.txt
+	$(BIN)/pip install -q --disable-pip-version-check -c constraints-dev.txt -r requirements-dev.txt
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -47,5 +47,9 @@ test: system-deps lint typecheck
 bench: venv
 	$(BIN)/python -m bench
 
+# dist/clusterman-*.whl; the Dockerfile builds the image from the sources the same way.
+wheel: venv
+	$(BIN)/pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w dist .
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .tox build dist

@@ -146,7 +146,7 @@ def test_a_number_too_long_for_python_is_named(tmp_path):
 def test_merge_keys_may_be_overridden(tmp_path):
     """``<<: *anchor`` then the mapping's own key is YAML's override, not a duplicate."""
     path = write(tmp_path, "base: &b {region: us-west-2, endpoint_url: null}\naws:\n  <<: *b\n  region: eu-west-1\n")
-    assert read_yaml(path, "merge-test")["aws"] == {"region": "eu-west-1", "endpoint_url": None}
+    assert read_yaml(path)["aws"] == {"region": "eu-west-1", "endpoint_url": None}
 
 
 def test_missing_file_and_unknown_cluster(tmp_path):

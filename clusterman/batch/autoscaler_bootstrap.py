@@ -46,6 +46,7 @@ from clusterman.config.loader import pool_config_path
 from clusterman.config.model import MainConfig
 from clusterman.config.model import PoolIdentity
 from clusterman.config.schema import ConfigError
+from clusterman.data import supervisor_config
 from clusterman.signals.artifacts import default_codename
 from clusterman.signals.client import parse_uids
 from clusterman.tree.environment import TreePlan
@@ -67,7 +68,7 @@ from clusterman.tree.watch import fingerprint
 
 log = logging.getLogger("autoscaler_bootstrap")
 
-SUPERVISOR_CONFIG = Path(__file__).resolve().parents[2] / "supervisord" / "supervisord.conf"
+SUPERVISOR_CONFIG = supervisor_config()  # package data: found in a checkout and in an installed wheel alike
 SETUP_ERRORS = (ConfigError, AwsCredentialsError, ValueError)
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last a NUL
 

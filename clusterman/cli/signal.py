@@ -54,6 +54,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     publish.add_argument(
         "--worktree", action="store_true", help="package the files on disk as they are (uncommitted changes too)"
     )
+    publish.add_argument(
+        "--wheelhouse",
+        type=Path,
+        default=None,
+        help="install clusterman_signals/requirements.txt from this directory of wheels only (offline); "
+        "default: $CMAN_SIGNAL_WHEELHOUSE, else the package index",
+    )
     publish.set_defaults(func=run_publish)
 
 
@@ -138,7 +145,8 @@ def run_publish(args: argparse.Namespace) -> int:
     bucket = args.bucket or main.aws.signals_bucket
     location = ArtifactLocation(bucket, args.codename or default_codename(), args.version)
     with tempfile.TemporaryDirectory(prefix="clusterman-publish-") as tmp:
-        tarball = build_artifact(args.repo, args.version, Path(tmp), worktree=args.worktree)
+        wheelhouse = args.wheelhouse or (Path(w) if (w := os.environ.get("CMAN_SIGNAL_WHEELHOUSE")) else None)
+        tarball = build_artifact(args.repo, args.version, Path(tmp), worktree=args.worktree, wheelhouse=wheelhouse)
         digest = upload_artifact(aws_client(AwsSettings.from_config(main.aws), "s3"), location, tarball)
     print(f"published {location.url} (sha256 {digest})")
     return 0

@@ -27,13 +27,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import replace
 from datetime import datetime
+from typing import TYPE_CHECKING
 from typing import Any
 
-import kubernetes.client
-import kubernetes.config
 import urllib3
-from kubernetes.client.exceptions import ApiException
-from kubernetes.utils import parse_quantity
 
 from clusterman.cluster.cloud_view import CloudViewSource
 from clusterman.cluster.connector import ClusterConnector
@@ -45,6 +42,10 @@ from clusterman.cluster.model import NodeState
 from clusterman.cluster.model import Task
 from clusterman.config.model import DEFAULT_POD_REQUEST
 from clusterman.resources import Resources
+
+if TYPE_CHECKING:  # the kubernetes package is an extra: imported where a Kubernetes pool needs it
+    import kubernetes.client
+    from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,8 @@ class BadQuantity(Exception):
 
 @functools.lru_cache(maxsize=4096)
 def _number(value: str | int | float) -> float:
+    from kubernetes.utils import parse_quantity  # the kubernetes extra: only Kubernetes pools get here
+
     number = parse_quantity(value)  # ValueError when it is not a quantity
     if not number.is_finite() or number < 0:
         raise ValueError(value)
@@ -395,7 +398,10 @@ class KubernetesConnector(ClusterConnector):
         self._client: kubernetes.client.ApiClient | None = None
 
     def scheduler_view(self, now: float) -> SchedulerView:
-        api = kubernetes.client.CoreV1Api(self._connect())
+        client = self._connect()  # first: it names the missing kubernetes extra
+        import kubernetes.client
+
+        api = kubernetes.client.CoreV1Api(client)
         nodes = self._list_all(api.list_node, "nodes", label_selector=self.pool.node_selector)
         pods = self._list_all(
             api.list_pod_for_all_namespaces, "pods", field_selector="status.phase!=Succeeded,status.phase!=Failed"
@@ -418,6 +424,8 @@ class KubernetesConnector(ClusterConnector):
 
     def _list_all(self, method: Callable[..., Any], what: str, **selectors: str) -> list[dict[str, Any]]:
         """Every item of a list call, following ``metadata.continue`` page by page."""
+        from kubernetes.client.exceptions import ApiException
+
         items: list[dict[str, Any]] = []
         token: str | None = None
         while True:
@@ -446,6 +454,12 @@ class KubernetesConnector(ClusterConnector):
 
 def api_client(kubeconfig_path: str) -> kubernetes.client.ApiClient:
     """A client for the cluster a kubeconfig names; ConnectorError naming the file when it is unusable."""
+    try:
+        import kubernetes.config
+    except ImportError as e:
+        raise ConnectorError(
+            f"Kubernetes pools need clusterman's kubernetes extra: pip install 'clusterman[kubernetes]' ({e})"
+        ) from e
     try:
         return kubernetes.config.new_client_from_config(config_file=kubeconfig_path, persist_config=False)
     except (kubernetes.config.ConfigException, OSError, ValueError) as e:

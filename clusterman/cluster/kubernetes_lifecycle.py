@@ -22,12 +22,10 @@ import logging
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from typing import Any
 
-import kubernetes.client
-import kubernetes.config
 import urllib3
-from kubernetes.client.exceptions import ApiException
 
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.kubernetes import FALSE_WORDS
@@ -45,6 +43,9 @@ from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import NodeResult
 from clusterman.cluster.lifecycle import Outcome
 from clusterman.cluster.lifecycle import Results
+
+if TYPE_CHECKING:  # the kubernetes package is an extra: imported where a Kubernetes pool needs it
+    import kubernetes.client
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +266,8 @@ class KubernetesLifecycle(NodeLifecycle):
 
     def _call(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call the API; the raw JSON answer, or ApiFailure (caused by the ApiException, if any)."""
+        from kubernetes.client.exceptions import ApiException
+
         try:
             response = method(*args, _preload_content=False, _request_timeout=self.timeout_seconds, **kwargs)
             data = response.data
@@ -282,4 +285,6 @@ class KubernetesLifecycle(NodeLifecycle):
                 self._client = api_client(self.kubeconfig_path)
             except ConnectorError as e:
                 raise ApiFailure(str(e)) from e
+        import kubernetes.client
+
         return kubernetes.client.CoreV1Api(self._client)

@@ -1,4 +1,4 @@
-"""Find and load srv-configs files with staticconf, and validate them into typed objects.
+"""Find and load srv-configs files (YAML), and validate them into typed objects.
 
 Layout (as Clusterman lays it out):
   <env-config-path>                                    the main file, clusterman.yaml
@@ -8,16 +8,12 @@ A relative ``cluster_config_directory`` or ``state_directory`` is taken relative
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import staticconf
-import staticconf.config
 import yaml
-from staticconf.loader import build_loader
 
 from clusterman.config.model import MainConfig
 from clusterman.config.model import PoolConfig
@@ -25,14 +21,12 @@ from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
 from clusterman.config.schema import ConfigError
 from clusterman.config.schema import parse
+from clusterman.data import default_main_config
 
 DEFAULT_ENV_CONFIG_PATH = "/nail/srv/configs/clusterman.yaml"
-# staticconf reports every key nobody declared to it at INFO; our schema validates them all instead.
-logging.getLogger("staticconf").setLevel(logging.WARNING)
-MAIN_NAMESPACE = "clusterman"
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available, as staticconf
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available
 
 
 _INT_TAG = "tag:yaml.org,2002:int"
@@ -48,7 +42,7 @@ class YamlValueError(Exception):
 
 def _strict_yaml(filename: str) -> Any:
     """PyYAML's safe load, refusing what it would resolve silently or fail on without a key."""
-    with open(filename) as fh:
+    with open(filename, encoding="utf-8") as fh:
         loader = _Loader(fh)
         try:
             node = loader.get_single_node()
@@ -97,28 +91,24 @@ def _check_document(loader: Any, node: yaml.Node, path: str, visited: set[int]) 
             _check_document(loader, item, f"{path}[{i}]", visited)
 
 
-_StrictYamlConfiguration = build_loader(_strict_yaml)
-
 
 def default_env_config_path() -> str:
-    """$CMAN_ENV_CONFIG_PATH, else Clusterman's standard path, else this checkout's config/."""
+    """$CMAN_ENV_CONFIG_PATH, else Clusterman's standard path, else the default config clusterman ships."""
     from_env = os.environ.get("CMAN_ENV_CONFIG_PATH")
     if from_env:
         return from_env
     if os.path.exists(DEFAULT_ENV_CONFIG_PATH):
         return DEFAULT_ENV_CONFIG_PATH
-    return str(Path(__file__).resolve().parents[2] / "config" / "clusterman.yaml")
+    return str(default_main_config())
 
 
-def read_yaml(path: str | os.PathLike[str], namespace: str) -> dict[str, Any]:
-    """Load one YAML file into a staticconf namespace and return its data, or a ConfigError."""
+def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Load one YAML file and return its data, or a ConfigError (docs/configuration.md: why not staticconf)."""
     source = str(path)
     if not os.path.exists(source):
         raise ConfigError(source, "", "file not found")
-    # A reload replaces the namespace's values instead of tripping over duplicate keys.
-    staticconf.config.get_namespace(namespace).clear()
     try:
-        data = _StrictYamlConfiguration(source, namespace=namespace, flatten=False)
+        data = _strict_yaml(source)
     except YamlValueError as e:
         raise ConfigError(source, e.key, e.problem) from e
     except yaml.YAMLError as e:
@@ -126,6 +116,8 @@ def read_yaml(path: str | os.PathLike[str], namespace: str) -> dict[str, Any]:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e)
         raise ConfigError(source, "", f"malformed YAML: {where}{problem}") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(source, "", f"not UTF-8 text: byte {e.start}") from e
     except OSError as e:
         raise ConfigError(source, "", f"cannot read: {e.strerror}") from e
     if not isinstance(data, dict):
@@ -134,7 +126,7 @@ def read_yaml(path: str | os.PathLike[str], namespace: str) -> dict[str, Any]:
 
 
 def load_main_config(path: str | os.PathLike[str]) -> MainConfig:
-    raw = read_yaml(path, MAIN_NAMESPACE)
+    raw = read_yaml(path)
     main = parse(MainConfig, raw, str(path), ignored=MainConfig.IGNORED_KEYS)
     base = Path(path).resolve().parent
     return replace(
@@ -154,7 +146,7 @@ def load_pool_config(
     if main.clusters and identity.cluster not in main.clusters:
         raise ConfigError("clusters", identity.cluster, f"unknown cluster (known: {', '.join(sorted(main.clusters))})")
     path = pool_config_path(cluster_config_directory or main.cluster_config_directory, identity)
-    raw = read_yaml(path, f"{identity.pool}.{identity.scheduler.value}_config")
+    raw = read_yaml(path)
     return parse(PoolConfig, raw, str(path), ignored=PoolConfig.IGNORED_KEYS)
 
 

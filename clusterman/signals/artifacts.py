@@ -120,9 +120,12 @@ def _describe(e: Exception) -> str:
 # ---- publishing -------------------------------------------------------------------------------
 
 
-def build_artifact(repo: Path, version: str, out_dir: Path, worktree: bool = False) -> Path:
+def build_artifact(
+    repo: Path, version: str, out_dir: Path, worktree: bool = False, wheelhouse: Path | None = None
+) -> Path:
     """Build ``clusterman_signals_{version}.tar.gz`` in ``out_dir`` from the git tag or branch
-    ``version`` of ``repo`` or, with ``worktree``, from the files on disk; return its path."""
+    ``version`` of ``repo`` or, with ``worktree``, from the files on disk; return its path.
+    The signals' pinned requirements come from ``wheelhouse`` alone when it is given."""
     check_version(version)
     with tempfile.TemporaryDirectory(prefix="clusterman-build-") as tmp:
         work = Path(tmp)
@@ -134,7 +137,7 @@ def build_artifact(repo: Path, version: str, out_dir: Path, worktree: bool = Fal
             origin = export_git_ref(Path(repo), version, source)
         root = work / "root"
         root.mkdir()
-        build_venv(source, root, BuildInfo(version, origin, interpreter_version()))
+        build_venv(source, root, BuildInfo(version, origin, interpreter_version()), wheelhouse=wheelhouse)
         tarball = out_dir / f"clusterman_signals_{version}.tar.gz"
         pack(root, tarball)
     return tarball

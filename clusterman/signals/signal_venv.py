@@ -3,6 +3,7 @@
 Layout of a tarball (and of a fetched version's directory)::
 
     venv/                 python -m venv --copies --without-pip, with clusterman_signals in site-packages
+                          and the signals' own third-party packages, if they declare any
     BUILD_INFO.json       {"version": ..., "source": <git commit or "worktree">, "python": "3.11.7"}
 
 Relocation: signals run as ``venv/bin/python -I -m clusterman_signals.run ...``, so no script
@@ -11,13 +12,20 @@ with a baked-in path is ever used (the ``activate`` scripts, which have one, are
 build host's path, which a safe extraction refuses anyway; Python finds its standard library
 from ``pyvenv.cfg``'s ``home``, so the host that unpacks the venv needs the same Python at the
 same place (the same image), which the fetcher checks by running it before installing it.
-``clusterman_signals`` needs nothing outside the standard library, so it is copied into
-site-packages and byte-compiled by the venv's own interpreter; there is no pip step.
+``clusterman_signals`` itself needs nothing outside the standard library, so it is copied into
+site-packages and byte-compiled by the venv's own interpreter.
+
+Signals that need third-party packages list them in ``clusterman_signals/requirements.txt``, every
+one pinned (``name==version``, hashes allowed) and the list complete: pip installs exactly those
+wheels (``--no-deps --only-binary=:all:``) and ``pip check`` refuses a list that misses a
+dependency, so a build never resolves anything on its own. With a wheelhouse (a directory of
+wheels) the install is offline (``--no-index``). Without the file there is no pip step at all.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -31,6 +39,12 @@ VENV = "venv"
 BUILD_INFO = "BUILD_INFO.json"
 TOP_LEVEL = frozenset({VENV, BUILD_INFO})
 PACKAGE = "clusterman_signals"
+REQUIREMENTS = "requirements.txt"  # in clusterman_signals/: the signals' own third-party packages
+# name[extras]==version [; marker] [--hash=...]: anything looser would let a build pick versions.
+_PINNED = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._, -]+\])?\s*==\s*[A-Za-z0-9.!+_-]+"
+    r"(\s*;[^#]*?)?(\s+--hash=[a-z0-9]+:[0-9a-f]+)*\s*$"
+)
 
 
 class BuildError(UserError):
@@ -98,11 +112,70 @@ def export_git_ref(repo: Path, ref: str, destination: Path) -> str:
     return commit
 
 
-def build_venv(source: Path, root: Path, info: BuildInfo, python: str = sys.executable) -> None:
-    """Make ``root/venv`` holding ``source/clusterman_signals`` and write ``root/BUILD_INFO.json``."""
+def read_requirements(path: Path) -> list[str]:
+    """The requirement lines of the signals' requirements file; a line that is not pinned is a BuildError."""
+    requirements: list[str] = []
+    pending, first = "", 0
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        text = "" if raw.lstrip().startswith("#") else raw.split(" #", 1)[0]
+        first = first or number
+        if text.rstrip().endswith("\\"):  # pip's line continuation, as pip-compile writes hashes
+            pending += text.rstrip()[:-1] + " "
+            continue
+        line, pending, at, first = (pending + text).strip(), "", first, 0
+        if not line:
+            continue
+        if not _PINNED.match(line):
+            raise BuildError(
+                f"{PACKAGE}/{REQUIREMENTS}:{at}: {line!r} is not pinned as name==version "
+                "(options, URLs, -r/-e and version ranges are refused: the build must not choose versions)"
+            )
+        requirements.append(line)
+    return requirements
+
+
+def pip_command(python: str = sys.executable) -> list[str]:
+    """A pip that installs into another venv (``--python``): clusterman's own, else its base Python's."""
+    candidates = dict.fromkeys([python, getattr(sys, "_base_executable", python), sys.executable])
+    for candidate in candidates:
+        found = subprocess.run([candidate, "-m", "pip", "--version"], capture_output=True, text=True, check=False)
+        if found.returncode == 0:
+            return [candidate, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    raise BuildError(f"the signals' {REQUIREMENTS} needs pip, and none of {', '.join(candidates)} has it")
+
+
+def install_requirements(py: str, requirements: Path, wheelhouse: Path | None, python: str = sys.executable) -> None:
+    """Exactly the pinned wheels into the venv of ``py``, then ``pip check`` for missing dependencies."""
+    pip = [*pip_command(python), "--python", py]
+    where = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse is not None else []
+    install = [
+        *pip,
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--only-binary=:all:",
+        *where,
+        "--requirement",
+        str(requirements),
+    ]
+    source = f"the wheelhouse {wheelhouse}" if wheelhouse is not None else "the package index"
+    _run(install, f"installing {PACKAGE}/{REQUIREMENTS} from {source}")
+    checked = subprocess.run([*pip, "check"], capture_output=True, text=True, check=False)
+    if checked.returncode != 0:
+        problems = "; ".join(checked.stdout.strip().splitlines()) or checked.stderr.strip()
+        raise BuildError(f"{PACKAGE}/{REQUIREMENTS} is incomplete (list every dependency, pinned): {problems}")
+
+
+def build_venv(
+    source: Path, root: Path, info: BuildInfo, python: str = sys.executable, wheelhouse: Path | None = None
+) -> None:
+    """Make ``root/venv`` holding ``source/clusterman_signals`` (and the packages its requirements
+    file pins, from ``wheelhouse`` alone when given) and write ``root/BUILD_INFO.json``."""
     package = source / PACKAGE
     if not (package / "__init__.py").is_file():
         raise BuildError(f"{source} has no {PACKAGE}/__init__.py")
+    requirements_file = package / REQUIREMENTS
+    requirements = read_requirements(requirements_file) if requirements_file.is_file() else []
     venv = root / VENV
     _run([python, "-m", "venv", "--copies", "--without-pip", str(venv)], f"python -m venv {venv}")
     for script in venv.glob("bin/[Aa]ctivate*"):
@@ -112,6 +185,8 @@ def build_venv(source: Path, root: Path, info: BuildInfo, python: str = sys.exec
     target = Path(site.strip()) / PACKAGE
     shutil.copytree(package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     _run([py, "-I", "-m", "compileall", "-q", str(target)], "byte-compile clusterman_signals")
+    if requirements:
+        install_requirements(py, requirements_file, wheelhouse, python)
     (root / BUILD_INFO).write_text(info.to_json())
 
 

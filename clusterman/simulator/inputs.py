@@ -66,7 +66,7 @@ class Request:
 def load_scenario(main: MainConfig, request: Request) -> Scenario:
     metrics = read_metrics(request.metrics_files)
     source = str(request.pool_config)
-    raw = read_yaml(request.pool_config, f"simulation:{source}")
+    raw = read_yaml(request.pool_config)
     pool = with_overrides(parse(PoolConfig, raw, source, ignored=PoolConfig.IGNORED_KEYS), request)
     identity = resolve_identity(request, metrics)
     setup = PoolSetup(main, identity, pool)
