@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DURATION ?= 0
 
-.PHONY: venv system-deps run test lint format typecheck unit itests acceptance bench wheel clean
+.PHONY: venv system-deps run test lint format typecheck unit itests acceptance bench wheel image clean
 
 $(STAMP): requirements.txt requirements-dev.txt constraints.txt constraints-dev.txt setup.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,3 +53,9 @@ wheel: venv
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .tox build dist
+
+# Where a Docker engine runs (none on the development machines; the install step the image runs
+# is tested on the host by itests/test_wheel_install.py).
+image:
+	docker build -t clusterman:dev .
+	docker run --rm --entrypoint clusterman clusterman:dev --help >/dev/null

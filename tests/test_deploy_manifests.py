@@ -51,7 +51,7 @@ def documents(text: str) -> list[dict[str, Any]]:
 def rendered() -> list[dict[str, Any]]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        pytest.skip("kubectl is not installed (make test installs it from system-packages.txt)")
+        pytest.fail("kubectl is not installed (make test installs it from system-packages.txt)")
     proc = subprocess.run([kubectl, "kustomize", str(DEPLOY)], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     return documents(proc.stdout)
@@ -241,16 +241,3 @@ def test_the_dockerfile_installs_with_the_tested_script() -> None:
     ignored = (REPO / ".dockerignore").read_text().splitlines()
     assert all(f"!{src.rstrip('/')}" in ignored for src in copied)  # everything it copies is in the context
 
-
-def test_the_image_builds_where_docker_runs(tmp_path: Path) -> None:
-    docker = shutil.which("docker")
-    if docker is None or subprocess.run([docker, "info"], capture_output=True, check=False).returncode != 0:
-        pytest.skip("no Docker engine here: the image's steps are tested on the host by itests/test_wheel_install.py")
-    tag = f"clusterman-test:{tmp_path.name.lower()}"
-    built = subprocess.run([docker, "build", "-q", "-t", tag, str(REPO)], capture_output=True, text=True, check=False)
-    assert built.returncode == 0, built.stderr
-    try:
-        ran = subprocess.run([docker, "run", "--rm", "--entrypoint", "clusterman", tag, "--help"], capture_output=True)
-        assert ran.returncode == 0
-    finally:
-        subprocess.run([docker, "rmi", "-f", tag], capture_output=True, check=False)
