@@ -208,8 +208,8 @@ class Runner:
                 del data
             stream.send(ACK, stall)
             reply = self.evaluate(signal, metrics, timestamp)
-            del metrics
             stream.send(dumps(reply), stall)
+            del metrics  # freeing a large window takes a while: after the reply, not before it
             log.info(
                 "%s: evaluated %d bytes at %s in %.1f ms -> %s",
                 self.label,

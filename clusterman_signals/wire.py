@@ -19,7 +19,9 @@ import struct
 import time
 from collections.abc import Callable
 from collections.abc import Iterable
+from collections.abc import Iterator
 from collections.abc import Mapping
+from contextlib import contextmanager
 from typing import Any
 from typing import Protocol
 
@@ -170,12 +172,21 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
     none of which can be garbage, and the collector's passes over them cost twice the parse.
     """
     text = data if isinstance(data, str) else (data if isinstance(data, (bytes, bytearray)) else bytes(data)).decode()
+    with gc_paused():
+        try:
+            return _STRICT.decode(text)
+        except RecursionError as e:
+            raise ValueError("JSON nested too deeply") from e
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many objects that cannot be garbage
+    (a metrics window): its passes over millions of young lists cost more than building them."""
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _STRICT.decode(text)
-    except RecursionError as e:
-        raise ValueError("JSON nested too deeply") from e
+        yield
     finally:
         if enabled:
             gc.enable()
