@@ -14,8 +14,10 @@ is sent again, corrected). Every error is one line naming the file.
 from __future__ import annotations
 
 import math
+import operator
 import re
 from dataclasses import dataclass
+from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -155,12 +157,15 @@ def check_series(path: Path, name: str, series: Any) -> bool:
     stamps = list(map(itemgetter(0), series))
     values = list(map(itemgetter(1), series))
     for what, column in (("timestamp", stamps), ("value", values)):
-        if not set(map(type, column)) <= _NUMBER_TYPES or not all(map(math.isfinite, column)):
-            i = next(i for i, v in enumerate(column) if type(v) not in _NUMBER_TYPES or not math.isfinite(v))
-            raise MetricsFileError(
-                f"{path}: metric {name!r} point {i}: the {what} must be a finite number, got {column[i]!r}"
-            )
-    return stamps != sorted(stamps)
+        # The sum of numbers is finite when each is (the parser refused NaN; 1e999 reads as inf);
+        # only a sum that overflows looks at each number, to find the bad one or none.
+        if not set(map(type, column)) <= _NUMBER_TYPES or not math.isfinite(sum(column)):
+            bad = [i for i, v in enumerate(column) if type(v) not in _NUMBER_TYPES or not math.isfinite(v)]
+            for i in bad[:1]:
+                raise MetricsFileError(
+                    f"{path}: metric {name!r} point {i}: the {what} must be a finite number, got {column[i]!r}"
+                )
+    return not all(map(operator.le, stamps, islice(stamps, 1, None)))
 
 
 def _where(raw: bytes, error: ValueError) -> str:
