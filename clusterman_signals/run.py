@@ -4,7 +4,8 @@ Several clients at once, one thread each (the autoscaler, ``clusterman signal ev
 health check), so that an idle or slow peer never blocks another: a client that sends no init
 within ``--init-seconds``, stalls inside a message for ``--stall-seconds`` or stays idle between
 evaluations for ``--idle-seconds`` is dropped, and beyond ``--max-clients`` the longest idle
-connection makes room. Per connection: an unframed init JSON object, then any number of
+connection makes room (never one inside an evaluation; with all of them busy the newcomer is
+refused). Per connection: an unframed init JSON object, then any number of
 evaluations, each a 4-byte length, ACK, the metrics JSON, ACK (or NACK when it is malformed), and
 the JSON reply. A signal that cannot be loaded, or whose ``value()`` raises, is answered with
 ``{"Error": ...}``; a ``value()`` that runs past ``--max-eval-seconds`` makes the process exit, so
@@ -97,7 +98,8 @@ class Runner:
         self.address = socket_name(namespace, name, app)
         self._evaluating = threading.Lock()
         self._clients_lock = threading.Lock()
-        self._clients: dict[socket.socket, float] = {}  # connection -> when it was last busy (monotonic)
+        # connection -> (monotonic time it became idle, or None while it is inside an evaluation)
+        self._clients: dict[socket.socket, float | None] = {}
         self.signal_class: type[BaseSignal] | SignalFailure = SignalFailure("not loaded")
 
     def listen(self) -> socket.socket:
@@ -128,28 +130,36 @@ class Runner:
                 log.warning("%s: refused a connection: %s", self.label, e)
                 conn.close()
                 continue
-            self._make_room()
+            if not self._make_room():
+                log.warning("%s: %d clients busy at once; refused one more", self.label, self.limits.max_clients)
+                conn.close()
+                continue
             with self._clients_lock:
                 self._clients[conn] = time.monotonic()
             threading.Thread(target=self._serve_client, args=(conn,), daemon=True).start()
 
-    def _make_room(self) -> None:
-        """At the limit, drop the connection that has waited longest between evaluations."""
+    def _make_room(self) -> bool:
+        """At the limit, drop the connection idle longest (never one inside an evaluation, such
+        as the autoscaler's); False when every one is busy."""
         with self._clients_lock:
             if len(self._clients) < self.limits.max_clients:
-                return
-            oldest = min(self._clients, key=self._clients.__getitem__)
+                return True
+            idle = {conn: since for conn, since in self._clients.items() if since is not None}
+            if not idle:
+                return False
+            oldest = min(idle, key=idle.__getitem__)
             del self._clients[oldest]
         log.warning("%s: %d clients connected; dropping the longest idle one", self.label, self.limits.max_clients)
         try:
             oldest.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+        return True
 
-    def _touch(self, conn: socket.socket) -> None:
+    def _mark(self, conn: socket.socket, busy: bool) -> None:
         with self._clients_lock:
             if conn in self._clients:
-                self._clients[conn] = time.monotonic()
+                self._clients[conn] = None if busy else time.monotonic()
 
     def _serve_client(self, conn: socket.socket) -> None:
         try:
@@ -181,7 +191,7 @@ class Runner:
             log.error("%s: %s", self.label, e)
             signal = e
         while True:
-            self._touch(conn)
+            self._mark(conn, busy=False)
             try:
                 header = stream.read_exact(LENGTH.size, Stall(self.limits.idle_seconds))
             except Closed:
@@ -189,7 +199,7 @@ class Runner:
             except TimeoutError:
                 log.info("%s: dropping a client idle for %.0f s", self.label, self.limits.idle_seconds)
                 return
-            self._touch(conn)
+            self._mark(conn, busy=True)
             (length,) = LENGTH.unpack(header)
             if length == 0 or length > self.limits.max_payload_bytes:
                 log.error("%s: refused a payload length of %d bytes; closing the connection", self.label, length)

@@ -244,3 +244,42 @@ def test_the_socket_prefix_is_understood_by_both_sides(monkeypatch):
     finally:
         proc.kill()
         proc.wait()
+
+
+def alive(socks: list[socket.socket]) -> int:
+    """How many of ``socks`` the runner has not closed."""
+    count = 0
+    for s in socks:
+        s.setblocking(False)
+        try:
+            count += s.recv(1, socket.MSG_PEEK) != b""
+        except BlockingIOError:
+            count += 1
+    return count
+
+
+def wait_alive_at_most(socks: list[socket.socket], most: int, timeout: float = 15.0) -> int:
+    deadline = time.monotonic() + timeout
+    while (left := alive(socks)) > most and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def test_beyond_max_clients_the_longest_idle_connection_makes_room(runners):
+    """More peers than --max-clients: idle ones are dropped, the autoscaler is still served."""
+    address, proc = runners.start("clusterman", "ConstantSignal", None, "--max-clients", "3")
+    with SignalClient(address, "c", "p", {"cpus": 2}, read_timeout=5, connect_timeout=5) as client:
+        assert client.evaluate(METRICS, 60).opinions() == {"cpus": 2.0}
+        held = []
+        for _ in range(10):
+            s = raw(address)
+            s.sendall(INIT)
+            held.append(s)
+        try:
+            assert wait_alive_at_most(held, 3) <= 3  # every one accepted: the rest made room
+            for _ in range(3):
+                assert client.evaluate(METRICS, 60).opinions() == {"cpus": 2.0}
+            assert wait_alive_at_most(held, 2) <= 2  # and the client's reconnection took one more
+        finally:
+            close_all(held)
+    assert proc.poll() is None
