@@ -46,6 +46,7 @@ from clusterman_signals.wire import check_peer
 from clusterman_signals.wire import dumps
 from clusterman_signals.wire import loads
 from clusterman_signals.wire import socket_name
+from clusterman_signals.wire import socket_prefix
 
 log = logging.getLogger("clusterman_signals.run")
 EXIT_HUNG = 75
@@ -88,14 +89,23 @@ class Limits:
 
 
 class Runner:
-    def __init__(self, namespace: str, name: str, app: str, allowed_uids: set[int], limits: Limits | None = None):
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        app: str,
+        allowed_uids: set[int],
+        limits: Limits | None = None,
+        prefix: str = "",
+    ) -> None:
+        """``prefix``: the socket name prefix ($CMAN_SIGNAL_SOCKET_PREFIX, read by ``main``)."""
         self.namespace = namespace
         self.name = name
         self.app = app
         self.allowed_uids = allowed_uids
         self.limits = limits or Limits()
         self.label = f"{namespace}.{name} for {app}"
-        self.address = socket_name(namespace, name, app)
+        self.address = socket_name(namespace, name, app, prefix)
         self._evaluating = threading.Lock()
         self._clients_lock = threading.Lock()
         # connection -> (monotonic time it became idle, or None while it is inside an evaluation)
@@ -265,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             args.init_seconds, args.stall_seconds, args.idle_seconds, max(1, args.max_clients),
             max_eval_seconds=args.max_eval_seconds,
         )  # fmt: skip
-        runner = Runner(args.namespace, args.signal_name, args.app, uids, limits)
+        runner = Runner(args.namespace, args.signal_name, args.app, uids, limits, socket_prefix(os.environ))
     except ValueError as e:  # a bad uid list or socket prefix: one line, not a traceback
         print(f"python -m clusterman_signals.run: {e}", file=sys.stderr)
         return 2
