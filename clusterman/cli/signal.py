@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from clusterman.errors import UserError
 from clusterman.signals import metrics_file
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient
@@ -56,7 +57,7 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"--param {pair!r}: expected KEY=VALUE")
+            raise UserError(f"--param {pair!r}: expected KEY=VALUE")
         try:
             params[key] = json.loads(text)
         except json.JSONDecodeError:

@@ -22,6 +22,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+from clusterman.errors import UserError
 from clusterman_signals import wire
 
 _NUMBER_TYPES = frozenset({int, float})
@@ -31,7 +32,7 @@ _TRAILING_TIMESTAMP = re.compile(rb',\s*"timestamp"\s*:\s*(-?[0-9][0-9.eE+-]*)\s
 _TAIL = 256  # bytes of the file's end searched for the trailing timestamp
 
 
-class MetricsFileError(ValueError):
+class MetricsFileError(UserError):
     """The metrics file cannot be sent; the message names the file and, where known, metric and point."""
 
 
