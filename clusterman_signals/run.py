@@ -1,100 +1,55 @@
 """Serve one signal on its abstract Unix socket: ``python -m clusterman_signals.run NS NAME APP``.
 
-One connection at a time, one after another (the autoscaler reconnects after restarts). Per
-connection: an unframed init JSON object, then any number of evaluations, each a 4-byte length,
-ACK, the metrics JSON, ACK (or NACK when it is malformed), and the JSON reply. A signal that
-cannot be loaded, or whose ``value()`` raises, is answered with ``{"Error": ...}`` so the client
-sees the failure instead of hanging; a ``value()`` that runs past ``--max-eval-seconds`` makes
-the process exit, so that its supervisor restarts it.
+Several clients at once, one thread each (the autoscaler, ``clusterman signal evaluate``, a
+health check), so that an idle or slow peer never blocks another: a client that sends no init
+within ``--init-seconds``, stalls inside a message for ``--stall-seconds`` or stays idle between
+evaluations for ``--idle-seconds`` is dropped, and beyond ``--max-clients`` the longest idle
+connection makes room (never one inside an evaluation; with all of them busy the newcomer is
+refused). Per connection: an unframed init JSON object, then any number of
+evaluations, each a 4-byte length, ACK, the metrics JSON, ACK (or NACK when it is malformed), and
+the JSON reply. A signal that cannot be loaded, or whose ``value()`` raises, is answered with
+``{"Error": ...}``; a ``value()`` that runs past ``--max-eval-seconds`` makes the process exit, so
+that its supervisor restarts it. ``value()`` calls are serialised: signals need not be thread-safe.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
 import logging
-import math
 import os
 import signal as signals
 import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from clusterman_signals.base_signal import BaseSignal
-from clusterman_signals.base_signal import SignalResources
+from clusterman_signals.serving import SignalFailure
+from clusterman_signals.serving import answer
+from clusterman_signals.serving import build_signal
+from clusterman_signals.serving import load_signal_class
+from clusterman_signals.serving import parse_payload
 from clusterman_signals.wire import ACK
-from clusterman_signals.wire import DEFAULT_MAX_PAYLOAD_BYTES
 from clusterman_signals.wire import LENGTH
+from clusterman_signals.wire import MAX_PAYLOAD_BYTES
 from clusterman_signals.wire import NACK
-from clusterman_signals.wire import BufferedSocket
 from clusterman_signals.wire import Closed
+from clusterman_signals.wire import Deadline
 from clusterman_signals.wire import PeerRefused
+from clusterman_signals.wire import Stall
+from clusterman_signals.wire import Stream
+from clusterman_signals.wire import WireError
 from clusterman_signals.wire import allowed_uids_from_env
 from clusterman_signals.wire import check_peer
+from clusterman_signals.wire import dumps
+from clusterman_signals.wire import loads
 from clusterman_signals.wire import socket_name
+from clusterman_signals.wire import socket_prefix
 
 log = logging.getLogger("clusterman_signals.run")
-RESOURCE_NAMES = ("cpus", "mem", "disk", "gpus")
 EXIT_HUNG = 75
-
-
-class SignalFailure(Exception):
-    """The signal could not answer; the message goes back to the client as ``{"Error": ...}``."""
-
-
-def load_signal_class(namespace: str, name: str) -> type[BaseSignal]:
-    try:
-        module = importlib.import_module(f"clusterman_signals.{namespace}")
-    except Exception as e:
-        raise SignalFailure(f"cannot import namespace clusterman_signals.{namespace}: {type(e).__name__}: {e}") from e
-    cls = getattr(module, name, None)
-    if cls is None:
-        raise SignalFailure(f"clusterman_signals.{namespace} has no signal named {name}")
-    if not (isinstance(cls, type) and issubclass(cls, BaseSignal)):
-        raise SignalFailure(f"clusterman_signals.{namespace}.{name} is not a BaseSignal subclass")
-    return cls
-
-
-def build_signal(cls: type[BaseSignal], init: Any) -> BaseSignal:
-    """Deployed clients send ``cluster``/``pool`` inside ``parameters``; the seed puts them on top."""
-    if not isinstance(init, Mapping):
-        raise SignalFailure(f"init message must be a JSON object, got {type(init).__name__}")
-    parameters = init.get("parameters") or {}
-    if not isinstance(parameters, Mapping):
-        raise SignalFailure("init message: parameters must be a JSON object")
-    cluster = init.get("cluster", parameters.get("cluster", ""))
-    pool = init.get("pool", parameters.get("pool", ""))
-    try:
-        return cls(str(cluster), str(pool), dict(parameters))
-    except Exception as e:
-        raise SignalFailure(f"{cls.__name__}(...) raised {type(e).__name__}: {e}") from e
-
-
-def resources_to_json(result: Any) -> dict[str, float | None]:
-    """Check what ``value()`` returned: SignalResources (or a mapping) of finite numbers >= 0."""
-    if isinstance(result, SignalResources) or hasattr(result, "_asdict"):
-        values = dict(result._asdict())
-    elif isinstance(result, Mapping):
-        values = dict(result)
-    else:
-        raise SignalFailure(f"value() returned {type(result).__name__}, expected SignalResources")
-    unknown = set(values) - set(RESOURCE_NAMES)
-    if unknown:
-        raise SignalFailure(f"value() returned unknown resource(s): {', '.join(sorted(unknown))}")
-    out: dict[str, float | None] = {}
-    for name in RESOURCE_NAMES:
-        v = values.get(name)
-        if v is None:
-            out[name] = None
-            continue
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise SignalFailure(f"value() returned {name}={v!r}; expected a finite number >= 0 or None")
-        out[name] = float(v)
-    return out
 
 
 class Watchdog:
@@ -121,6 +76,18 @@ class Watchdog:
         os._exit(EXIT_HUNG)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """Seconds and counts that keep one peer from holding the runner."""
+
+    init_seconds: float = 10.0  # from accept to a complete init message
+    stall_seconds: float = 30.0  # without a byte inside a message, or for our write to drain
+    idle_seconds: float = 900.0  # between evaluations (the autoscaler evaluates every few minutes)
+    max_clients: int = 16
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES
+    max_eval_seconds: float = 300.0
+
+
 class Runner:
     def __init__(
         self,
@@ -128,114 +95,161 @@ class Runner:
         name: str,
         app: str,
         allowed_uids: set[int],
-        max_eval_seconds: float = 300.0,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        limits: Limits | None = None,
+        prefix: str = "",
     ) -> None:
+        """``prefix``: the socket name prefix ($CMAN_SIGNAL_SOCKET_PREFIX, read by ``main``)."""
         self.namespace = namespace
         self.name = name
         self.app = app
         self.allowed_uids = allowed_uids
-        self.max_eval_seconds = max_eval_seconds
-        self.max_payload_bytes = max_payload_bytes
+        self.limits = limits or Limits()
         self.label = f"{namespace}.{name} for {app}"
+        self.address = socket_name(namespace, name, app, prefix)
+        self._evaluating = threading.Lock()
+        self._clients_lock = threading.Lock()
+        # connection -> (monotonic time it became idle, or None while it is inside an evaluation)
+        self._clients: dict[socket.socket, float | None] = {}
+        self.signal_class: type[BaseSignal] | SignalFailure = SignalFailure("not loaded")
 
     def listen(self) -> socket.socket:
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            server.bind(socket_name(self.namespace, self.name, self.app))
+            server.bind(self.address)
         except OSError as e:
             server.close()
-            raise SystemExit(f"cannot listen on {socket_name(self.namespace, self.name, self.app)[1:]}: {e}") from e
-        server.listen(8)
+            raise SystemExit(f"cannot listen on @{self.address[1:]}: {e}") from e
+        server.listen(64)
         return server
 
-    def serve_forever(self, server: socket.socket) -> None:
+    def load(self) -> None:
         try:
-            signal_class: type[BaseSignal] | SignalFailure = load_signal_class(self.namespace, self.name)
+            self.signal_class = load_signal_class(self.namespace, self.name)
         except SignalFailure as e:
             log.error("%s: %s (every evaluation will be answered with this error)", self.label, e)
-            signal_class = e
-        log.info("%s listening on @%s", self.label, socket_name(self.namespace, self.name, self.app)[1:])
+            self.signal_class = e
+
+    def serve_forever(self, server: socket.socket) -> None:
+        self.load()
+        log.info("%s listening on @%s", self.label, self.address[1:])
         while True:
             conn, _ = server.accept()
-            with conn:
-                try:
-                    check_peer(conn, self.allowed_uids)
-                except PeerRefused as e:
-                    log.warning("%s: refused a connection: %s", self.label, e)
-                    continue
-                try:
-                    self.serve_connection(conn, signal_class)
-                except (Closed, ConnectionError) as e:
-                    log.info("%s: connection ended: %s", self.label, e)
-                except Exception:
-                    log.exception("%s: connection failed", self.label)
+            try:
+                check_peer(conn, self.allowed_uids, "client")
+            except (PeerRefused, OSError) as e:
+                log.warning("%s: refused a connection: %s", self.label, e)
+                conn.close()
+                continue
+            if not self._make_room():
+                log.warning("%s: %d clients busy at once; refused one more", self.label, self.limits.max_clients)
+                conn.close()
+                continue
+            with self._clients_lock:
+                self._clients[conn] = time.monotonic()
+            threading.Thread(target=self._serve_client, args=(conn,), daemon=True).start()
 
-    def serve_connection(self, conn: socket.socket, signal_class: type[BaseSignal] | SignalFailure) -> None:
-        stream = BufferedSocket(conn)
-        init = stream.read_json_value()
+    def _make_room(self) -> bool:
+        """At the limit, drop the connection idle longest (never one inside an evaluation, such
+        as the autoscaler's); False when every one is busy."""
+        with self._clients_lock:
+            if len(self._clients) < self.limits.max_clients:
+                return True
+            idle = {conn: since for conn, since in self._clients.items() if since is not None}
+            if not idle:
+                return False
+            oldest = min(idle, key=idle.__getitem__)
+            del self._clients[oldest]
+        log.warning("%s: %d clients connected; dropping the longest idle one", self.label, self.limits.max_clients)
+        try:
+            oldest.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        return True
+
+    def _mark(self, conn: socket.socket, busy: bool) -> None:
+        with self._clients_lock:
+            if conn in self._clients:
+                self._clients[conn] = None if busy else time.monotonic()
+
+    def _serve_client(self, conn: socket.socket) -> None:
+        try:
+            self.serve_connection(conn)
+        except (WireError, OSError) as e:
+            log.info("%s: connection ended: %s", self.label, str(e) or type(e).__name__)
+        except Exception:
+            log.exception("%s: connection failed", self.label)
+        finally:
+            with self._clients_lock:
+                self._clients.pop(conn, None)
+            conn.close()
+
+    def serve_connection(self, conn: socket.socket) -> None:
+        stream = Stream(conn)
+        stall = Stall(self.limits.stall_seconds)
+        try:
+            init = stream.read_json_value(Deadline(self.limits.init_seconds))
+        except ValueError as e:
+            log.error("%s: malformed init message: %s; closing the connection", self.label, e)
+            stream.send(NACK, stall)
+            return
         signal: BaseSignal | SignalFailure
         try:
-            if isinstance(signal_class, SignalFailure):
-                raise signal_class
-            signal = build_signal(signal_class, init)
+            if isinstance(self.signal_class, SignalFailure):
+                raise self.signal_class
+            signal = build_signal(self.signal_class, init)
         except SignalFailure as e:
             log.error("%s: %s", self.label, e)
             signal = e
         while True:
+            self._mark(conn, busy=False)
             try:
-                header = stream.read_exact(LENGTH.size)
+                header = stream.read_exact(LENGTH.size, Stall(self.limits.idle_seconds))
             except Closed:
                 return  # a clean end between evaluations
-            (length,) = LENGTH.unpack(header)
-            if length == 0 or length > self.max_payload_bytes:
-                log.error("%s: refused a payload length of %d bytes; closing the connection", self.label, length)
-                conn.sendall(NACK)
+            except TimeoutError:
+                log.info("%s: dropping a client idle for %.0f s", self.label, self.limits.idle_seconds)
                 return
-            conn.sendall(ACK)
+            self._mark(conn, busy=True)
+            (length,) = LENGTH.unpack(header)
+            if length == 0 or length > self.limits.max_payload_bytes:
+                log.error("%s: refused a payload length of %d bytes; closing the connection", self.label, length)
+                stream.send(NACK, stall)
+                return
+            stream.send(ACK, stall)
             started = time.monotonic()
-            data = stream.read_exact(length)
+            data = stream.read_exact(length, stall)
             try:
-                payload = json.loads(data)
-                metrics, timestamp = parse_payload(payload)
-            except (ValueError, UnicodeDecodeError) as e:
-                log.error("%s: malformed metrics payload (%d bytes): %s", self.label, length, e)
-                conn.sendall(NACK)
+                metrics, timestamp = parse_payload(loads(data))
+            except ValueError as e:  # also bad UTF-8, too deep nesting, too long integers, NaN
+                log.error("%s: malformed metrics payload (%d bytes): %s", self.label, length, _short(e))
+                stream.send(NACK, stall)
                 continue
-            conn.sendall(ACK)
+            finally:
+                del data
+            stream.send(ACK, stall)
             reply = self.evaluate(signal, metrics, timestamp)
-            conn.sendall(json.dumps(reply, allow_nan=False).encode())
-            outcome = reply.get("Error") or reply.get("Resources")
+            stream.send(dumps(reply), stall)
+            del metrics  # freeing a large window takes a while: after the reply, not before it
             log.info(
                 "%s: evaluated %d bytes at %s in %.1f ms -> %s",
                 self.label,
                 length,
                 timestamp,
                 (time.monotonic() - started) * 1000,
-                outcome,
+                reply.get("Error") or reply.get("Resources"),
             )
 
     def evaluate(self, signal: BaseSignal | SignalFailure, metrics: dict[str, Any], timestamp: float) -> dict[str, Any]:
-        if isinstance(signal, SignalFailure):
-            return {"Error": str(signal)}
-        try:
-            with Watchdog(self.max_eval_seconds):
-                result = signal.evaluate(metrics, timestamp)
-            return {"Resources": resources_to_json(result)}
-        except SignalFailure as e:
-            return {"Error": str(e)}
-        except Exception as e:
-            log.exception("%s: value() raised", self.label)
-            return {"Error": f"value() raised {type(e).__name__}: {e}"}
+        with self._evaluating, Watchdog(self.limits.max_eval_seconds):
+            reply = answer(signal, metrics, timestamp)
+        if "Error" in reply and not isinstance(signal, SignalFailure):
+            log.error("%s: %s", self.label, reply["Error"])
+        return reply
 
 
-def parse_payload(payload: Any) -> tuple[dict[str, Any], float]:
-    if not isinstance(payload, dict) or not isinstance(payload.get("metrics"), dict):
-        raise ValueError('expected {"metrics": {...}, "timestamp": T}')
-    timestamp = payload.get("timestamp", time.time())
-    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)):
-        raise ValueError(f"timestamp must be a number, got {timestamp!r}")
-    return payload["metrics"], timestamp
+def _short(e: Exception, limit: int = 200) -> str:
+    text = str(e)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,15 +259,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("app", nargs="?", default="__default__", help="the application this signal scales for")
     parser.add_argument("--max-eval-seconds", type=float, default=300.0, help="exit when one value() runs longer")
     parser.add_argument("--allowed-uids", default=None, help="uids allowed to connect besides our own")
+    parser.add_argument("--max-clients", type=int, default=16, help="connections served at once")
+    parser.add_argument("--init-seconds", type=float, default=10.0, help="drop a client sending no init by then")
+    parser.add_argument("--stall-seconds", type=float, default=30.0, help="drop a client stalled inside a message")
+    parser.add_argument("--idle-seconds", type=float, default=900.0, help="drop a client idle between evaluations")
     parser.add_argument("--log-level", default=os.environ.get("CMAN_SIGNAL_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
     signals.signal(signals.SIGTERM, lambda *_: sys.exit(0))
-    runner = Runner(
-        args.namespace, args.signal_name, args.app, allowed_uids_from_env(args.allowed_uids), args.max_eval_seconds
-    )
+    try:
+        uids = allowed_uids_from_env(os.environ, args.allowed_uids)
+        limits = Limits(
+            args.init_seconds, args.stall_seconds, args.idle_seconds, max(1, args.max_clients),
+            max_eval_seconds=args.max_eval_seconds,
+        )  # fmt: skip
+        runner = Runner(args.namespace, args.signal_name, args.app, uids, limits, socket_prefix(os.environ))
+    except ValueError as e:  # a bad uid list or socket prefix: one line, not a traceback
+        print(f"python -m clusterman_signals.run: {e}", file=sys.stderr)
+        return 2
     server = runner.listen()
     try:
         runner.serve_forever(server)

@@ -81,6 +81,16 @@ def test_garbage_from_value_is_an_error(runners, kind):
     assert "testns.ReturnsGarbage" in str(err.value)
 
 
+def test_a_plain_dict_is_refused_as_clusterman_refuses_it(runners):
+    """docs/signals.md: value() returns SignalResources; Clusterman's runner calls _asdict() on it."""
+    address, _ = runners.start("testns", "ReturnsGarbage")
+    with (
+        SignalClient(address, "c", "p", parameters={"kind": "dict"}) as client,
+        pytest.raises(SignalError, match=r"returned dict, expected SignalResources; wrap it"),
+    ):
+        client.evaluate(METRICS, 1)
+
+
 def test_unloadable_signals_answer_with_the_reason(runners):
     address, _ = runners.start("testns", "NoSuchSignal")
     with (
@@ -247,7 +257,7 @@ def test_client_reads_every_reply_layout(layout):
 @pytest.mark.parametrize(
     ("reply", "message"),
     [
-        (b'{"Resources": {"cpus": NaN}}', "finite"),
+        (b'{"Resources": {"cpus": NaN}}', "NaN is not a number"),
         (b'{"Resources": {"cpus": -2}}', "finite"),
         (b'{"Resources": {"cpus": "10"}}', "number or null"),
         (b'{"Resources": {"cpus": 1, "ram": 5}}', "unknown resource"),

@@ -13,13 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clusterman.aws.session import AwsSettings
-from clusterman.aws.session import client as aws_client
-from clusterman.config.loader import load_main_config
-from clusterman.signals.artifacts import ArtifactLocation
-from clusterman.signals.artifacts import build_artifact
-from clusterman.signals.artifacts import default_codename
-from clusterman.signals.artifacts import upload_artifact
+from clusterman.errors import UserError
+from clusterman.signals import metrics_file
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient
 from clusterman.signals.protocol import SignalError
@@ -69,35 +64,12 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"--param {pair!r}: expected KEY=VALUE")
+            raise UserError(f"--param {pair!r}: expected KEY=VALUE")
         try:
             params[key] = json.loads(text)
         except json.JSONDecodeError:
             params[key] = text
     return params
-
-
-def load_metrics_file(path: Path) -> tuple[dict[str, Any], float | None]:
-    """The metrics mapping and the file's timestamp, if it has one."""
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON: {e}") from e
-    if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
-        metrics, timestamp = data["metrics"], data.get("timestamp")
-    elif isinstance(data, dict):
-        metrics, timestamp = data, None
-    else:
-        raise ValueError(f"{path}: expected a JSON object of metric name -> [[timestamp, value], ...]")
-    for name, series in metrics.items():
-        if not isinstance(series, list) or any(not isinstance(p, list) or len(p) != 2 for p in series):
-            raise ValueError(f"{path}: metric {name!r} must be a list of [timestamp, value] pairs")
-    return metrics, timestamp
-
-
-def newest_timestamp(metrics: dict[str, Any]) -> float | None:
-    stamps = [p[0] for series in metrics.values() for p in series]
-    return max(stamps) if stamps else None
 
 
 def start_runner(address: SignalAddress) -> subprocess.Popen[bytes]:
@@ -108,9 +80,36 @@ def start_runner(address: SignalAddress) -> subprocess.Popen[bytes]:
     )
 
 
+class _SendAgain(Exception):
+    """The payload guessed from the file's bytes was not the checked one: send the checked one."""
+
+    def __init__(self, payload: bytes) -> None:
+        super().__init__("the guessed payload differs from the checked one")
+        self.payload = payload
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
-    metrics, file_timestamp = load_metrics_file(args.metrics)
-    timestamp = args.timestamp or file_timestamp or newest_timestamp(metrics) or time.time()
+    """Send the file's bytes first when they can be predicted (``metrics_file.guess``) and check the
+    file while the runner parses them; its answer counts only once the check has passed."""
+    raw = metrics_file.read(args.metrics)
+    guessed = metrics_file.guess(raw, args.timestamp)
+    notes: list[str] = []
+
+    def check() -> bytes:
+        """The checked payload. The parsed file is dropped on return: when this runs while the
+        runner works, freeing a million points costs no time on the way to the answer."""
+        metrics = metrics_file.load(args.metrics, raw)
+        notes.extend(metrics.notes)
+        when = args.timestamp
+        if when is None and metrics.when(None) is None:
+            when = time.time()  # no points at all: the signal decides what an empty window means
+        return metrics.payload(when)
+
+    def check_guess() -> None:
+        payload = check()
+        if payload != guessed:
+            raise _SendAgain(payload)
+
     address = SignalAddress(args.namespace, args.name, args.app)
     runner = start_runner(address) if args.start else None
     try:
@@ -123,7 +122,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
             connect_timeout=10.0 if args.start else 2.0,
         )
         with client:
-            request = client.evaluate(metrics, timestamp)
+            if guessed is None:
+                request = client.evaluate_payload(check())
+            else:
+                try:
+                    request = client.evaluate_payload(guessed, meanwhile=check_guess)
+                except _SendAgain as again:
+                    request = client.evaluate_payload(again.payload)
     except SignalError as e:
         if runner is not None and runner.poll() is not None:
             raise SignalError(f"{e} (the runner exited with status {runner.returncode})") from e
@@ -136,11 +141,22 @@ def run_evaluate(args: argparse.Namespace) -> int:
             except subprocess.TimeoutExpired:
                 runner.kill()
                 runner.wait()
+        for note in notes:
+            print(f"clusterman signal evaluate: {note}", file=sys.stderr)
     print(json.dumps(request.as_json()))
     return 0
 
 
 def run_publish(args: argparse.Namespace) -> int:
+    # Imported here: ``signal evaluate`` needs neither boto3 nor the config loader.
+    from clusterman.aws.session import AwsSettings
+    from clusterman.aws.session import client as aws_client
+    from clusterman.config.loader import load_main_config
+    from clusterman.signals.artifacts import ArtifactLocation
+    from clusterman.signals.artifacts import build_artifact
+    from clusterman.signals.artifacts import default_codename
+    from clusterman.signals.artifacts import upload_artifact
+
     main = load_main_config(args.env_config_path)
     bucket = args.bucket or main.aws.signals_bucket
     location = ArtifactLocation(bucket, args.codename or default_codename(), args.version)

@@ -1,36 +1,31 @@
-"""Talk to one signal process over its abstract Unix socket.
+"""Talk to one signal process over its abstract Unix socket (the protocol: ``clusterman_signals.wire``).
 
-``connect`` retries while the process is still starting; ``evaluate`` sends one metrics window
-and returns the validated request. A timeout, EOF or broken pipe reconnects once and retries;
-the second failure raises ``SignalError`` naming the signal.
+``connect`` retries while the process is still starting or its queue is full; ``evaluate`` sends
+one metrics window and returns the validated request. Every read and write has a deadline. A
+timeout, EOF or reset reconnects once and retries; the second failure raises ``SignalError``
+naming the signal. A connection the runner closed while idle is replaced before use, quietly.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import socket
-import struct
-import time
+from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from clusterman.resources import ResourceRequest
-from clusterman.signals.protocol import LENGTH
-from clusterman.signals.protocol import Connection
-from clusterman.signals.protocol import Deadline
 from clusterman.signals.protocol import ProtocolError
 from clusterman.signals.protocol import SignalError
-from clusterman.signals.protocol import check_ack
-from clusterman.signals.protocol import encode_metrics
 from clusterman.signals.protocol import parse_reply
+from clusterman_signals import wire
+from clusterman_signals.wire import ALLOWED_UIDS_ENV as ALLOWED_UIDS_ENV
+from clusterman_signals.wire import allowed_uids_from_env as allowed_uids_from_env
+from clusterman_signals.wire import parse_uids as parse_uids
 
 log = logging.getLogger(__name__)
-
-RETRYABLE = (TimeoutError, EOFError, BrokenPipeError, ConnectionResetError, ConnectionRefusedError)
 
 
 @dataclass(frozen=True)
@@ -38,36 +33,17 @@ class SignalAddress:
     namespace: str
     name: str
     app: str
+    prefix: str | None = None  # None: $CMAN_SIGNAL_SOCKET_PREFIX when the socket is used
 
     @property
     def socket_name(self) -> str:
-        return f"\0{self.namespace}-{self.name}-{self.app}-socket"
+        try:
+            return wire.socket_name(self.namespace, self.name, self.app, self.prefix)
+        except wire.AddressError as e:
+            raise SignalError(f"signal {self}: {e}") from e
 
     def __str__(self) -> str:
         return f"{self.namespace}.{self.name} (app {self.app})"
-
-
-ALLOWED_UIDS_ENV = "CMAN_SIGNAL_ALLOWED_UIDS"
-
-
-def parse_uids(text: str, source: str = f"${ALLOWED_UIDS_ENV}") -> set[int]:
-    """Uids written comma- or space-separated, as in $CMAN_SIGNAL_ALLOWED_UIDS."""
-    uids = set()
-    for part in text.replace(",", " ").split():
-        if not part.isdigit():
-            raise ValueError(f"{source}: {part!r} is not a uid (expected numbers separated by commas or spaces)")
-        uids.add(int(part))
-    return uids
-
-
-def allowed_uids_from_env(environ: Mapping[str, str] = os.environ) -> set[int]:
-    """Our own uid plus $CMAN_SIGNAL_ALLOWED_UIDS: the same rule the runner applies to its peers."""
-    return {os.getuid(), *parse_uids(environ.get(ALLOWED_UIDS_ENV, ""))}
-
-
-def peer_uid(sock: socket.socket) -> int:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
 
 
 class SignalClient:
@@ -91,76 +67,71 @@ class SignalClient:
         self.read_timeout = read_timeout
         self.connect_timeout = connect_timeout
         self.allowed_uids = set(allowed_uids) if allowed_uids is not None else {os.getuid()}
-        self._conn: Connection | None = None
+        self._wire: wire.Client | None = None
+
+    def _client(self) -> wire.Client:
+        if self._wire is None:
+            self._wire = wire.Client(self.address.socket_name, self.init_message, self.allowed_uids)
+        return self._wire
 
     def connect(self) -> None:
         """Connect and send the init message, retrying while nobody listens yet."""
         try:
-            self._connect()
-        except SignalError as e:
-            raise SignalError(f"signal {self.address}: {e}") from e
-
-    def _connect(self) -> None:
-        self.close()
-        deadline = time.monotonic() + self.connect_timeout
-        delay = 0.02
-        while True:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                sock.settimeout(max(0.1, deadline - time.monotonic()))
-                sock.connect(self.address.socket_name)
-                break
-            except (ConnectionRefusedError, FileNotFoundError, TimeoutError) as e:
-                sock.close()
-                if time.monotonic() + delay > deadline:
-                    raise SignalError(
-                        f"nobody listens on @{self.address.socket_name[1:]} after {self.connect_timeout:g} s"
-                    ) from e
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
-        uid = peer_uid(sock)
-        if uid not in self.allowed_uids:
-            sock.close()
-            raise SignalError(f"the process on the socket runs as uid {uid}, which is not allowed")
-        conn = Connection(sock)
-        conn.send(json.dumps(self.init_message).encode(), Deadline(self.read_timeout))
-        self._conn = conn
+            self._client().connect(self.connect_timeout, wire.Deadline(self.read_timeout))
+        except (wire.WireError, OSError) as e:
+            self.close()
+            raise SignalError(f"signal {self.address}: {_reason(e)}") from e
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self._wire is not None:
+            self._wire.close()
 
     def evaluate(self, metrics: Mapping[str, Any], timestamp: float) -> ResourceRequest:
-        payload = encode_metrics(metrics, timestamp)
+        try:
+            payload = wire.encode_payload(metrics, timestamp)
+        except wire.WireError as e:
+            raise SignalError(f"signal {self.address}: {e}") from e
+        return self.evaluate_payload(payload)
+
+    def evaluate_payload(
+        self, payload: bytes | bytearray | memoryview, meanwhile: Callable[[], None] | None = None
+    ) -> ResourceRequest:
+        """Send an already encoded ``{"metrics": ..., "timestamp": T}`` (bytes passed through as
+        they are). ``meanwhile`` runs while the runner works on them; see ``wire.Client``."""
+        client = self._client()
+        pending = [meanwhile] if meanwhile is not None else []
+
+        def once() -> None:  # a retry sends the payload again, but the check need not run twice
+            while pending:
+                pending.pop()()
+
         for attempt in (1, 2):
+            budget = wire.Deadline(self.read_timeout)
             try:
-                if self._conn is None:
-                    self._connect()
-                assert self._conn is not None
-                return self._round_trip(self._conn, payload)
+                stream = client.ready(self.connect_timeout, budget)
+                return parse_reply(client.round_trip(stream, payload, budget, once))
             except SignalError as e:
                 if isinstance(e, ProtocolError):
                     self.close()  # the stream may be out of step: start clean next time
                 raise SignalError(f"signal {self.address}: {e}") from e
-            except (*RETRYABLE, OSError) as e:
+            except wire.ProtocolError as e:
                 self.close()
-                reason = str(e) or type(e).__name__
+                raise ProtocolError(f"signal {self.address}: {e}") from e
+            except (wire.WireError, OSError) as e:
+                self.close()
+                if isinstance(e, (wire.PeerRefused, wire.AddressError)):
+                    raise SignalError(f"signal {self.address}: {_reason(e)}") from e
                 if attempt == 2:
-                    raise SignalError(f"signal {self.address}: {reason} (after one reconnect)") from e
-                log.warning("signal %s: %s; reconnecting once", self.address, reason)
+                    raise SignalError(f"signal {self.address}: {_reason(e)} (after one reconnect)") from e
+                log.warning("signal %s: %s; reconnecting once", self.address, _reason(e))
         raise AssertionError("unreachable")
-
-    def _round_trip(self, conn: Connection, payload: bytes) -> ResourceRequest:
-        deadline = Deadline(self.read_timeout)
-        conn.send(LENGTH.pack(len(payload)), deadline)
-        check_ack(conn.read_byte(deadline), "payload length")
-        conn.send(payload, deadline)
-        check_ack(conn.read_byte(deadline), "metrics data")
-        return parse_reply(conn.read_json(deadline))
 
     def __enter__(self) -> SignalClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _reason(e: BaseException) -> str:
+    return str(e) or type(e).__name__

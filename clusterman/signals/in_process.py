@@ -3,10 +3,10 @@
 The simulator evaluates a pool's signals every simulated minute; a round trip to a runner process
 costs more than most signals' ``value()``. ``InProcessSignal`` loads
 ``clusterman_signals.<namespace>.<Name>`` from this environment, builds it from the same init
-message ``SignalClient`` sends (the pool's parameters plus ``cluster`` and ``pool``), and turns
-each answer into a reply exactly as the runner does (``resources_to_json``; a raising ``value()``
-becomes ``{"Error": ...}``), then validates it with the client's ``parse_reply``. So a signal
-that answers badly fails here as it would over the socket, and the evaluator falls back the same way.
+message ``SignalClient`` sends (the pool's parameters plus ``cluster`` and ``pool``), and answers
+with the runner's own code (``clusterman_signals.serving``), then validates the reply with the
+client's ``parse_reply``. So a signal that answers badly fails here as it would over the socket,
+and the evaluator falls back the same way.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from clusterman.signals.client import SignalAddress
 from clusterman.signals.protocol import SignalError
 from clusterman.signals.protocol import parse_reply
 from clusterman_signals.base_signal import BaseSignal
-from clusterman_signals.run import SignalFailure
-from clusterman_signals.run import build_signal
-from clusterman_signals.run import load_signal_class
-from clusterman_signals.run import resources_to_json
+from clusterman_signals.serving import SignalFailure
+from clusterman_signals.serving import answer
+from clusterman_signals.serving import build_signal
+from clusterman_signals.serving import load_signal_class
 
 
 class InProcessSignal:
@@ -49,15 +49,8 @@ class InProcessSignal:
         if self._signal is None:
             self.load()
         assert self._signal is not None
-        reply: dict[str, Any]
         try:
-            reply = {"Resources": resources_to_json(self._signal.evaluate(metrics, timestamp))}
-        except SignalFailure as e:
-            reply = {"Error": str(e)}
-        except Exception as e:  # as the runner answers a raising value(): the signal's failure, not ours
-            reply = {"Error": f"value() raised {type(e).__name__}: {e}"}
-        try:
-            return parse_reply(reply)
+            return parse_reply(answer(self._signal, metrics, timestamp))
         except SignalError as e:
             raise SignalError(f"signal {self.address}: {e}") from e
 

@@ -16,6 +16,7 @@ from clusterman.metrics.store import MetricsStore
 from clusterman.metrics.store import app_key
 from clusterman.metrics.store import split_key
 from clusterman.metrics.store import system_key
+from clusterman_signals.wire import gc_paused
 
 Window = dict[str, list[list[Any]]]
 
@@ -24,10 +25,11 @@ def read_required_metrics(
     store: MetricsStore, required: tuple[RequiredMetric, ...], app: str, identity: PoolIdentity, now: int
 ) -> Window:
     window: Window = {}
-    for metric in required:
-        start = now - metric.minute_range * 60
-        for key, name in _keys_for(store, metric, app, identity):
-            window[name] = [[ts, value] for ts, value in store.read(metric.type, key, start, now)]
+    with gc_paused():  # a long window is a million small objects, none of them garbage
+        for metric in required:
+            start = now - metric.minute_range * 60
+            for key, name in _keys_for(store, metric, app, identity):
+                window[name] = list(map(list, store.read(metric.type, key, start, now)))
     return window
 
 

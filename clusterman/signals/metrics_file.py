@@ -1,0 +1,182 @@
+"""A metrics file for ``clusterman signal evaluate``: read once, checked in C, sent as it is.
+
+The file is ``{"metrics": {name: [[ts, value], ...]}, "timestamp": T}`` or the bare mapping. It is
+parsed strictly (no NaN or Infinity) with the garbage collector paused, each series is checked
+with whole-list operations (types, finiteness, time order) rather than a Python loop per point,
+and the bytes go onto the wire unchanged when they already are a valid payload: the file itself,
+the bare mapping spliced between ``{"metrics":`` and the timestamp, or the file with only its
+trailing timestamp replaced. Only a series out of time order (sorted here, with a note) makes us
+encode the payload again. ``guess`` predicts the payload from the bytes alone, so that it can be
+sent before the check, which then runs while the runner parses the same bytes (and a wrong guess
+is sent again, corrected). Every error is one line naming the file.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from dataclasses import dataclass
+from itertools import islice
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+from clusterman.errors import UserError
+from clusterman_signals import wire
+
+_NUMBER_TYPES = frozenset({int, float})
+_CONSTANT = re.compile(rb"[\[,:]\s*(NaN|-?Infinity)")
+_WRAPPED_HEAD = re.compile(rb'\s*\{\s*"metrics"\s*:')
+_TRAILING_TIMESTAMP = re.compile(rb',\s*"timestamp"\s*:\s*(-?[0-9][0-9.eE+-]*)\s*\}\s*\Z')
+_TAIL = 256  # bytes of the file's end searched for the trailing timestamp
+
+
+class MetricsFileError(UserError):
+    """The metrics file cannot be sent; the message names the file and, where known, metric and point."""
+
+
+@dataclass(frozen=True)
+class MetricsFile:
+    path: Path
+    raw: bytes
+    metrics: dict[str, list[Any]]
+    timestamp: float | None  # the file's own, if it has one
+    wrapped: bool  # {"metrics": ..., ...} rather than the bare mapping
+    notes: tuple[str, ...] = ()  # what was changed (a series sorted), for stderr
+
+    def newest_timestamp(self) -> float | None:
+        newest = [series[-1][0] for series in self.metrics.values() if series]
+        return max(newest) if newest else None
+
+    def when(self, timestamp: float | None) -> float | None:
+        """The evaluation time: ``timestamp``, else the file's, else its newest point's."""
+        if timestamp is not None:
+            return timestamp
+        return self.timestamp if self.timestamp is not None else self.newest_timestamp()
+
+    def payload(self, timestamp: float | None) -> bytes:
+        when = self.when(timestamp)
+        if when is None:
+            raise MetricsFileError(f"{self.path}: no timestamp and no points; give --timestamp")
+        data = None
+        if not self.notes:  # nothing changed: reuse the file's bytes where we can
+            data = splice(self.raw, self.wrapped, self.timestamp is not None, when)
+            if data is None and when == self.timestamp and type(when) is type(self.timestamp):
+                data = self.raw  # the timestamp is not last in the file, but it is the one we want
+        if data is None:
+            data = wire.encode_payload(self.metrics, when)
+        wire.check_payload_size(len(data))
+        return data
+
+
+def splice(raw: bytes, wrapped: bool, has_timestamp: bool, when: float) -> bytes | None:
+    """The payload for ``when`` built from the file's own bytes, or None when they cannot be reused."""
+    stamp = wire.dumps(when)
+    if not wrapped:
+        return b'{"metrics":' + raw + b',"timestamp":' + stamp + b"}"
+    cut = max(0, len(raw) - _TAIL)
+    trailing = _TRAILING_TIMESTAMP.search(raw, cut)
+    if has_timestamp:
+        if trailing is None:
+            return None
+        if trailing.group(1) == stamp:
+            return raw
+        return raw[: trailing.start(1)] + stamp + raw[trailing.end(1) :]
+    end = raw.rstrip()
+    return end[:-1] + b',"timestamp":' + stamp + b"}"
+
+
+def guess(raw: bytes, timestamp: float | None) -> bytes | None:
+    """The payload ``load`` will most likely give, from the bytes alone (None: cannot tell).
+
+    A wrapped file whose timestamp is its last member, or any file with ``--timestamp``. Only a
+    guess (a metric named ``metrics`` in a bare mapping fools it): the caller compares it with
+    the checked payload and sends again when they differ.
+    """
+    wrapped = _WRAPPED_HEAD.match(raw) is not None
+    trailing = _TRAILING_TIMESTAMP.search(raw, max(0, len(raw) - _TAIL)) if wrapped else None
+    if timestamp is None:
+        if trailing is None:
+            return None
+        try:
+            timestamp = wire.loads(trailing.group(1))
+        except ValueError:
+            return None
+        if type(timestamp) not in _NUMBER_TYPES:
+            return None
+    assert timestamp is not None
+    return splice(raw, wrapped, trailing is not None, timestamp)
+
+
+def read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise MetricsFileError(f"{path}: cannot read: {e.strerror or e}") from e
+
+
+def load(path: Path, raw: bytes | None = None) -> MetricsFile:
+    """Parse and check the file (``raw``: its bytes, when already read)."""
+    if raw is None:
+        raw = read(path)
+    try:
+        data = wire.loads(raw)
+    except UnicodeDecodeError as e:
+        raise MetricsFileError(f"{path}: not UTF-8 (byte {e.start})") from e
+    except ValueError as e:
+        raise MetricsFileError(f"{path}: {_where(raw, e)}{e}") from e
+    if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
+        metrics, timestamp, wrapped = data["metrics"], data.get("timestamp"), True
+    elif isinstance(data, dict):
+        metrics, timestamp, wrapped = data, None, False
+    else:
+        raise MetricsFileError(f"{path}: expected a JSON object of metric name -> [[timestamp, value], ...]")
+    if timestamp is not None and (type(timestamp) not in _NUMBER_TYPES or not math.isfinite(timestamp)):
+        raise MetricsFileError(f"{path}: timestamp must be a number of seconds, got {timestamp!r}")
+    notes = []
+    for name, series in metrics.items():
+        if check_series(path, name, series):
+            series.sort(key=itemgetter(0))  # stable: equal times keep the file's order
+            notes.append(f"{path}: metric {name!r} was not in time order; sorted it (oldest first)")
+    return MetricsFile(path, raw, metrics, timestamp, wrapped, tuple(notes))
+
+
+def check_series(path: Path, name: str, series: Any) -> bool:
+    """Raise MetricsFileError for a malformed series; True when it is out of time order.
+
+    Whole-list operations (``map`` over C functions, ``sorted`` of an already sorted list is one
+    linear pass): a million points cost tens of milliseconds, not a Python loop's second.
+    """
+    if type(series) is not list:
+        raise MetricsFileError(f"{path}: metric {name!r} must be a list of [timestamp, value] pairs")
+    if not series:
+        return False
+    if set(map(type, series)) != {list} or set(map(len, series)) != {2}:
+        i = next(i for i, p in enumerate(series) if type(p) is not list or len(p) != 2)
+        raise MetricsFileError(f"{path}: metric {name!r} point {i}: expected [timestamp, value], got {series[i]!r}")
+    stamps = list(map(itemgetter(0), series))
+    values = list(map(itemgetter(1), series))
+    for what, column in (("timestamp", stamps), ("value", values)):
+        # The sum of numbers is finite when each is (the parser refused NaN; 1e999 reads as inf);
+        # only a sum that overflows looks at each number, to find the bad one or none.
+        if not set(map(type, column)) <= _NUMBER_TYPES or not math.isfinite(sum(column)):
+            bad = [i for i, v in enumerate(column) if type(v) not in _NUMBER_TYPES or not math.isfinite(v)]
+            for i in bad[:1]:
+                raise MetricsFileError(
+                    f"{path}: metric {name!r} point {i}: the {what} must be a finite number, got {column[i]!r}"
+                )
+    return not all(map(operator.le, stamps, islice(stamps, 1, None)))
+
+
+def _where(raw: bytes, error: ValueError) -> str:
+    """``line L column C: `` of a refused NaN/Infinity (the parser's hook does not say where)."""
+    pos = getattr(error, "pos", None)
+    if pos is None and ("NaN" in str(error) or "Infinity" in str(error)):
+        match = _CONSTANT.search(raw)
+        pos = match.start(1) if match else None
+        if pos is not None:
+            line = raw.count(b"\n", 0, pos) + 1
+            column = pos - (raw.rfind(b"\n", 0, pos) + 1) + 1
+            return f"line {line} column {column}: "
+    return ""

@@ -1,0 +1,97 @@
+"""Loading a signal and turning its answers into protocol replies, for every way a signal is served.
+
+The runner program (``clusterman_signals.run``) and the simulator's in-process signals
+(``clusterman.signals.in_process``) both use this, so a signal that answers badly fails the same
+way whether it is called over a socket or in the autoscaler's own process. Standard library only.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from clusterman_signals.base_signal import BaseSignal
+from clusterman_signals.wire import RESOURCE_NAMES
+
+
+class SignalFailure(Exception):
+    """The signal could not answer; the message goes back to the client as ``{"Error": ...}``."""
+
+
+def load_signal_class(namespace: str, name: str) -> type[BaseSignal]:
+    try:
+        module = importlib.import_module(f"clusterman_signals.{namespace}")
+    except Exception as e:
+        raise SignalFailure(f"cannot import namespace clusterman_signals.{namespace}: {type(e).__name__}: {e}") from e
+    cls = getattr(module, name, None)
+    if cls is None:
+        raise SignalFailure(f"clusterman_signals.{namespace} has no signal named {name}")
+    if not (isinstance(cls, type) and issubclass(cls, BaseSignal)):
+        raise SignalFailure(f"clusterman_signals.{namespace}.{name} is not a BaseSignal subclass")
+    return cls
+
+
+def build_signal(cls: type[BaseSignal], init: Any) -> BaseSignal:
+    """Deployed clients send ``cluster``/``pool`` inside ``parameters``; the seed puts them on top."""
+    if not isinstance(init, Mapping):
+        raise SignalFailure(f"init message must be a JSON object, got {type(init).__name__}")
+    parameters = init.get("parameters") or {}
+    if not isinstance(parameters, Mapping):
+        raise SignalFailure("init message: parameters must be a JSON object")
+    cluster = init.get("cluster", parameters.get("cluster", ""))
+    pool = init.get("pool", parameters.get("pool", ""))
+    try:
+        return cls(str(cluster), str(pool), dict(parameters))
+    except Exception as e:
+        raise SignalFailure(f"{cls.__name__}(...) raised {type(e).__name__}: {e}") from e
+
+
+def resources_to_json(result: Any) -> dict[str, float | None]:
+    """Check what ``value()`` returned: a ``SignalResources`` of finite numbers >= 0 or None.
+
+    The documented type, as Clusterman's runner requires it (it calls ``_asdict()``, so another
+    named tuple with these fields passes too). A plain dict is refused with a message saying what
+    to return instead: accepting it here would make a signal that fails on Clusterman's runners.
+    """
+    if not (isinstance(result, tuple) and hasattr(result, "_asdict")):
+        hint = "; wrap it: SignalResources(**d)" if isinstance(result, Mapping) else ""
+        raise SignalFailure(f"value() returned {type(result).__name__}, expected SignalResources{hint}")
+    values = dict(result._asdict())
+    unknown = set(values) - set(RESOURCE_NAMES)
+    if unknown:
+        raise SignalFailure(f"value() returned unknown resource(s): {', '.join(sorted(unknown))}")
+    out: dict[str, float | None] = {}
+    for name in RESOURCE_NAMES:
+        v = values.get(name)
+        if v is None:
+            out[name] = None
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise SignalFailure(f"value() returned {name}={v!r}; expected a finite number >= 0 or None")
+        out[name] = float(v)
+    return out
+
+
+def answer(signal: BaseSignal | SignalFailure, metrics: Mapping[str, Any], timestamp: float) -> dict[str, Any]:
+    """The protocol reply for one evaluation: ``{"Resources": ...}`` or ``{"Error": ...}``."""
+    if isinstance(signal, SignalFailure):
+        return {"Error": str(signal)}
+    try:
+        return {"Resources": resources_to_json(signal.evaluate(metrics, timestamp))}
+    except SignalFailure as e:
+        return {"Error": str(e)}
+    except Exception as e:  # the signal's failure, not the runner's: answered, and the runner serves on
+        return {"Error": f"value() raised {type(e).__name__}: {e}"}
+
+
+def parse_payload(payload: Any) -> tuple[dict[str, Any], float]:
+    """The metrics mapping and timestamp of one evaluation (now, when the client sent none)."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("metrics"), dict):
+        raise ValueError('expected {"metrics": {...}, "timestamp": T}')
+    timestamp = payload.get("timestamp", time.time())
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)):
+        raise ValueError(f"timestamp must be a number, got {timestamp!r}")
+    return payload["metrics"], timestamp

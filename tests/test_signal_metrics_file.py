@@ -1,0 +1,102 @@
+"""``clusterman signal evaluate``'s metrics file: checks naming the file, sorting, and byte reuse."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clusterman.signals import metrics_file
+from clusterman.signals.metrics_file import MetricsFileError
+
+
+def write(tmp_path: Path, text: str | bytes, name: str = "m.json") -> Path:
+    path = tmp_path / name
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return path
+
+
+def test_unsorted_points_are_sorted_with_a_note(tmp_path):
+    """Issue 12: points out of time order used to reach the signal as they were."""
+    path = write(tmp_path, '{"metrics": {"cpus": [[120, 5.0], [60, 50.0], [120, 6.0]]}, "timestamp": 120}')
+    loaded = metrics_file.load(path)
+    assert loaded.metrics["cpus"] == [[60, 50.0], [120, 5.0], [120, 6.0]]  # stable for equal times
+    assert loaded.notes == (f"{path}: metric 'cpus' was not in time order; sorted it (oldest first)",)
+    payload = json.loads(loaded.payload(None))
+    assert payload == {"metrics": {"cpus": [[60, 50.0], [120, 5.0], [120, 6.0]]}, "timestamp": 120}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"metrics": {"cpus": [[60, 5.0], [120, NaN]]}}', "m.json: line 1 column 40: NaN is not a number"),
+        ('{"cpus": [[60, 5.0],\n [120, -Infinity]]}', "m.json: line 2 column 8: -Infinity is not a number"),
+        ('{"cpus": [[60, 1e999]]}', "metric 'cpus' point 0: the value must be a finite number, got inf"),
+        ('{"cpus": [[60, 5.0], [120, "x"]]}', "metric 'cpus' point 1: the value must be a finite number"),
+        ('{"cpus": [[60, 5.0], [120]]}', r"metric 'cpus' point 1: expected \[timestamp, value\]"),
+        ('{"cpus": [[60, 5.0], 7]}', r"metric 'cpus' point 1: expected \[timestamp, value\]"),
+        ('{"cpus": [["t", 5.0]]}', "metric 'cpus' point 0: the timestamp must be a finite number"),
+        ('{"cpus": 5}', "metric 'cpus' must be a list"),
+        ('{"metrics": {}, "timestamp": "now"}', "timestamp must be a number"),
+        ("[1]", "expected a JSON object"),
+        ('{"cpus": [[60, 5.0]', "m.json: Expecting"),
+        ("[" * 100_000, "m.json: JSON nested too deeply"),
+    ],
+)
+def test_bad_files_are_one_line_naming_the_file(tmp_path, text, message):
+    with pytest.raises(MetricsFileError, match=message) as err:
+        metrics_file.load(write(tmp_path, text))
+    assert str(tmp_path / "m.json") in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_missing_file_is_named(tmp_path):
+    with pytest.raises(MetricsFileError, match=r"missing\.json: cannot read"):
+        metrics_file.load(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize(
+    ("text", "timestamp", "expected"),
+    [
+        # a wrapped file whose timestamp is last: its bytes as they are
+        ('{"metrics": {"c": [[60, 1.5]]}, "timestamp": 90}', None, '{"metrics": {"c": [[60, 1.5]]}, "timestamp": 90}'),
+        # --timestamp replaces only the trailing number
+        ('{"metrics": {"c": [[60, 1.5]]}, "timestamp": 90}', 100, '{"metrics": {"c": [[60, 1.5]]}, "timestamp": 100}'),
+        # the bare mapping, spliced; the newest point's time by default
+        ('{"c": [[60, 1.5]], "d": [[30, 2]]}', None, '{"metrics":{"c": [[60, 1.5]], "d": [[30, 2]]},"timestamp":60}'),
+        # a wrapped file without a timestamp gets one appended
+        ('{"metrics": {"c": [[60, 1.5]]}}\n', None, '{"metrics": {"c": [[60, 1.5]]},"timestamp":60}'),
+        # a timestamp that is not last: the bytes are reused when it is the one wanted
+        ('{"timestamp": 90, "metrics": {"c": [[60, 1.5]]}}', None, '{"timestamp": 90, "metrics": {"c": [[60, 1.5]]}}'),
+    ],
+)
+def test_payload_reuses_the_files_bytes(tmp_path, text, timestamp, expected):
+    loaded = metrics_file.load(write(tmp_path, text))
+    payload = loaded.payload(timestamp)
+    assert payload == expected.encode()
+    wanted = json.loads(text)
+    metrics = wanted.get("metrics", wanted)
+    assert json.loads(payload)["metrics"] == metrics
+
+
+@pytest.mark.parametrize(
+    ("text", "timestamp"),
+    [
+        ('{"metrics": {"c": [[60, 1.5]]}, "timestamp": 90}', None),
+        ('{"metrics": {"c": [[60, 1.5]]}, "timestamp": 90}', 120),
+        ('{"c": [[60, 1.5]]}', 75),
+    ],
+)
+def test_the_guess_matches_the_checked_payload(tmp_path, text, timestamp):
+    path = write(tmp_path, text)
+    assert metrics_file.guess(path.read_bytes(), timestamp) == metrics_file.load(path).payload(timestamp)
+
+
+def test_a_metric_named_metrics_fools_the_guess_but_not_the_check(tmp_path):
+    """A bare mapping whose first metric is called ``metrics``: the guess is wrong, the check right."""
+    path = write(tmp_path, '{"metrics": [[60, 1.5]], "timestamp": [[60, 2.0]]}')
+    guessed = metrics_file.guess(path.read_bytes(), None)
+    checked = metrics_file.load(path).payload(None)
+    assert guessed != checked
+    assert json.loads(checked) == {"metrics": {"metrics": [[60, 1.5]], "timestamp": [[60, 2.0]]}, "timestamp": 60}
