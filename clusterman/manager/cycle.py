@@ -62,7 +62,6 @@ from clusterman.signals.protocol import SignalError
 from clusterman.state.carried import CorruptState
 from clusterman.state.lease import LeaseStatus
 from clusterman.state.lease import PoolLease
-from clusterman.state.lease import utc
 from clusterman.state.pause import NOT_PAUSED
 from clusterman.state.pause import PauseStatus
 from clusterman.state.store import StateError
@@ -448,7 +447,6 @@ class Cycle:
             since = now - node.launched_at if node.launched_at != NO_TIME else None
             reason = f"joined {since:.0f} s after launch" if since is not None else "joined"
             self.recorder.node(NodeAction.JOIN, node.id, node.group_id, node.allocatable, reason, since)
-
 
     def _observe_pool(self, snapshot: PoolSnapshot) -> None:
         metrics = self.recorder.metrics

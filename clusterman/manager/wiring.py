@@ -34,6 +34,8 @@ from clusterman.signals.specs import app_signal_specs
 from clusterman.signals.specs import default_signal_spec
 from clusterman.state.carried import StoredState
 from clusterman.state.factory import open_state_store
+from clusterman.state.lease import Holder
+from clusterman.state.lease import PoolLease
 from clusterman.state.pause import PauseStatus
 from clusterman.state.pause import pause_status
 
@@ -61,14 +63,26 @@ def cloud_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> Grou
     return GroupsCloudView(discover=discovery_for(setup, simulated))
 
 
-def demand_for(setup: PoolSetup, store: MetricsStore | None = None) -> DemandSource:
+def demand_for(
+    setup: PoolSetup, store: MetricsStore | None = None, budget_seconds: float | None = None
+) -> DemandSource:
+    """``budget_seconds`` bounds each wait on a signal runner (a stopped runner must not hold the
+    run for the client's default minute)."""
     if setup.internal:
         return InternalDemand()
     uids = allowed_uids_from_env()
+    waits = (
+        {} if budget_seconds is None else {"read_timeout": budget_seconds, "connect_timeout": min(10.0, budget_seconds)}
+    )
 
     def client(spec: SignalSpec) -> SignalClient:
         return SignalClient(
-            spec.address, setup.identity.cluster, setup.identity.pool, spec.config.parameters, allowed_uids=uids
+            spec.address,
+            setup.identity.cluster,
+            setup.identity.pool,
+            spec.config.parameters,
+            allowed_uids=uids,
+            **waits,
         )
 
     evaluator = SignalEvaluator(
@@ -85,9 +99,15 @@ def build_cycle(
     simulated: SimulatedCloud | None = None,
     demand: DemandSource | None = None,
     collect_metrics: bool = False,
+    holder: Holder | None = None,
+    lease_seconds: float = 0.0,
+    budget_seconds: float | None = None,
 ) -> Cycle:
     """``collect_metrics``: also write the pool's system metrics each run (for pools with no
-    separate collector, such as a simulated scheduler, which lives only in this process)."""
+    separate collector, such as a simulated scheduler, which lives only in this process).
+    ``holder``: act only while holding the pool's lease for ``lease_seconds`` (a dry run, which
+    changes nothing, takes no lease and never stands in the way of the real autoscaler).
+    ``budget_seconds``: never act on a snapshot older than that; signal reads wait at most that."""
     cloud = cloud_for(setup, simulated)
     connector = connector_for_pool(setup.main, setup.identity, setup.pool, cloud=cloud)
     lifecycle = lifecycle_for_pool(setup.main, setup.identity, setup.pool, connector=connector, dry_run=dry_run)
@@ -106,11 +126,13 @@ def build_cycle(
         connector=connector,
         cloud=cloud,
         lifecycle=lifecycle,
-        demand=demand or demand_for(setup, store),
+        demand=demand or demand_for(setup, store, budget_seconds),
         policy=setup.policy,
         recorder=recorder,
         pause_status=paused,
         dry_run=dry_run,
         write_metrics=write_metrics if collect_metrics else None,
         keeper=StoredState(state_store, setup.identity),
+        lease=PoolLease(state_store, setup.identity, holder, lease_seconds) if holder and not dry_run else None,
+        budget_seconds=budget_seconds,
     )

@@ -191,7 +191,11 @@ class DynamoStateStore(StateStore):
 
     def claim(self, item: StateItem, owner: str, now: float) -> StateItem | None:
         """A conditional put: DynamoDB checks the condition, so two claimants never both win."""
-        record = {**self._record(item), "holder": {"S": owner}, "expires_at": {"N": repr(float(item.payload["expires_at"]))}}
+        record = {
+            **self._record(item),
+            "holder": {"S": owner},
+            "expires_at": {"N": repr(float(item.payload["expires_at"]))},
+        }
         written = self._conditional(
             "put_item",
             Item=record,
