@@ -86,6 +86,7 @@ def run_forever(
     keep_lease: Callable[[float], LeaseStatus | None] | None = None,
     lease_seconds: float = 0.0,
     heartbeat: Callable[[float], None] | None = None,
+    on_overrun: Callable[[str], None] = lambda line: None,
 ) -> int:
     """Run on the grid until ``stop`` is set (or ``max_runs`` runs, when > 0); returns the run count.
 
@@ -107,7 +108,7 @@ def run_forever(
         finished = clock()
         cycle.recorder.metrics.observe_run(finished - started)
         if budget_seconds is not None and finished - started > budget_seconds:
-            _overran(cycle, finished - started, budget_seconds, report)
+            on_overrun(_overran(cycle, started, finished - started, budget_seconds, report))
         if heartbeat is not None:
             try:
                 heartbeat(finished)
@@ -143,7 +144,8 @@ def _wait(
         held = status is None or status.held
 
 
-def _overran(cycle: Cycle, seconds: float, budget: float, report: RunReport | None) -> None:
+def _overran(cycle: Cycle, started: float, seconds: float, budget: float, report: RunReport | None) -> str:
+    """Record a run longer than its budget; returns the line to show."""
     if report is None:
         what = "it failed"
     elif report.outcome is Outcome.OVERRUN:
@@ -154,6 +156,8 @@ def _overran(cycle: Cycle, seconds: float, budget: float, report: RunReport | No
         what = f"it ended {report.outcome.value}: nothing changed"
     log.warning("the run took %.1f s, more than its budget of %g s: %s", seconds, budget, what)
     cycle.recorder.overrun(seconds, budget, what)
+    stamp = time.strftime("%H:%M:%S", time.gmtime(started))
+    return f"{stamp} overrun: the run took {seconds:.1f} s > budget {budget:g} s: {what}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -238,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             run_forever(
                 cycle, period, splay, stop, on_report=show, max_runs=args.runs, budget_seconds=budget,
                 keep_lease=cycle.keep_lease, lease_seconds=lease_seconds, heartbeat=beat if heartbeat_path else None,
+                on_overrun=lambda line: print(line, flush=True),
             )  # fmt: skip
     finally:
         cycle.release_lease()
