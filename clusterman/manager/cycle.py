@@ -114,7 +114,7 @@ class RunReport:
         util = ", ".join(f"{k} {float(v):.0%}" for k, v in d.utilisation.items()) or "-"
         errors = f" ({len(self.applied.errors)} errors)" if self.applied and self.applied.errors else ""
         dry = " (dry run: nothing changed)" if self.applied and self.applied.dry_run else ""
-        held = f" ({self.outcome.value}: {self.message})" if self.outcome is Outcome.OVERRUN else ""
+        held = f" ({self.outcome.value}: {self.message})" if self.outcome is not Outcome.ACTED else ""
         return (
             f"{stamp}{dry}{held} demand {demand} | utilisation {util} | {d.action.value} | "
             f"{self._target_text(d)}{errors} | {d.explanation}"
