@@ -14,8 +14,10 @@ from pathlib import Path
 import boto3
 
 from clusterman.local.moto_server import FAKE_CREDENTIALS
+from clusterman.signals.client import SignalAddress
 from itests.aws_world import REGION
 from itests.aws_world import TAG_KEY
+from itests.conftest import wait_listening
 
 POOL = "web"
 
@@ -45,6 +47,38 @@ def write_config(
         f"tasks: [{{count: {tasks}, cpus: 1}}]}}\n"
     )
     return str(tmp_path / "clusterman.yaml")
+
+
+STEADY = """
+from clusterman_signals.base_signal import BaseSignal
+from clusterman_signals.base_signal import SignalResources
+
+
+class Steady(BaseSignal):
+    def value(self, metrics, timestamp):
+        return SignalResources(cpus=1.0)
+"""
+
+
+def steady_signal(tmp_path: Path, namespace: str) -> Path:
+    """A signal namespace of this test's own (a unique socket name): ``Steady`` asks for 1 cpu."""
+    package = tmp_path / "signals" / "clusterman_signals" / namespace
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(STEADY)
+    return tmp_path / "signals"
+
+
+def start_runner(path: Path, namespace: str, app: str) -> subprocess.Popen[bytes]:
+    address = SignalAddress(namespace, "Steady", app)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clusterman_signals.run", namespace, "Steady", app],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_listening(address, proc)
+    return proc
 
 
 def make_state_table(url: str, name: str) -> None:

@@ -10,54 +10,27 @@ written after every run.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 
-from clusterman.signals.client import SignalAddress
 from itests.aws_world import REGION
 from itests.aws_world import World
-from itests.conftest import wait_listening
 from itests.faults.autoscaler_procs import POOL
 from itests.faults.autoscaler_procs import Autoscaler
 from itests.faults.autoscaler_procs import acted
+from itests.faults.autoscaler_procs import start_runner
+from itests.faults.autoscaler_procs import steady_signal
 from itests.faults.autoscaler_procs import write_config
 
 PERIOD = 3.0
-STEADY = """
-from clusterman_signals.base_signal import BaseSignal
-from clusterman_signals.base_signal import SignalResources
-
-
-class Steady(BaseSignal):
-    def value(self, metrics, timestamp):
-        return SignalResources(cpus=1.0)
-"""
-
-
-def start_runner(path, namespace, app):
-    address = SignalAddress(namespace, "Steady", app)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "clusterman_signals.run", namespace, "Steady", app],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_listening(address, proc)
-    return proc
 
 
 def test_a_stopped_runner_never_makes_a_run_act_on_an_old_snapshot(tmp_path, moto_server):
     world = World(moto_server.url)
     asg = world.asg(POOL, desired=1)
     namespace, app = f"ns{uuid.uuid4().hex[:10]}", f"app{uuid.uuid4().hex[:10]}"  # sockets no one else uses
-    package = tmp_path / "signals" / "clusterman_signals" / namespace
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text(STEADY)
+    signals = steady_signal(tmp_path, namespace)
     main = (
         f"aws: {{region: {REGION}, endpoint_url: '{moto_server.url}'}}\n"
         f"autoscale_signal: {{name: Steady, namespace: {namespace}, branch_or_tag: v1, period_minutes: 1}}\n"
@@ -67,7 +40,7 @@ def test_a_stopped_runner_never_makes_a_run_act_on_an_old_snapshot(tmp_path, mot
     )
     config = write_config(tmp_path, world.cluster, moto_server.url, tasks=1, extra_main=main, pool_signal=pool_signal)
     heartbeat = tmp_path / "run" / "heartbeat.json"
-    runners = [start_runner(tmp_path / "signals", namespace, name) for name in ("__default__", app)]
+    runners = [start_runner(signals, namespace, name) for name in ("__default__", app)]
     autoscaler = Autoscaler(
         config,
         world.cluster,
