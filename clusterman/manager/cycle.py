@@ -286,9 +286,9 @@ class Cycle:
         if status.held and not was_held:
             self._loaded = self.keeper is None  # another autoscaler may have changed the kept state
             self._joined = None
-            log.info("this autoscaler holds the pool's lease (%s)", status.describe())
+            log.info("this autoscaler now holds the pool's lease: the lease %s", status.describe())
         elif was_held and not status.held:
-            log.warning("this autoscaler lost the pool's lease: %s", status.describe())
+            log.warning("this autoscaler lost the pool's lease: the lease %s", status.describe())
         self.recorder.metrics.set_lease(status.held)
         return status
 
@@ -296,7 +296,7 @@ class Cycle:
         status = self.keep_lease(now)
         if status is None or status.held:
             return None
-        message = f"not acting: the pool's lease is {status.describe()}"
+        message = f"not acting: the pool's lease {status.describe()}"
         self.recorder.decision(
             ChangeDetail.DECISION_STANDBY,
             0.0,
@@ -321,7 +321,7 @@ class Cycle:
         if self.lease is not None and not self.dry_run:
             status = self.keep_lease(now)
             if status is not None and not status.held:
-                return Outcome.STANDBY, f"not acting: the pool's lease is {status.describe()}"
+                return Outcome.STANDBY, f"not acting: the pool's lease {status.describe()}"
         return None
 
     def release_lease(self) -> None:

@@ -40,16 +40,20 @@ from clusterman.state.pause import PauseStatus
 from clusterman.state.pause import pause_status
 
 
-def aws_clients(setup: PoolSetup) -> AwsClients:
+def aws_clients(setup: PoolSetup, budget_seconds: float | None = None) -> AwsClients:
+    """``budget_seconds`` bounds each attempt of each call (never above botocore's own 60 s)."""
     cluster = setup.main.clusters.get(setup.identity.cluster)
     region = cluster.aws_region if cluster is not None else None
-    return AwsClients(AwsSettings.from_config(setup.main.aws, region))
+    timeout = None if budget_seconds is None else min(60.0, budget_seconds)
+    return AwsClients(AwsSettings.from_config(setup.main.aws, region), timeout_seconds=timeout)
 
 
-def discovery_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> Callable[[], Discovery]:
+def discovery_for(
+    setup: PoolSetup, simulated: SimulatedCloud | None = None, budget_seconds: float | None = None
+) -> Callable[[], Discovery]:
     """Finds the pool's resource groups when called (as every run does)."""
     uses_aws = any(entry.kind in ("asg", "sfr") for entry in setup.pool.resource_groups)
-    aws = aws_clients(setup) if uses_aws else None
+    aws = aws_clients(setup, budget_seconds) if uses_aws else None
 
     def discover() -> Discovery:
         return discover_groups(
@@ -59,8 +63,10 @@ def discovery_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> 
     return discover
 
 
-def cloud_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> GroupsCloudView:
-    return GroupsCloudView(discover=discovery_for(setup, simulated))
+def cloud_for(
+    setup: PoolSetup, simulated: SimulatedCloud | None = None, budget_seconds: float | None = None
+) -> GroupsCloudView:
+    return GroupsCloudView(discover=discovery_for(setup, simulated, budget_seconds))
 
 
 def demand_for(
@@ -108,10 +114,10 @@ def build_cycle(
     ``holder``: act only while holding the pool's lease for ``lease_seconds`` (a dry run, which
     changes nothing, takes no lease and never stands in the way of the real autoscaler).
     ``budget_seconds``: never act on a snapshot older than that; signal reads wait at most that."""
-    cloud = cloud_for(setup, simulated)
+    cloud = cloud_for(setup, simulated, budget_seconds)
     connector = connector_for_pool(setup.main, setup.identity, setup.pool, cloud=cloud)
     lifecycle = lifecycle_for_pool(setup.main, setup.identity, setup.pool, connector=connector, dry_run=dry_run)
-    state_store = open_state_store(setup.main)
+    state_store = open_state_store(setup.main, budget_seconds)
 
     def paused(now: float) -> PauseStatus:
         return pause_status(state_store, setup.identity, now)

@@ -63,10 +63,12 @@ class LeaseStatus:
     error: str = ""  # the store could not be reached: not held
 
     def describe(self) -> str:
+        """What follows "the pool's lease": ``is held by pid 42 on host-b (started …) until …``."""
         if self.error:
-            return f"cannot reach the lease: {self.error}"
-        who = Holder.describe_id(self.holder)
-        return f"{'held' if self.held else 'held by ' + who} until {utc(self.expires_at)}"
+            return f"cannot be read: {self.error}"
+        if self.held:
+            return f"is ours until {utc(self.expires_at)}"
+        return f"is held by {Holder.describe_id(self.holder)} until {utc(self.expires_at)}"
 
 
 class PoolLease:

@@ -71,6 +71,12 @@ def test_two_autoscalers_one_pool_only_the_lease_holder_acts(tmp_path, moto_serv
         # taken over once the dead holder's TTL ran out: not before (it renewed just before its death),
         # and soon after (the standby retries every tenth of the TTL); generous for a loaded machine
         assert took_over < TTL + 10, took_over
+
+        stopping = time.monotonic()  # a clean stop gives the lease up at once
+        second.signal(signal.SIGTERM)
+        assert second.proc.wait(timeout=60) == 0, second.stderr()
+        assert lease_holder(moto_server.url, table, entity) == ""
+        print(f"lease released {time.monotonic() - stopping:.2f} s after SIGTERM")
     finally:
         first.stop()
         if second is not None:
