@@ -24,7 +24,9 @@ def test_a_stopped_cloud_endpoint_ends_the_run_within_its_attempts_and_says_what
     world = World(server.url)
     world.asg(POOL, desired=1)
     config = write_config(tmp_path, world.cluster, server.url, tasks=1)
-    autoscaler = Autoscaler(config, world.cluster, "--period-seconds", str(PERIOD), "--no-splay")
+    autoscaler = Autoscaler(
+        config, world.cluster, "--period-seconds", str(PERIOD), "--budget-seconds", "1", "--no-splay"
+    )
     try:
         autoscaler.wait_for(acted, timeout=60)
         stopped = time.monotonic()
