@@ -26,6 +26,8 @@ UPDATES = (
     "set_paused",
     "observe_error",
     "observe_config_reload",
+    "observe_overrun",
+    "set_lease",
 )
 
 
