@@ -33,6 +33,7 @@ from clusterman.state.pause import PauseStatus
 from clusterman.state.store import SqliteStateStore
 from clusterman.state.store import StateError
 from tests.test_cycle import T0
+from tests.test_cycle import limits
 from tests.test_cycle import pools  # noqa: F401 - the fixture
 from tests.test_cycle import work
 
@@ -315,3 +316,13 @@ def test_a_terminated_orphan_says_why_in_the_line():
     d = run(snapshot(members, [group("g1", 3)]), request(5))
     assert d.terminate == ("lost",)
     assert "terminate 1 (orphan, not joined 2000s after launch (limit 1800s))" in d.explanation, d.explanation
+
+
+def test_joins_are_counted_once_through_growth_and_shrinking_past_a_chunk(pools):  # noqa: F811
+    pool = pools(work(120, end=T0 + 900), policy=limits(max_capacity=60, max_weight_to_add=20))
+    seen = set()
+    for _ in range(30):
+        pool.minute()
+        seen |= {n.id for n in pool.scheduler.nodes()}
+    joins = [e.event.object_id for e in pool.events() if e.event.detail.name == "NODE_JOIN"]
+    assert len(seen) > 40 and len(joins) == len(set(joins)) == len(seen) - 1  # every node but the first

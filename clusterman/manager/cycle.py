@@ -68,6 +68,7 @@ from clusterman.state.store import StateError
 
 log = logging.getLogger(__name__)
 _JOINED = frozenset((NodeState.READY, NodeState.TAINTED, NodeState.CORDONED))
+_JOINED_IDS = NodeFold(lambda chunk, _: frozenset(n.id for n in chunk if n.state in _JOINED))
 _TASK_COUNTS = NodeFold(lambda chunk, _: sum(map(attrgetter("usage.tasks"), chunk)))  # Node.task_count()
 
 EVENT_REASON: Mapping[Reason, ChangeDetail] = {
@@ -181,7 +182,7 @@ class Cycle:
         self.lease = lease
         self.budget_seconds = budget_seconds
         self.clock = clock  # only to measure how old a run's inputs are; decisions use ``now``
-        self._joined: frozenset[str] | None = None  # joined nodes of the last snapshot (for NODE_JOIN)
+        self._joined_parts: list[frozenset[str]] | None = None  # joined node ids of the last snapshot, per chunk
         self._last_target: float | None = None
 
     @property
@@ -285,7 +286,7 @@ class Cycle:
             self.lease.last = status
         if status.held and not was_held:
             self._loaded = self.keeper is None  # another autoscaler may have changed the kept state
-            self._joined = None
+            self._joined_parts = None
             log.info("this autoscaler now holds the pool's lease: the lease %s", status.describe())
         elif was_held and not status.held:
             log.warning("this autoscaler lost the pool's lease: the lease %s", status.describe())
@@ -434,17 +435,24 @@ class Cycle:
     # --- recording ----------------------------------------------------------------------------
 
     def _record_joins(self, snapshot: PoolSnapshot, now: float) -> None:
-        """NODE_JOIN for each node that joined the scheduler since the last run this process saw."""
-        joined = frozenset(n.id for n in snapshot.nodes if n.state in _JOINED)
-        before = self._joined
-        if before is None and self.state.memory.joined:
-            before = self.state.memory.joined  # the kept memory of the run before a restart
-        self._joined = joined
+        """NODE_JOIN for each node that joined the scheduler since the last run this process saw.
+
+        The joined ids are folded per chunk of nodes (``NodeFold``), so a run where no chunk changed
+        costs a comparison per chunk, not a set of every node (the simulator runs this each minute)."""
+        parts = _JOINED_IDS.summaries(snapshot.nodes)
+        before, self._joined_parts = self._joined_parts, parts
         if before is None:
-            return  # the first look: nothing to compare with
-        for node_id in sorted(joined - before):
+            if not self.state.memory.joined:
+                return  # the first look: nothing to compare with
+            before = [self.state.memory.joined]  # the kept memory of the run before a restart
+        elif len(parts) == len(before) and all(a is b or a == b for a, b in zip(parts, before, strict=True)):
+            return
+        changed = [p for i, p in enumerate(parts) if i >= len(before) or (p is not before[i] and p != before[i])]
+        candidates = frozenset().union(*changed)
+        new = candidates - frozenset().union(*before) if candidates else candidates
+        for node_id in sorted(new):
             node = snapshot.node(node_id)
-            since = now - node.launched_at if node.launched_at != NO_TIME else None
+            since = now - node.launched_at if node.launched_at != NO_TIME and node.launched_at <= now else None
             reason = f"joined {since:.0f} s after launch" if since is not None else "joined"
             self.recorder.node(NodeAction.JOIN, node.id, node.group_id, node.allocatable, reason, since)
 
