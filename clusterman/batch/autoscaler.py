@@ -93,8 +93,9 @@ def run_forever(
     ``keep_lease`` is called while waiting: every third of ``lease_seconds`` while it holds the lease,
     every tenth while another holds it (so it takes over soon after the holder stops renewing)."""
     runs = 0
+    held = True  # the lease, as the last run found it: a standby retries more often
     while not stop.is_set():
-        _wait(stop, clock, next_run_time(clock(), period_seconds, splay), keep_lease, lease_seconds)
+        _wait(stop, clock, next_run_time(clock(), period_seconds, splay), keep_lease, lease_seconds, held)
         if stop.is_set():
             break
         started = clock()
@@ -102,6 +103,7 @@ def run_forever(
         try:
             report = cycle.run_once(started)
             on_report(report)
+            held = getattr(report, "outcome", None) is not Outcome.STANDBY
         except Exception as e:  # a bug in one run must not end the loop: record it and go on
             log.exception("the run at %.0f failed", started)
             cycle.recorder.error(ErrorSource.INTERNAL, "autoscaler", f"run failed: {type(e).__name__}: {e}")
@@ -128,8 +130,8 @@ def _wait(
     until: float,
     keep_lease: Callable[[float], LeaseStatus | None] | None,
     lease_seconds: float,
+    held: bool,
 ) -> None:
-    held = True
     while not stop.is_set():
         left = until - clock()
         if left <= 0:
@@ -140,7 +142,11 @@ def _wait(
         every = lease_seconds / (3 if held else 10)
         if stop.wait(min(left, every)) or clock() >= until:
             return
-        status = keep_lease(clock())
+        try:
+            status = keep_lease(clock())
+        except Exception:  # a bug here must not end the loop; the next run claims the lease again
+            log.exception("renewing the pool's lease failed")
+            continue
         held = status is None or status.held
 
 
