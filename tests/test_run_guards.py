@@ -326,3 +326,27 @@ def test_joins_are_counted_once_through_growth_and_shrinking_past_a_chunk(pools)
         seen |= {n.id for n in pool.scheduler.nodes()}
     joins = [e.event.object_id for e in pool.events() if e.event.detail.name == "NODE_JOIN"]
     assert len(seen) > 40 and len(joins) == len(set(joins)) == len(seen) - 1  # every node but the first
+
+
+def test_acting_stops_between_stages_when_the_lease_is_lost(pools, tmp_path):  # noqa: F811
+    pool = pools(work(10, end=T0 + 200), lease=lease(tmp_path, A, ttl=30))
+    for _ in range(3):
+        pool.minute()  # up to 4 nodes, which join
+    assert pool.ready() == 4
+    pool.clock_offset = 0.0
+    pool.cycle.clock = lambda: pool.now + pool.clock_offset
+    taint = pool.cycle.lifecycle.taint
+
+    def slow_taint(node_ids, now):
+        done = taint(node_ids, now)
+        pool.clock_offset += 31  # A's lease ran out meanwhile, and B took it
+        assert lease(tmp_path, B, ttl=60).claim(pool.now + pool.clock_offset).held
+        return done
+
+    pool.cycle.lifecycle.taint = slow_taint
+    report = pool.minute()  # the work ended: scale down by tainting and terminating
+    assert report.decision is not None and report.decision.taint and report.decision.terminate
+    assert report.applied is not None and not report.applied.terminations and not report.applied.targets
+    assert ("lease", "the pool's lease was lost while acting: stopped before draining") in report.applied.errors
+    assert pool.groups[0].read().group.target_capacity == 4
+    assert any(e.event.object_id == "lease" for e in pool.events() if e.event.detail.name == "ERROR_INTERNAL")

@@ -258,11 +258,9 @@ class Cycle:
                 explanation=f"{message}; it would have done: {decision.explanation}",
             )
             return report
-        applied = apply(decision, snapshot, self.groups, self.lifecycle, now, self.dry_run)
-        if self.lease is not None and not self.dry_run and not self.lease.held_at(at()):
-            message = f"acting took longer than the lease ({self.lease.ttl_seconds:g} s): another autoscaler may act"
-            log.error("%s", message)
-            self.recorder.error(ErrorSource.INTERNAL, "lease", message)
+        applied = apply(
+            decision, snapshot, self.groups, self.lifecycle, now, self.dry_run, go_on=lambda: self._still_ours(at())
+        )
         self._record(decision, applied, snapshot)
         if not self.dry_run:  # a dry run must not take a scale lock for a change it did not make
             self._record_state_changes(self.state, decision.state, now)
@@ -324,6 +322,16 @@ class Cycle:
             if status is not None and not status.held:
                 return Outcome.STANDBY, f"not acting: the pool's lease {status.describe()}"
         return None
+
+    def _still_ours(self, now: float) -> bool:
+        """Whether acting may go on: the lease is ours for two thirds of its TTL yet, or renewed now."""
+        if self.lease is None or self.dry_run:
+            return True
+        last = self.lease.last
+        if last is not None and last.held and last.expires_at - now > self.lease.ttl_seconds * 2 / 3:
+            return True
+        status = self.keep_lease(now)
+        return status is not None and status.held
 
     def release_lease(self) -> None:
         """At a clean stop: give the lease up so another autoscaler need not wait for its TTL."""
@@ -522,7 +530,8 @@ class Cycle:
                     change.group_id, before.get(change.group_id, change.previous), change.target, note
                 )
         for object_id, message in applied.errors:
-            self.recorder.error(ErrorSource.CLOUD, object_id, prefix + message)
+            source = ErrorSource.INTERNAL if object_id == "lease" else ErrorSource.CLOUD
+            self.recorder.error(source, object_id, prefix + message)
 
     def _record_state_changes(self, old: AutoscalerState, new: AutoscalerState, now: float) -> None:
         if new.scale_lock.until != old.scale_lock.until:
