@@ -215,6 +215,7 @@ class Cycle:
         unreadable = len(self.cloud.errors)
         if not unreadable:
             self._last_target = snapshot.target_capacity
+        self._still_ours(at())  # a run that makes progress keeps its lease (one stuck in a call loses it)
         self._observe_pool(snapshot)
         self._record_joins(snapshot, now)
         if self.write_metrics is not None:
@@ -230,6 +231,7 @@ class Cycle:
             requests = self.demand.requests(snapshot, int(now))
         except (SignalError, MetricsError) as e:
             return self._no_change(now, Outcome.NO_DEMAND, f"no usable demand, target kept: {e}", None, snapshot)
+        self._still_ours(at())
         self._record_signals(requests)
         if requests.stale:
             log.warning("%s: no scale-down this run", requests.stale)

@@ -20,8 +20,7 @@ from itests.faults.autoscaler_procs import acted
 from itests.faults.autoscaler_procs import make_state_table
 from itests.faults.autoscaler_procs import write_config
 
-PERIOD = 3.0
-TTL = PERIOD / 2  # the default lease: half the period
+PERIOD, TTL = 4.0, 3.0  # renewed every second between runs, and as a run makes progress
 
 
 def lease_holder(url: str, table: str, entity: str) -> str:
@@ -43,7 +42,7 @@ def test_two_autoscalers_one_pool_only_the_lease_holder_acts(tmp_path, moto_serv
         "autoscale_signal: {name: MostRecentResources, branch_or_tag: v1, period_minutes: 1}\n"
     )
     config = write_config(tmp_path, world.cluster, moto_server.url, tasks=10, extra_main=main)
-    args = ("--period-seconds", str(PERIOD), "--no-splay")
+    args = ("--period-seconds", str(PERIOD), "--lease-seconds", str(TTL), "--no-splay")
     entity = f"{world.cluster}.{POOL}.simulated"
     first = Autoscaler(config, world.cluster, *args)
     second = None
