@@ -186,7 +186,7 @@ def test_throttling_through_whole_runs_never_doubles_a_scale_up(tmp_path, world,
         proxy.add(Fault(action="DescribeInstances", after=True, times=1))
         command = [sys.executable, "-m", "clusterman.batch.autoscaler", "--env-config-path", config,
                    "--cluster", world.cluster, "--pool", "web", "--scheduler", "simulated",
-                   "--runs", "3", "--period-seconds", "1", "--no-splay"]  # fmt: skip
+                   "--runs", "3", "--period-seconds", "1", "--budget-seconds", "30", "--no-splay"]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=120,
                               env={**os.environ, **FAKE_CREDENTIALS})  # fmt: skip
         sent = [c["DesiredCapacity"] for c in proxy.calls("SetDesiredCapacity")]

@@ -46,3 +46,36 @@ def test_missing_table_is_a_clear_error(moto_server):
     client = boto3.client("dynamodb", endpoint_url=moto_server.url, region_name="us-west-2")
     with pytest.raises(StateError, match="DynamoDB state table no_such_table"):
         pause_status(DynamoStateStore(client, "no_such_table"), POOL, 0)
+
+
+def test_the_pool_lease_is_a_conditional_write(moto_server):
+    """Two claimants, one winner; expiry hands it over; a release removes only one's own lease."""
+    from clusterman.state.lease import Holder
+    from clusterman.state.lease import PoolLease
+
+    client = boto3.client("dynamodb", endpoint_url=moto_server.url, region_name="us-west-2")
+    make_table(client, "state_lease_test")
+    store = DynamoStateStore(client, "state_lease_test")
+    a = PoolLease(store, POOL, Holder("host-a", 1, 1000.0), ttl_seconds=30)
+    b = PoolLease(store, POOL, Holder("host-b", 2, 1000.0), ttl_seconds=30)
+    assert a.claim(1000).held
+    blocked = b.claim(1010)
+    assert not blocked.held and blocked.holder == a.holder.id and blocked.expires_at == 1030
+    assert a.claim(1020).held  # renewed until 1050
+    assert not b.claim(1049.5).held
+    b.release()  # not b's: a's lease stays
+    assert not b.claim(1049.9).held
+    assert b.claim(1050).held  # a stopped renewing: b takes over
+    assert not a.claim(1051).held
+    b.release()
+    assert a.claim(1052).held
+
+
+def test_an_unreachable_table_is_no_lease(moto_server):
+    from clusterman.state.lease import Holder
+    from clusterman.state.lease import PoolLease
+
+    client = boto3.client("dynamodb", endpoint_url=moto_server.url, region_name="us-west-2")
+    lease = PoolLease(DynamoStateStore(client, "no_such_lease_table"), POOL, Holder("h", 1, 0.0), 30)
+    with pytest.raises(StateError, match="DynamoDB state table no_such_lease_table"):
+        lease.claim(1000)

@@ -15,6 +15,8 @@ The autoscaler loop and the simulator call ``decide`` and apply the Decision; no
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC
+from datetime import datetime
 from fractions import Fraction
 
 from clusterman.autoscaler.decision import Decision
@@ -122,10 +124,14 @@ def _hold_reason(view: PoolView, lock: ScaleLock, live_ready: Fraction, now: flo
         return "no resource group to scale (none, or all stale): hold"
     if lock.held(now, live_ready):
         return (
-            f"scale lock held until {lock.until:g} (scale_up_cool_down_period): "
+            f"scale lock held until {_utc(lock.until)} (scale_up_cool_down_period): "
             f"{show(live_ready)} of {lock.requested:g} requested units ready: hold"
         )
     return ""
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def _joined_ids(view: PoolView) -> frozenset[str]:
@@ -151,6 +157,17 @@ def _remember(
     return memory.remember(joined, (n.id for n in snapshot.nodes), terminated)
 
 
+def _why_terminated(actions: NodeActions) -> str:
+    """Orphans (instances that never joined) leave for their own reason, not for the utilisation
+    the line starts with: say it ("" when no orphan is terminated)."""
+    whys = [actions.reasons.get(n, "").rpartition("terminate: ")[2] for n in actions.terminate]
+    orphans = [w for w in whys if w.startswith("orphan")]
+    if not orphans:
+        return ""
+    more = f"; {len(orphans) - 1} more orphan(s)" if len(orphans) > 1 else ""
+    return f"{orphans[0]}{more}"
+
+
 def _current_targets(view: PoolView) -> dict[str, Fraction]:
     """The live groups' targets as they are; stale groups drained to 0."""
     return {g.id: Fraction(0) if g.stale else exact(g.target_capacity) for g in view.groups.values()}
@@ -174,6 +191,9 @@ def _decision(
     target = _live_sum(view, group_targets)
     verbs = (("untaint", actions.untaint), ("taint", actions.taint), ("terminate", actions.terminate))
     counts = ", ".join(f"{verb} {len(ids)}" for verb, ids in verbs if ids)
+    why = _why_terminated(actions)
+    if why:
+        counts += f" ({why})"
     explanation = "; ".join([head, *notes, *([counts] if counts else [])])
     return Decision(
         action=action_of(T, target, actions.untainted_weight, actions.tainted_weight),

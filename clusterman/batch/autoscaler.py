@@ -5,19 +5,29 @@ start on a grid of the pool's period, offset by a splay derived from the cluster
 (SHA-256, so every process and restart agrees, unlike Python's salted ``hash()``), so that many
 pools sharing an account do not call AWS in the same second. One run's failure is logged and
 recorded and never ends the loop; SIGTERM or SIGINT stops it after the current run.
+
+Only the holder of the pool's lease acts (``clusterman.state.lease``): the loop renews it while it
+waits between runs, so a loop that dies or hangs loses it within one TTL and another autoscaler
+takes over. A run longer than its budget (default: the period) is an event and a metric, and
+never acts on a snapshot older than the budget. With ``$CMAN_HEARTBEAT_FILE`` set, the file is
+replaced after every finished run with ``{"finished_at": <unix s>, "period_seconds": <s>}``,
+for the bootstrap to notice a loop that stopped finishing runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import logging
 import math
 import os
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from clusterman.batch.stopping import stop_on_signals
 from clusterman.cli.common import add_pool_arguments
@@ -27,9 +37,14 @@ from clusterman.errors import UserError
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.service import EventService
 from clusterman.manager.cycle import Cycle
+from clusterman.manager.cycle import Outcome
 from clusterman.manager.cycle import RunReport
 from clusterman.manager.wiring import build_cycle
+from clusterman.state.lease import Holder
+from clusterman.state.lease import LeaseStatus
 from clusterman.tree.status import follow_tree
+
+HEARTBEAT_ENV = "CMAN_HEARTBEAT_FILE"
 
 log = logging.getLogger("clusterman.batch.autoscaler")
 
@@ -46,6 +61,20 @@ def next_run_time(now: float, period_seconds: float, splay: float) -> float:
     return k * period_seconds + splay
 
 
+def write_heartbeat(path: Path, finished_at: float, period_seconds: float) -> None:
+    """Replace ``path`` in one step (write a temporary file beside it, then rename): a reader never
+    sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({"finished_at": finished_at, "period_seconds": period_seconds}, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def run_forever(
     cycle: Cycle,
     period_seconds: float,
@@ -54,26 +83,88 @@ def run_forever(
     clock: Callable[[], float] = time.time,
     on_report: Callable[[RunReport], None] = lambda report: None,
     max_runs: int = 0,
+    budget_seconds: float | None = None,
+    keep_lease: Callable[[float], LeaseStatus | None] | None = None,
+    lease_seconds: float = 0.0,
+    heartbeat: Callable[[float], None] | None = None,
+    on_overrun: Callable[[str], None] = lambda line: None,
 ) -> int:
-    """Run on the grid until ``stop`` is set (or ``max_runs`` runs, when > 0); returns the run count."""
+    """Run on the grid until ``stop`` is set (or ``max_runs`` runs, when > 0); returns the run count.
+
+    ``keep_lease`` is called while waiting: every third of ``lease_seconds`` while it holds the lease,
+    every tenth while another holds it (so it takes over soon after the holder stops renewing)."""
     runs = 0
+    held = True  # the lease, as the last run found it: a standby retries more often
     while not stop.is_set():
-        stop.wait(max(0.0, next_run_time(clock(), period_seconds, splay) - clock()))
+        _wait(stop, clock, next_run_time(clock(), period_seconds, splay), keep_lease, lease_seconds, held)
         if stop.is_set():
             break
         started = clock()
+        report: RunReport | None = None
         try:
-            on_report(cycle.run_once(started))
+            report = cycle.run_once(started)
+            on_report(report)
+            held = getattr(report, "outcome", None) is not Outcome.STANDBY
         except Exception as e:  # a bug in one run must not end the loop: record it and go on
             log.exception("the run at %.0f failed", started)
             cycle.recorder.error(ErrorSource.INTERNAL, "autoscaler", f"run failed: {type(e).__name__}: {e}")
-        cycle.recorder.metrics.observe_run(clock() - started)
+        finished = clock()
+        cycle.recorder.metrics.observe_run(finished - started)
+        if budget_seconds is not None and finished - started > budget_seconds:
+            on_overrun(_overran(cycle, started, finished - started, budget_seconds, report))
+        if heartbeat is not None:
+            try:
+                heartbeat(finished)
+            except OSError as e:  # the watcher restarts us if this persists: say why
+                log.error("cannot write the heartbeat file: %s", e)
         runs += 1
         if max_runs and runs >= max_runs:
             break
         if clock() - started < 1:  # never twice in the same grid slot
             stop.wait(1)
     return runs
+
+
+def _wait(
+    stop: threading.Event,
+    clock: Callable[[], float],
+    until: float,
+    keep_lease: Callable[[float], LeaseStatus | None] | None,
+    lease_seconds: float,
+    held: bool,
+) -> None:
+    while not stop.is_set():
+        left = until - clock()
+        if left <= 0:
+            return
+        if keep_lease is None or lease_seconds <= 0:
+            stop.wait(left)
+            continue
+        every = lease_seconds / (3 if held else 10)
+        if stop.wait(min(left, every)) or clock() >= until:
+            return
+        try:
+            status = keep_lease(clock())
+        except Exception:  # a bug here must not end the loop; the next run claims the lease again
+            log.exception("renewing the pool's lease failed")
+            continue
+        held = status is None or status.held
+
+
+def _overran(cycle: Cycle, started: float, seconds: float, budget: float, report: RunReport | None) -> str:
+    """Record a run longer than its budget; returns the line to show."""
+    if report is None:
+        what = "it failed"
+    elif report.outcome is Outcome.OVERRUN:
+        what = "it held: nothing changed"
+    elif report.outcome is Outcome.ACTED:
+        what = "it acted on inputs read within the budget"
+    else:
+        what = f"it ended {report.outcome.value}: nothing changed"
+    log.warning("the run took %.1f s, more than its budget of %g s: %s", seconds, budget, what)
+    cycle.recorder.overrun(seconds, budget, what)
+    stamp = time.strftime("%H:%M:%S", time.gmtime(started))
+    return f"{stamp} overrun: the run took {seconds:.1f} s > budget {budget:g} s: {what}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,6 +177,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, default=0, help="stop after this many runs (0: never)")
     parser.add_argument("--period-seconds", type=float, default=None, help="override the pool's period")
     parser.add_argument("--no-splay", action="store_true", help="run on the period's grid without the offset")
+    parser.add_argument(
+        "--budget-seconds", type=float, default=None, help="a run's wall-clock budget (default: the period)"
+    )
+    parser.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=None,
+        help="TTL of the pool's lease, shorter than the period (default: half the period)",
+    )
     parser.add_argument(
         "--collect-metrics",
         action="store_true",
@@ -100,32 +200,60 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
+    holder = Holder.this_process(time.time())
     try:
         setup = resolve_pool(args)
+        period = args.period_seconds or setup.period_seconds
+        budget = args.budget_seconds or period
+        lease_seconds = args.lease_seconds or period / 2
+        if not 0 < lease_seconds < period or budget <= 0:
+            raise UserError(
+                f"--lease-seconds {lease_seconds:g} must be positive and shorter than the period {period:g} s, "
+                f"and --budget-seconds {budget:g} positive"
+            )
         events = EventService(setup.main.events, setup.identity.cluster, setup.identity.pool_with_scheduler)
-        cycle = build_cycle(setup, events.recorder, dry_run=args.dry_run, collect_metrics=args.collect_metrics)
+        cycle = build_cycle(
+            setup,
+            events.recorder,
+            dry_run=args.dry_run,
+            collect_metrics=args.collect_metrics,
+            holder=holder,
+            lease_seconds=lease_seconds,
+            budget_seconds=budget,
+        )
     except UserError as e:
         print(f"autoscaler: {e}", file=sys.stderr)
         return 1
-    period = args.period_seconds or setup.period_seconds
     splay = 0.0 if args.no_splay else splay_seconds(setup.identity.cluster, setup.identity.pool, period)
     stop = stop_on_signals(log, "stopping after the current run")
+    heartbeat_path = os.environ.get(HEARTBEAT_ENV)
 
     def show(report: RunReport) -> None:
         print(report.line(), flush=True)
 
+    def beat(finished_at: float) -> None:
+        if heartbeat_path:
+            write_heartbeat(Path(heartbeat_path), finished_at, period)
+
     events.start()
     follow_tree(os.environ, events.recorder, events.metrics, stop)  # config outcomes and fallbacks from the bootstrap
     log.info(
-        "%s: every %.0f s (splay %.0f s)%s; events and /metrics on http://%s:%d",
-        setup.identity, period, splay, " (dry run)" if args.dry_run else "", events.config.host, events.server.port,
+        "%s: every %.0f s (splay %.0f s, budget %g s, lease %g s as %s)%s; events and /metrics on http://%s:%d",
+        setup.identity, period, splay, budget, lease_seconds, holder.id, " (dry run)" if args.dry_run else "",
+        events.config.host, events.server.port,
     )  # fmt: skip
     try:
         if args.once:
             show(cycle.run_once(time.time()))
+            beat(time.time())
         else:
-            run_forever(cycle, period, splay, stop, on_report=show, max_runs=args.runs)
+            run_forever(
+                cycle, period, splay, stop, on_report=show, max_runs=args.runs, budget_seconds=budget,
+                keep_lease=cycle.keep_lease, lease_seconds=lease_seconds, heartbeat=beat if heartbeat_path else None,
+                on_overrun=lambda line: print(line, flush=True),
+            )  # fmt: skip
     finally:
+        cycle.release_lease()
         cycle.close()
         events.stop()
     return 0

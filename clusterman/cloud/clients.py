@@ -14,14 +14,21 @@ DEFAULT_RETRIES: Mapping[str, Any] = {"max_attempts": 5, "mode": "standard"}
 class AwsClients:
     """One client per service, shared by every group of a pool; nothing is built until asked for."""
 
-    def __init__(self, settings: AwsSettings, retries: Mapping[str, Any] = DEFAULT_RETRIES) -> None:
+    def __init__(
+        self, settings: AwsSettings, retries: Mapping[str, Any] = DEFAULT_RETRIES, timeout_seconds: float | None = None
+    ) -> None:
+        """``timeout_seconds``: botocore's connect and read timeouts (its default is 60 s each), so a
+        stopped endpoint holds one attempt no longer than the autoscaler's run budget."""
         self.settings = settings
         self.retries = dict(retries)
+        self.timeouts = (
+            {} if timeout_seconds is None else {"connect_timeout": timeout_seconds, "read_timeout": timeout_seconds}
+        )
         self._clients: dict[str, Any] = {}
 
     def get(self, service: str) -> Any:
         if service not in self._clients:
-            self._clients[service] = client(self.settings, service, retries=dict(self.retries))
+            self._clients[service] = client(self.settings, service, retries=dict(self.retries), **self.timeouts)
         return self._clients[service]
 
     @property

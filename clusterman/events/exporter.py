@@ -79,6 +79,8 @@ class AutoscalerMetrics:
 
         self._runs = counter("runs", "Autoscaler runs completed")
         self._run_seconds = histogram("run_duration_seconds", "Time one autoscaler run took", RUN_BUCKETS)
+        self._overruns = counter("run_overruns", "Runs that took longer than their budget")
+        self._lease = gauge("lease_held", "1 while this autoscaler holds the pool's lease (may act)")
         self._demand = gauge("demand", "Resources the signals ask for, in resources.py units", "resource")
         self._capacity = gauge("capacity", "Resources of the pool's joined, untainted nodes", "resource")
         self._utilisation = gauge("utilisation_ratio", "Demand / capacity per resource (0..1)", "resource")
@@ -119,6 +121,12 @@ class AutoscalerMetrics:
     def observe_run(self, seconds: float) -> None:
         self._runs.labels(*self._l()).inc()
         self._run_seconds.labels(*self._l()).observe(seconds)
+
+    def observe_overrun(self) -> None:
+        self._overruns.labels(*self._l()).inc()
+
+    def set_lease(self, held: bool) -> None:
+        self._lease.labels(*self._l()).set(1 if held else 0)
 
     def observe_decision(
         self,

@@ -64,6 +64,8 @@ class ChangeDetail(enum.IntEnum):
     DECISION_HELD = 209  # scale-down held back: part of the pool could not be read this run
     DECISION_NO_GROUPS = 210  # nothing to scale: no resource group, or all stale
     DECISION_ERROR = 211  # no change: the run failed before deciding (the message says where)
+    DECISION_STANDBY = 212  # no change: another autoscaler holds the pool's lease (message: who)
+    DECISION_OVERRUN = 213  # the run took longer than its budget; it acted on nothing older
     GROUP_TARGET = 300  # the group's target capacity was set; referenceID = the pool
     NODE_JOIN = 400  # a node joined the scheduler; referenceID = its group
     NODE_UNTAINT = 401  # a tainted node was put back in service

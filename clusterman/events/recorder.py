@@ -199,6 +199,12 @@ class Recorder:
         self._publish(EventType.CONFIG, ChangeType.NONE, D.CONFIG_REJECTED, path, message=error)
         self.metrics.observe_config_reload(ok=False)
 
+    def overrun(self, seconds: float, budget: float, what: str) -> None:
+        """A run took ``seconds`` > its ``budget``; ``what`` says what it did (never act on older inputs)."""
+        message = f"the run took {seconds:.1f} s > budget {budget:g} s: {what}"
+        self._publish(EventType.DECISION, ChangeType.NONE, D.DECISION_OVERRUN, self.pool, message=message)
+        self.metrics.observe_overrun()
+
     def error(self, source: ErrorSource, object_id: str, message: str) -> None:
         """A call to the cloud or the scheduler failed (or clusterman hit a bug and went on)."""
         self._publish(EventType.ERROR, ChangeType.NONE, _ERROR_DETAIL[source], object_id, message=message)

@@ -4,15 +4,18 @@
             → after_terminate → set every group's absolute target
 
 Terminating lowers a group's target by the instances' weight, so the absolute targets are set
-last and nothing is lowered twice. A failure is reported for its node or group and the rest goes
-on: one broken group never stops the others. In a dry run nothing changes and the report says
-what would have been done.
+last and nothing is lowered twice. Between the stages ``go_on`` is asked whether acting may go
+on (the autoscaler still holds the pool's lease); when it says no, the rest is left for the
+next holder, which decides afresh (every stage is safe to stop after). A failure is reported for
+its node or group and the rest goes on: one broken group never stops the others. In a dry run
+nothing changes and the report says what would have been done.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
@@ -60,8 +63,16 @@ def apply(
     lifecycle: NodeLifecycle,
     now: float,
     dry_run: bool = False,
+    go_on: Callable[[], bool] = lambda: True,
 ) -> ApplyReport:
     report = ApplyReport(dry_run)
+
+    def stop_before(stage: str) -> bool:
+        if go_on():
+            return False
+        report.errors.append(("lease", f"the pool's lease was lost while acting: stopped before {stage}"))
+        return True
+
     if decision.untaint:
         report.untainted = lifecycle.untaint(decision.untaint)
     if decision.taint:
@@ -69,6 +80,8 @@ def apply(
     _fail_nodes(report, report.untainted, "untaint")
     _fail_nodes(report, report.tainted, "taint")
 
+    if stop_before("draining"):
+        return report
     leaving = set(decision.terminate)
     for node_id in _draining(snapshot, report):
         if node_id not in leaving:
@@ -76,8 +89,12 @@ def apply(
             if result.status is DrainStatus.FAILED:
                 report.errors.append((node_id, f"drain: {result.detail}"))
 
+    if stop_before("terminating"):
+        return report
     _terminate(decision, snapshot, groups, lifecycle, now, dry_run, report)
 
+    if stop_before("setting the groups' targets"):
+        return report
     for group_id, target in sorted(decision.group_targets.items()):
         group = groups.get(group_id)
         if group is None:

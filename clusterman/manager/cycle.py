@@ -10,12 +10,19 @@ The state carried from run to run (scale lock, breaker, capacity-loss memory) is
 ``StateKeeper`` at the first run and saved whenever a run changes it, so a restart remembers it.
 Stored state that cannot be read stops the run (like a pause that cannot be read); stored state
 that is not valid is reported and replaced, and that run does not scale down.
+
+With a ``lease`` (``clusterman.state.lease``), a run first claims the pool's lease and renews it
+right before acting: a run that does not hold it reads nothing and changes nothing
+(``standby``), and the kept state is read afresh when the lease is won back. With a
+``budget_seconds``, a run whose snapshot is older than the budget when it is about to act holds
+instead (``overrun``): nothing is ever done on inputs older than the budget.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import math
 import time
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -53,11 +60,15 @@ from clusterman.metrics.store import MetricsError
 from clusterman.resources import Resources
 from clusterman.signals.protocol import SignalError
 from clusterman.state.carried import CorruptState
+from clusterman.state.lease import LeaseStatus
+from clusterman.state.lease import PoolLease
 from clusterman.state.pause import NOT_PAUSED
 from clusterman.state.pause import PauseStatus
 from clusterman.state.store import StateError
 
 log = logging.getLogger(__name__)
+_JOINED = frozenset((NodeState.READY, NodeState.TAINTED, NodeState.CORDONED))
+_JOINED_IDS = NodeFold(lambda chunk, _: frozenset(n.id for n in chunk if n.state in _JOINED))
 _TASK_COUNTS = NodeFold(lambda chunk, _: sum(map(attrgetter("usage.tasks"), chunk)))  # Node.task_count()
 
 EVENT_REASON: Mapping[Reason, ChangeDetail] = {
@@ -79,6 +90,8 @@ class Outcome(enum.Enum):
     NO_SNAPSHOT = "no_snapshot"
     NO_DEMAND = "no_demand"  # no metrics or no signal answer: the target is kept
     NO_STATE = "no_state"  # the carried-over state could not be read: nothing is done
+    STANDBY = "standby"  # another autoscaler holds the pool's lease (or it cannot be read): nothing is done
+    OVERRUN = "overrun"  # the snapshot was older than the run's budget when acting: nothing is done
 
 
 @dataclass(frozen=True)
@@ -90,6 +103,7 @@ class RunReport:
     decision: Decision | None = None
     applied: ApplyReport | None = None
     requests: Requests | None = None
+    unreadable_groups: int = 0  # resource groups that could not be read: the target is not all known
 
     def line(self) -> str:
         """One line per run, for people watching the log or `make run`."""
@@ -101,10 +115,20 @@ class RunReport:
         util = ", ".join(f"{k} {float(v):.0%}" for k, v in d.utilisation.items()) or "-"
         errors = f" ({len(self.applied.errors)} errors)" if self.applied and self.applied.errors else ""
         dry = " (dry run: nothing changed)" if self.applied and self.applied.dry_run else ""
+        held = f" ({self.outcome.value}: {self.message})" if self.outcome is not Outcome.ACTED else ""
         return (
-            f"{stamp}{dry} demand {demand} | utilisation {util} | {d.action.value} | target "
-            f"{number(d.current_target)} -> {number(d.target_capacity)}{errors} | {d.explanation}"
+            f"{stamp}{dry}{held} demand {demand} | utilisation {util} | {d.action.value} | "
+            f"{self._target_text(d)}{errors} | {d.explanation}"
         )
+
+    def _target_text(self, d: Decision) -> str:
+        """The pool's target before and after, or what is known of it when groups could not be read."""
+        if not self.unreadable_groups:
+            return f"target {number(d.current_target)} -> {number(d.target_capacity)}"
+        unread = f"{self.unreadable_groups} resource group(s) could not be read"
+        if d.reason is Reason.NO_GROUPS:
+            return f"target unknown ({unread})"
+        return f"target of the readable groups {number(d.current_target)} -> {number(d.target_capacity)} ({unread})"
 
 
 class StateKeeper(Protocol):
@@ -135,6 +159,9 @@ class Cycle:
         state: AutoscalerState | None = None,
         write_metrics: Callable[[PoolSnapshot], None] | None = None,
         keeper: StateKeeper | None = None,
+        lease: PoolLease | None = None,
+        budget_seconds: float | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.connector = connector
         self.cloud = cloud
@@ -152,12 +179,25 @@ class Cycle:
         self._loaded = keeper is None or state is not None
         self._kept: AutoscalerState | None = None  # what the keeper holds, once known
         self._was_paused = False
+        self.lease = lease
+        self.budget_seconds = budget_seconds
+        self.clock = clock  # only to measure how old a run's inputs are; decisions use ``now``
+        self._joined_parts: list[frozenset[str]] | None = None  # joined node ids of the last snapshot, per chunk
+        self._last_target: float | None = None
 
     @property
     def groups(self) -> dict[str, CloudGroup]:
         return {g.id: g for g in self.cloud.groups}
 
     def run_once(self, now: float) -> RunReport:
+        started = self.clock()
+
+        def at() -> float:  # ``now`` moved on by the time this run has taken
+            return now + (self.clock() - started)
+
+        standby = self._claim(now)
+        if standby is not None:
+            return standby
         paused = self._pause(now)
         if paused is not None:
             return paused
@@ -165,41 +205,144 @@ class Cycle:
         if isinstance(loaded, RunReport):
             return loaded
         holds = [loaded] if loaded else []
+        read_at = self.clock()
         try:
             snapshot = self.connector.snapshot(now)
         except ConnectorError as e:
             return self._no_change(now, Outcome.NO_SNAPSHOT, f"cannot read the pool: {e}", ErrorSource.SCHEDULER)
         for error in (*self.cloud.errors, *self.cloud.mistagged):
             self.recorder.error(ErrorSource.CLOUD, error.group, error.problem)
+        unreadable = len(self.cloud.errors)
+        if not unreadable:
+            self._last_target = snapshot.target_capacity
+        self._still_ours(at())  # a run that makes progress keeps its lease (one stuck in a call loses it)
         self._observe_pool(snapshot)
+        self._record_joins(snapshot, now)
         if self.write_metrics is not None:
             try:
                 self.write_metrics(snapshot)
             except MetricsError as e:
-                self.recorder.error(ErrorSource.INTERNAL, "metrics", f"cannot write the pool's metrics: {e}")
+                message = f"cannot write the pool's metrics: {e}"
+                log.warning("%s: the signals read older data: no scale-down this run", message)
+                self.recorder.error(ErrorSource.INTERNAL, "metrics", message)
+                holds.append("the pool's metrics could not be written (signals read older data): no scale-down")
 
         try:
             requests = self.demand.requests(snapshot, int(now))
         except (SignalError, MetricsError) as e:
             return self._no_change(now, Outcome.NO_DEMAND, f"no usable demand, target kept: {e}", None, snapshot)
+        self._still_ours(at())
         self._record_signals(requests)
+        if requests.stale:
+            log.warning("%s: no scale-down this run", requests.stale)
+            holds.append(f"{requests.stale}: no scale-down")
 
-        if self.cloud.errors:
-            holds.append(f"{len(self.cloud.errors)} resource group(s) could not be read: no scale-down this run")
+        if unreadable:
+            holds.append(f"{unreadable} resource group(s) could not be read: no scale-down this run")
         try:
             decision = decide(snapshot, requests.by_app, self.policy, self.state, now, "; ".join(holds))
         except SnapshotError as e:
             return self._no_change(now, Outcome.NO_SNAPSHOT, f"snapshot refused: {e}", ErrorSource.SCHEDULER, snapshot)
 
-        applied = apply(decision, snapshot, self.groups, self.lifecycle, now, self.dry_run)
+        not_now = self._may_not_act(at(), self.clock() - read_at)
+        if not_now is not None:
+            outcome, message = not_now
+            log.warning("%s", message)
+            report = RunReport(now, outcome, message, snapshot, decision, None, requests, unreadable)
+            self.recorder.decision(
+                ChangeDetail.DECISION_STANDBY if outcome is Outcome.STANDBY else ChangeDetail.DECISION_OVERRUN,
+                0.0,
+                target=snapshot.target_capacity if not unreadable else math.nan,
+                demand={k: float(v) for k, v in decision.demand.items()},
+                capacity={k: float(v) for k, v in decision.capacity.items()},
+                utilisation={k: float(v) for k, v in decision.utilisation.items()},
+                setpoint=float(self.policy.setpoint),
+                explanation=f"{message}; it would have done: {decision.explanation}",
+            )
+            return report
+        applied = apply(
+            decision, snapshot, self.groups, self.lifecycle, now, self.dry_run, go_on=lambda: self._still_ours(at())
+        )
         self._record(decision, applied, snapshot)
         if not self.dry_run:  # a dry run must not take a scale lock for a change it did not make
             self._record_state_changes(self.state, decision.state, now)
             self.state = decision.state
             self._save(now)
-        report = RunReport(now, Outcome.ACTED, "", snapshot, decision, applied, requests)
+        report = RunReport(now, Outcome.ACTED, "", snapshot, decision, applied, requests, unreadable)
         log.info("%s", report.line())
         return report
+
+    # --- one autoscaler per pool, and inputs no older than the budget -------------------------
+
+    def keep_lease(self, now: float) -> LeaseStatus | None:
+        """Claim or renew the lease (between runs too, so a standby takes over within one TTL)."""
+        if self.lease is None:
+            return None
+        was_held = self.lease.last is not None and self.lease.last.held
+        try:
+            status = self.lease.claim(now)
+        except StateError as e:
+            status = LeaseStatus(False, "", now, str(e))
+            self.lease.last = status
+        if status.held and not was_held:
+            self._loaded = self.keeper is None  # another autoscaler may have changed the kept state
+            self._joined_parts = None
+            log.info("this autoscaler now holds the pool's lease: the lease %s", status.describe())
+        elif was_held and not status.held:
+            log.warning("this autoscaler lost the pool's lease: the lease %s", status.describe())
+        self.recorder.metrics.set_lease(status.held)
+        return status
+
+    def _claim(self, now: float) -> RunReport | None:
+        status = self.keep_lease(now)
+        if status is None or status.held:
+            return None
+        message = f"not acting: the pool's lease {status.describe()}"
+        self.recorder.decision(
+            ChangeDetail.DECISION_STANDBY,
+            0.0,
+            target=self._last_target if self._last_target is not None else math.nan,
+            demand={},
+            capacity={},
+            utilisation={},
+            setpoint=float(self.policy.setpoint),
+            explanation=message,
+        )
+        if status.error:
+            self.recorder.error(ErrorSource.INTERNAL, "lease", message)
+        return RunReport(now, Outcome.STANDBY, message)
+
+    def _may_not_act(self, now: float, input_age: float) -> tuple[Outcome, str] | None:
+        """Why this run must not act now: its snapshot is older than the budget, or the lease is lost."""
+        if self.budget_seconds is not None and input_age > self.budget_seconds:
+            return Outcome.OVERRUN, (
+                f"the snapshot is {input_age:.1f} s old > budget {self.budget_seconds:g} s: "
+                "nothing changed, the next run reads afresh"
+            )
+        if self.lease is not None and not self.dry_run:
+            status = self.keep_lease(now)
+            if status is not None and not status.held:
+                return Outcome.STANDBY, f"not acting: the pool's lease {status.describe()}"
+        return None
+
+    def _still_ours(self, now: float) -> bool:
+        """Whether acting may go on: the lease is ours for two thirds of its TTL yet, or renewed now."""
+        if self.lease is None or self.dry_run:
+            return True
+        last = self.lease.last
+        if last is not None and last.held and last.expires_at - now > self.lease.ttl_seconds * 2 / 3:
+            return True
+        status = self.keep_lease(now)
+        return status is not None and status.held
+
+    def release_lease(self) -> None:
+        """At a clean stop: give the lease up so another autoscaler need not wait for its TTL."""
+        if self.lease is None or self.lease.last is None or not self.lease.last.held:
+            return
+        try:
+            self.lease.release()
+        except StateError as e:
+            log.warning("could not release the pool's lease (it expires by itself): %s", e)
 
     # --- the state kept across restarts -------------------------------------------------------
 
@@ -245,7 +388,7 @@ class Cycle:
             self.recorder.decision(
                 ChangeDetail.DECISION_PAUSED,
                 0.0,
-                target=0.0,
+                target=self._current_target(now),
                 demand={},
                 capacity={},
                 utilisation={},
@@ -270,7 +413,7 @@ class Cycle:
         if source is not None:
             self.recorder.error(source, "pool", message)
         detail = ChangeDetail.DECISION_NO_DEMAND if outcome is Outcome.NO_DEMAND else ChangeDetail.DECISION_ERROR
-        target = snapshot.target_capacity if snapshot is not None else 0.0
+        target = snapshot.target_capacity if snapshot is not None else self._known_target()
         self.recorder.decision(
             detail,
             0.0,
@@ -283,7 +426,45 @@ class Cycle:
         )
         return RunReport(now, outcome, message, snapshot)
 
+    def _known_target(self) -> float:
+        """The pool's target as last read in full, or NaN (unknown): never a made-up 0."""
+        return self._last_target if self._last_target is not None else math.nan
+
+    def _current_target(self, now: float) -> float:
+        """The pool's target read now (a paused pool still has one), else the last one known."""
+        try:
+            view = self.cloud.cloud_view(now)
+        except Exception as e:  # the cloud adapters raise their own errors: report the last known target
+            log.warning("cannot read the pool's target while paused: %s", e)
+            return self._known_target()
+        if self.cloud.errors:
+            return self._known_target()
+        self._last_target = sum(g.target_capacity for g in view.groups if not g.stale)
+        return self._last_target
+
     # --- recording ----------------------------------------------------------------------------
+
+    def _record_joins(self, snapshot: PoolSnapshot, now: float) -> None:
+        """NODE_JOIN for each node that joined the scheduler since the last run this process saw.
+
+        The joined ids are folded per chunk of nodes (``NodeFold``), so a run where no chunk changed
+        costs a comparison per chunk, not a set of every node (the simulator runs this each minute)."""
+        parts = _JOINED_IDS.summaries(snapshot.nodes)
+        before, self._joined_parts = self._joined_parts, parts
+        if before is None:
+            if not self.state.memory.joined:
+                return  # the first look: nothing to compare with
+            before = [self.state.memory.joined]  # the kept memory of the run before a restart
+        elif len(parts) == len(before) and all(a is b or a == b for a, b in zip(parts, before, strict=True)):
+            return
+        changed = [p for i, p in enumerate(parts) if i >= len(before) or (p is not before[i] and p != before[i])]
+        candidates = frozenset().union(*changed)
+        new = candidates - frozenset().union(*before) if candidates else candidates
+        for node_id in sorted(new):
+            node = snapshot.node(node_id)
+            since = now - node.launched_at if node.launched_at != NO_TIME and node.launched_at <= now else None
+            reason = f"joined {since:.0f} s after launch" if since is not None else "joined"
+            self.recorder.node(NodeAction.JOIN, node.id, node.group_id, node.allocatable, reason, since)
 
     def _observe_pool(self, snapshot: PoolSnapshot) -> None:
         metrics = self.recorder.metrics
@@ -351,7 +532,8 @@ class Cycle:
                     change.group_id, before.get(change.group_id, change.previous), change.target, note
                 )
         for object_id, message in applied.errors:
-            self.recorder.error(ErrorSource.CLOUD, object_id, prefix + message)
+            source = ErrorSource.INTERNAL if object_id == "lease" else ErrorSource.CLOUD
+            self.recorder.error(source, object_id, prefix + message)
 
     def _record_state_changes(self, old: AutoscalerState, new: AutoscalerState, now: float) -> None:
         if new.scale_lock.until != old.scale_lock.until:

@@ -1,29 +1,38 @@
 """Where a run's requests come from: the pool's signals (over their sockets), or the scheduler.
 
 A pool whose signal is ``internal: true`` runs no signal process: its one request is what the
-snapshot's running and pending work asks for. Every other pool asks its signals, reading their
-metrics from the store; failures fall back to the default signal (``SignalEvaluator``).
+snapshot's running and pending work asks for, under the default signal's app name. Every other
+pool asks its signals, reading their metrics from the store; failures fall back to the default
+signal (``SignalEvaluator``). When the signals were given metrics but not one point in their
+windows (the newest point is older than the window: the collector stopped, the store became
+unwritable), the answer is marked ``stale`` and the run does not scale down on it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from clusterman.autoscaler.demand import INTERNAL_APP
 from clusterman.autoscaler.demand import demand_from_snapshot
 from clusterman.cluster.model import PoolSnapshot
+from clusterman.config.model import MetricType
 from clusterman.metrics.store import MetricsStore
+from clusterman.metrics.store import Point
+from clusterman.metrics.store import Series
 from clusterman.resources import ResourceRequest
 from clusterman.signals.evaluator import Evaluation
 from clusterman.signals.evaluator import SignalEvaluator
 
-INTERNAL_APP = "__internal__"
+__all__ = ["INTERNAL_APP", "DemandSource", "InternalDemand", "Requests", "SignalDemand"]
 
 
 @dataclass(frozen=True)
 class Requests:
     by_app: dict[str, ResourceRequest]
     evaluations: tuple[Evaluation, ...] = ()  # how each app's request was obtained (for the record)
+    stale: str = ""  # why the signals' input is too old to shrink the pool on ("" when it is not)
 
 
 class DemandSource(Protocol):
@@ -39,8 +48,12 @@ class SignalDemand:
         self.store = store
 
     def requests(self, snapshot: PoolSnapshot, now: int) -> Requests:
-        evaluations = self.evaluator.evaluate(self.store, now)
-        return Requests({e.app: e.request for e in evaluations}, tuple(evaluations))
+        watched = _WatchedStore(self.store)
+        evaluations = self.evaluator.evaluate(watched, now)
+        stale = ""
+        if watched.reads and watched.newest is None:
+            stale = f"no metric point in the signals' windows ({watched.reads} series read, all empty): input stale"
+        return Requests({e.app: e.request for e in evaluations}, tuple(evaluations), stale)
 
     def close(self) -> None:
         self.evaluator.close()
@@ -53,3 +66,26 @@ class InternalDemand:
 
     def close(self) -> None:
         pass
+
+
+class _WatchedStore(MetricsStore):
+    """The store as the signals read it, noting how many series were read and the newest point."""
+
+    def __init__(self, store: MetricsStore) -> None:
+        self.store = store
+        self.reads = 0
+        self.newest: float | None = None
+
+    def read(self, metric_type: MetricType, key: str, start: int, end: int) -> Series:
+        series = self.store.read(metric_type, key, start, end)
+        self.reads += 1
+        if series:
+            newest = series[-1][0]
+            self.newest = newest if self.newest is None else max(self.newest, newest)
+        return series
+
+    def keys(self, metric_type: MetricType, prefix: str = "", regex: str | None = None) -> list[str]:
+        return self.store.keys(metric_type, prefix, regex)
+
+    def write(self, points: Iterable[Point]) -> None:
+        self.store.write(points)

@@ -36,20 +36,26 @@ from clusterman.signals.specs import app_signal_specs
 from clusterman.signals.specs import default_signal_spec
 from clusterman.state.carried import StoredState
 from clusterman.state.factory import open_state_store
+from clusterman.state.lease import Holder
+from clusterman.state.lease import PoolLease
 from clusterman.state.pause import PauseStatus
 from clusterman.state.pause import pause_status
 
 
-def aws_clients(setup: PoolSetup) -> AwsClients:
+def aws_clients(setup: PoolSetup, budget_seconds: float | None = None) -> AwsClients:
+    """``budget_seconds`` bounds each attempt of each call (never above botocore's own 60 s)."""
     cluster = setup.main.clusters.get(setup.identity.cluster)
     region = cluster.aws_region if cluster is not None else None
-    return AwsClients(AwsSettings.from_config(setup.main.aws, region))
+    timeout = None if budget_seconds is None else min(60.0, budget_seconds)
+    return AwsClients(AwsSettings.from_config(setup.main.aws, region), timeout_seconds=timeout)
 
 
-def discovery_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> Callable[[], Discovery]:
+def discovery_for(
+    setup: PoolSetup, simulated: SimulatedCloud | None = None, budget_seconds: float | None = None
+) -> Callable[[], Discovery]:
     """Finds the pool's resource groups when called (as every run does)."""
     uses_aws = any(entry.kind in ("asg", "sfr") for entry in setup.pool.resource_groups)
-    aws = aws_clients(setup) if uses_aws else None
+    aws = aws_clients(setup, budget_seconds) if uses_aws else None
 
     def discover() -> Discovery:
         return discover_groups(
@@ -59,18 +65,32 @@ def discovery_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> 
     return discover
 
 
-def cloud_for(setup: PoolSetup, simulated: SimulatedCloud | None = None) -> GroupsCloudView:
-    return GroupsCloudView(discover=discovery_for(setup, simulated))
+def cloud_for(
+    setup: PoolSetup, simulated: SimulatedCloud | None = None, budget_seconds: float | None = None
+) -> GroupsCloudView:
+    return GroupsCloudView(discover=discovery_for(setup, simulated, budget_seconds))
 
 
-def demand_for(setup: PoolSetup, store: MetricsStore | None = None) -> DemandSource:
+def demand_for(
+    setup: PoolSetup, store: MetricsStore | None = None, budget_seconds: float | None = None
+) -> DemandSource:
+    """``budget_seconds`` bounds each wait on a signal runner (a stopped runner must not hold the
+    run for the client's default minute)."""
     if setup.internal:
         return InternalDemand()
     uids = allowed_uids_from_env()
+    waits = (
+        {} if budget_seconds is None else {"read_timeout": budget_seconds, "connect_timeout": min(10.0, budget_seconds)}
+    )
 
     def client(spec: SignalSpec) -> SignalClient:
         return SignalClient(
-            spec.address, setup.identity.cluster, setup.identity.pool, spec.config.parameters, allowed_uids=uids
+            spec.address,
+            setup.identity.cluster,
+            setup.identity.pool,
+            spec.config.parameters,
+            allowed_uids=uids,
+            **waits,
         )
 
     evaluator = SignalEvaluator(
@@ -87,13 +107,19 @@ def build_cycle(
     simulated: SimulatedCloud | None = None,
     demand: DemandSource | None = None,
     collect_metrics: bool = False,
+    holder: Holder | None = None,
+    lease_seconds: float = 0.0,
+    budget_seconds: float | None = None,
 ) -> Cycle:
     """``collect_metrics``: also write the pool's system metrics each run (for pools with no
-    separate collector, such as a simulated scheduler, which lives only in this process)."""
-    cloud = cloud_for(setup, simulated)
+    separate collector, such as a simulated scheduler, which lives only in this process).
+    ``holder``: act only while holding the pool's lease for ``lease_seconds`` (a dry run, which
+    changes nothing, takes no lease and never stands in the way of the real autoscaler).
+    ``budget_seconds``: never act on a snapshot older than that; signal reads wait at most that."""
+    cloud = cloud_for(setup, simulated, budget_seconds)
     connector = connector_for_pool(setup.main, setup.identity, setup.pool, cloud=cloud)
     lifecycle = lifecycle_for_pool(setup.main, setup.identity, setup.pool, connector=connector, dry_run=dry_run)
-    state_store = open_state_store(setup.main)
+    state_store = open_state_store(setup.main, budget_seconds)
 
     def paused(now: float) -> PauseStatus:
         return pause_status(state_store, setup.identity, now)
@@ -110,11 +136,13 @@ def build_cycle(
         connector=connector,
         cloud=cloud,
         lifecycle=lifecycle,
-        demand=demand or demand_for(setup, store),
+        demand=demand or demand_for(setup, store, budget_seconds),
         policy=setup.policy,
         recorder=recorder,
         pause_status=paused,
         dry_run=dry_run,
         write_metrics=write_metrics if collect_metrics else None,
         keeper=StoredState(state_store, setup.identity),
+        lease=PoolLease(state_store, setup.identity, holder, lease_seconds) if holder and not dry_run else None,
+        budget_seconds=budget_seconds,
     )

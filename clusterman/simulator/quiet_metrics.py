@@ -27,6 +27,8 @@ UPDATES = (
     "observe_error",
     "observe_config_reload",
     "set_signal_fallbacks",
+    "observe_overrun",
+    "set_lease",
 )
 
 

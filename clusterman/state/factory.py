@@ -13,7 +13,15 @@ from clusterman.state.store import SqliteStateStore
 from clusterman.state.store import StateStore
 
 
-def open_state_store(main: MainConfig) -> StateStore:
+def open_state_store(main: MainConfig, timeout_seconds: float | None = None) -> StateStore:
+    """``timeout_seconds`` bounds each DynamoDB attempt (botocore's default is 60 s): a stopped
+    endpoint must not hold a lease claim longer than the run's budget."""
     if main.state.backend is StateBackend.DYNAMODB:
-        return DynamoStateStore(client(AwsSettings.from_config(main.aws), "dynamodb"), main.aws.state_table)
+        waits = (
+            {}
+            if timeout_seconds is None
+            else {"connect_timeout": min(60.0, timeout_seconds), "read_timeout": min(60.0, timeout_seconds)}
+        )
+        dynamodb = client(AwsSettings.from_config(main.aws), "dynamodb", **waits)
+        return DynamoStateStore(dynamodb, main.aws.state_table)
     return SqliteStateStore(Path(main.state_directory) / main.state.path)

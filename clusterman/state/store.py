@@ -49,6 +49,25 @@ class StateStore(abc.ABC):
     @abc.abstractmethod
     def delete(self, state: str, entity: str) -> None: ...
 
+    @abc.abstractmethod
+    def claim(self, item: StateItem, owner: str, now: float) -> StateItem | None:
+        """Write ``item`` (a lease held by ``owner``) in one atomic step, only if no item is there,
+        the one there has expired at ``now`` (payload ``expires_at``), or ``owner`` holds it.
+
+        Returns None when written, else the item in the way (so the caller can say who holds it).
+        """
+
+    @abc.abstractmethod
+    def release(self, state: str, entity: str, owner: str) -> None:
+        """Delete the item only if ``owner`` holds it (a successor's lease is never removed)."""
+
+
+def _claimable(existing: StateItem | None, owner: str, now: float) -> bool:
+    if existing is None:
+        return True
+    holder, expires_at = existing.payload.get("holder"), existing.payload.get("expires_at")
+    return holder == owner or not isinstance(expires_at, int | float) or expires_at <= now
+
 
 class SqliteStateStore(StateStore):
     def __init__(self, path: str | Path) -> None:
@@ -57,7 +76,7 @@ class SqliteStateStore(StateStore):
     def _connect(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=10)
+            conn = sqlite3.connect(self.path, timeout=10, isolation_level=None)  # we commit ourselves
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS state (state TEXT, entity TEXT, timestamp INTEGER, "
                 "expiration_timestamp INTEGER, payload TEXT, PRIMARY KEY (state, entity))"
@@ -68,13 +87,7 @@ class SqliteStateStore(StateStore):
 
     def get(self, state: str, entity: str) -> StateItem | None:
         with self._guard() as conn:
-            row = conn.execute(
-                "SELECT timestamp, expiration_timestamp, payload FROM state WHERE state = ? AND entity = ?",
-                (state, entity),
-            ).fetchone()
-        if row is None:
-            return None
-        return StateItem(state, entity, int(row[0]), int(row[1]), json.loads(row[2]))
+            return self._read(conn, state, entity)
 
     def put(self, item: StateItem) -> None:
         with self._guard() as conn:
@@ -86,6 +99,35 @@ class SqliteStateStore(StateStore):
     def delete(self, state: str, entity: str) -> None:
         with self._guard() as conn:
             conn.execute("DELETE FROM state WHERE state = ? AND entity = ?", (state, entity))
+
+    def claim(self, item: StateItem, owner: str, now: float) -> StateItem | None:
+        with self._guard() as conn:
+            conn.execute("BEGIN IMMEDIATE")  # the write lock first: read, check and write as one step
+            existing = self._read(conn, item.state, item.entity)
+            if not _claimable(existing, owner, now):
+                return existing
+            conn.execute(
+                "INSERT OR REPLACE INTO state VALUES (?, ?, ?, ?, ?)",
+                (item.state, item.entity, item.timestamp, item.expiration_timestamp, json.dumps(item.payload)),
+            )
+        return None
+
+    def release(self, state: str, entity: str, owner: str) -> None:
+        with self._guard() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            existing = self._read(conn, state, entity)
+            if existing is not None and existing.payload.get("holder") == owner:
+                conn.execute("DELETE FROM state WHERE state = ? AND entity = ?", (state, entity))
+
+    @staticmethod
+    def _read(conn: sqlite3.Connection, state: str, entity: str) -> StateItem | None:
+        row = conn.execute(
+            "SELECT timestamp, expiration_timestamp, payload FROM state WHERE state = ? AND entity = ?",
+            (state, entity),
+        ).fetchone()
+        if row is None:
+            return None
+        return StateItem(state, entity, int(row[0]), int(row[1]), json.loads(row[2]))
 
     def _guard(self) -> _SqliteGuard:
         return _SqliteGuard(self)
@@ -145,6 +187,46 @@ class DynamoStateStore(StateStore):
         )
 
     def put(self, item: StateItem) -> None:
+        self._call("put_item", Item=self._record(item))
+
+    def claim(self, item: StateItem, owner: str, now: float) -> StateItem | None:
+        """A conditional put: DynamoDB checks the condition, so two claimants never both win."""
+        record = {
+            **self._record(item),
+            "holder": {"S": owner},
+            "expires_at": {"N": repr(float(item.payload["expires_at"]))},
+        }
+        written = self._conditional(
+            "put_item",
+            Item=record,
+            ConditionExpression="attribute_not_exists(#e) OR #h = :me OR #x <= :now",
+            ExpressionAttributeNames={"#e": "entity", "#h": "holder", "#x": "expires_at"},
+            ExpressionAttributeValues={":me": {"S": owner}, ":now": {"N": repr(float(now))}},
+        )
+        return None if written else self.get(item.state, item.entity)
+
+    def release(self, state: str, entity: str, owner: str) -> None:
+        self._conditional(
+            "delete_item",
+            Key={"state": {"S": state}, "entity": {"S": entity}},
+            ConditionExpression="#h = :me",
+            ExpressionAttributeNames={"#h": "holder"},
+            ExpressionAttributeValues={":me": {"S": owner}},
+        )
+
+    def _conditional(self, operation: str, **kwargs: Any) -> bool:
+        """False when the condition did not hold; StateError for every other failure."""
+        try:
+            self._call(operation, **kwargs)
+        except StateError as e:
+            cause = e.__cause__
+            if getattr(cause, "response", {}).get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    @staticmethod
+    def _record(item: StateItem) -> dict[str, Any]:
         record = {
             "state": {"S": item.state},
             "entity": {"S": item.entity},
@@ -153,7 +235,7 @@ class DynamoStateStore(StateStore):
         }
         if item.payload:
             record["payload"] = {"S": json.dumps(item.payload)}
-        self._call("put_item", Item=record)
+        return record
 
     def delete(self, state: str, entity: str) -> None:
         self._call("delete_item", Key={"state": {"S": state}, "entity": {"S": entity}})

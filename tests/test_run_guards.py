@@ -1,0 +1,352 @@
+"""The run's guards: the pool's lease, the run budget, stale signal input, what the line and the
+events say when something is unknown, NODE_JOIN events, and the loop's heartbeat."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import threading
+
+from clusterman.batch.autoscaler import run_forever
+from clusterman.batch.autoscaler import write_heartbeat
+from clusterman.config.model import MetricType
+from clusterman.config.model import PoolIdentity
+from clusterman.config.model import RequiredMetric
+from clusterman.config.model import Scheduler
+from clusterman.config.model import SignalConfig
+from clusterman.manager.cycle import Outcome
+from clusterman.manager.demand import INTERNAL_APP
+from clusterman.manager.demand import InternalDemand
+from clusterman.manager.demand import SignalDemand
+from clusterman.metrics.store import InMemoryStore
+from clusterman.metrics.store import MetricsError
+from clusterman.metrics.store import system_key
+from clusterman.resources import ResourceRequest
+from clusterman.signals.evaluator import SignalEvaluator
+from clusterman.signals.specs import DEFAULT_APP
+from clusterman.signals.specs import SignalSpec
+from clusterman.state.lease import AUTOSCALER_LEASE
+from clusterman.state.lease import Holder
+from clusterman.state.lease import PoolLease
+from clusterman.state.pause import PauseStatus
+from clusterman.state.store import SqliteStateStore
+from clusterman.state.store import StateError
+from tests.test_cycle import T0
+from tests.test_cycle import limits
+from tests.test_cycle import pools  # noqa: F401 - the fixture
+from tests.test_cycle import work
+
+POOL_ID = PoolIdentity("c", "p", Scheduler.SIMULATED)
+A, B = Holder("host-a", 100, T0), Holder("host-b", 200, T0 + 1)
+
+
+def lease(tmp_path, holder, ttl=30.0):
+    return PoolLease(SqliteStateStore(tmp_path / "state.sqlite"), POOL_ID, holder, ttl)
+
+
+# --- the lease --------------------------------------------------------------------------------
+
+
+def test_one_holder_at_a_time_until_its_ttl_runs_out(tmp_path):
+    a, b = lease(tmp_path, A), lease(tmp_path, B)
+    assert a.claim(T0).held
+    other = b.claim(T0 + 10)
+    assert not other.held and other.holder == A.id and other.expires_at == T0 + 30
+    assert "held by pid 100 on host-a (started 2023-11-14 22:13:20Z) until 2023-11-14 22:13:50Z" in other.describe()
+    assert a.claim(T0 + 20).held  # renewed: now until T0 + 50
+    assert not b.claim(T0 + 45).held
+    assert b.claim(T0 + 50).held  # expired: taken over
+    assert not a.claim(T0 + 51).held and a.last is not None and a.last.holder == B.id
+
+
+def test_release_frees_only_ones_own_lease(tmp_path):
+    a, b = lease(tmp_path, A), lease(tmp_path, B)
+    a.claim(T0)
+    b.release()  # not b's: nothing happens
+    assert not b.claim(T0 + 1).held
+    a.release()
+    assert b.claim(T0 + 2).held
+    assert a.store.get(AUTOSCALER_LEASE, "c.p.simulated").payload["holder"] == B.id
+
+
+def test_an_unreachable_store_is_a_state_error(tmp_path):
+    (tmp_path / "state.sqlite").mkdir()
+    try:
+        lease(tmp_path, A).claim(T0)
+    except StateError as e:
+        assert "state.sqlite" in str(e)
+    else:
+        raise AssertionError("expected StateError")
+
+
+def test_a_run_without_the_lease_reads_nothing_and_says_who_holds_it(pools, tmp_path):  # noqa: F811
+    lease(tmp_path, B).claim(T0 + 59)
+    pool = pools(work(10), lease=lease(tmp_path, A))
+    report = pool.minute()
+    assert report.outcome is Outcome.STANDBY and report.decision is None
+    assert "held by pid 200 on host-b" in report.line()
+    assert pool.groups[0].read().group.target_capacity == 1
+    assert "DECISION_STANDBY" in {e.event.detail.name for e in pool.events()}
+    pool.now += 60  # B stopped renewing: the lease is A's at the next run, and A acts
+    report = pool.cycle.run_once(pool.now)
+    assert report.outcome is Outcome.ACTED and pool.groups[0].read().group.target_capacity == 4
+
+
+def test_a_lease_lost_before_acting_means_no_action(pools, tmp_path):  # noqa: F811
+    a = lease(tmp_path, A, ttl=5)
+    pool = pools(work(10), lease=a)
+
+    class TakenMeanwhile(InternalDemand):
+        def requests(self, snapshot, now):
+            lease(tmp_path, B, ttl=60).claim(now + 10)  # A's lease ran out while the signals answered
+            pool.clock_offset += 10
+            return super().requests(snapshot, now)
+
+    pool.clock_offset = 0.0
+    pool.cycle.demand = TakenMeanwhile()
+    pool.cycle.clock = lambda: pool.now + pool.clock_offset
+    report = pool.minute()
+    assert report.outcome is Outcome.STANDBY and "held by pid 200" in report.message
+    assert report.decision is not None and "(standby: not acting" in report.line()
+    assert pool.groups[0].read().group.target_capacity == 1
+
+
+# --- the run budget ---------------------------------------------------------------------------
+
+
+class Slow(InternalDemand):
+    """Internal demand that takes ``seconds`` of the pool's clock to answer (a stalled runner)."""
+
+    def __init__(self, pool, seconds):
+        self.pool, self.seconds = pool, seconds
+
+    def requests(self, snapshot, now):
+        self.pool.clock_offset += self.seconds
+        return super().requests(snapshot, now)
+
+
+def test_a_run_never_acts_on_a_snapshot_older_than_its_budget(pools):  # noqa: F811
+    pool = pools(work(10), budget_seconds=60)
+    pool.clock_offset = 0.0
+    pool.cycle.clock = lambda: pool.now + pool.clock_offset
+    pool.cycle.demand = Slow(pool, 90)
+    report = pool.minute()
+    assert report.outcome is Outcome.OVERRUN and report.decision is not None
+    assert "the snapshot is 90.0 s old > budget 60 s: nothing changed" in report.line()
+    assert pool.groups[0].read().group.target_capacity == 1
+    assert "DECISION_OVERRUN" in {e.event.detail.name for e in pool.events()}
+    pool.cycle.demand = Slow(pool, 5)
+    assert pool.minute().outcome is Outcome.ACTED and pool.groups[0].read().group.target_capacity == 4
+
+
+class SteppingClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+class Stop(threading.Event):
+    def __init__(self, clock):
+        super().__init__()
+        self.clock = clock
+
+    def wait(self, timeout=None):
+        self.clock.now += timeout or 0
+        return self.is_set()
+
+
+def test_the_loop_records_an_overrun_and_writes_the_heartbeat(pools, tmp_path):  # noqa: F811
+    pool = pools(work(2))
+    clock = SteppingClock()
+    run_once = pool.cycle.run_once
+
+    def slow_run(now):
+        clock.now += 45
+        return run_once(now)
+
+    pool.cycle.run_once = slow_run
+    lines, beats = [], []
+    runs = run_forever(
+        pool.cycle, 30, 0, Stop(clock), clock=clock, max_runs=2, budget_seconds=30,
+        heartbeat=beats.append, on_overrun=lines.append,
+    )  # fmt: skip
+    assert runs == 2 and len(beats) == 2 and beats[0] == 1020.0 + 45
+    assert lines and "overrun: the run took 45.0 s > budget 30 s" in lines[0]
+    assert b"clusterman_run_overruns_total" in pool.recorder.metrics.exposition()
+    assert "DECISION_OVERRUN" in {e.event.detail.name for e in pool.events()}
+
+
+def test_the_heartbeat_file_is_replaced_whole(tmp_path):
+    path = tmp_path / "run" / "heartbeat.json"
+    write_heartbeat(path, 1234.5, 60.0)
+    write_heartbeat(path, 1294.5, 60.0)
+    assert json.loads(path.read_text()) == {"finished_at": 1294.5, "period_seconds": 60.0}
+    assert [p.name for p in path.parent.iterdir()] == ["heartbeat.json"]
+
+
+def test_the_lease_is_renewed_while_waiting_between_runs(pools):  # noqa: F811
+    pool = pools(work(2))
+    clock = SteppingClock()
+    renewals = []
+
+    def keep(now):
+        renewals.append(now)
+
+    run_forever(pool.cycle, 60, 0, Stop(clock), clock=clock, max_runs=2, keep_lease=keep, lease_seconds=30)
+    # every third of the TTL while waiting; the run itself claims the lease at its start
+    assert len(renewals) >= 4 and all(b - a <= 10 for a, b in itertools.pairwise(renewals[1:]))
+
+
+# --- stale input, unknown targets, joins, the line ----------------------------------------------
+
+
+class Answer:
+    def evaluate(self, metrics, timestamp):
+        return ResourceRequest(cpus=1.0)
+
+    def close(self):
+        pass
+
+
+def signal_demand(store):
+    required = (RequiredMetric("cpus_allocated", MetricType.SYSTEM_METRICS, 10),)
+    config = SignalConfig(1, "MostRecentResources", "v1", required_metrics=required)
+    spec = SignalSpec(DEFAULT_APP, "clusterman", config)
+    return SignalDemand(SignalEvaluator(POOL_ID, spec, [], lambda spec: Answer()), store)
+
+
+def test_signal_input_older_than_its_window_holds_scale_down(pools):  # noqa: F811
+    store = InMemoryStore()
+    store.load(MetricType.SYSTEM_METRICS, system_key("cpus_allocated", "c", "p.simulated"), [(int(T0 - 3600), 1.0)])
+    pool = pools(work(1), demand=signal_demand(store))
+    pool.groups[0].set_target_capacity(6)
+    for _ in range(3):
+        report = pool.minute()
+        assert report.decision is not None and not report.decision.taint and not report.decision.terminate
+    assert "no metric point in the signals' windows" in report.line() and "no scale-down" in report.line()
+    assert pool.groups[0].read().group.target_capacity == 6
+    fresh = pools(work(1), demand=signal_demand(store))
+    store.load(MetricType.SYSTEM_METRICS, system_key("cpus_allocated", "c", "p.simulated"), [(int(T0 + 30), 1.0)])
+    fresh.groups[0].set_target_capacity(6)
+    assert fresh.minute().decision.taint  # fresh input: the pool shrinks
+
+
+def test_unwritable_metrics_hold_scale_down_and_say_so(pools, caplog):  # noqa: F811
+    def unwritable(snapshot):
+        raise MetricsError("metrics.sqlite3: attempt to write a readonly database")
+
+    pool = pools(work(1), write_metrics=unwritable)
+    pool.groups[0].set_target_capacity(6)
+    pool.minute()
+    report = pool.minute()
+    assert report.decision is not None and not report.decision.taint
+    assert "metrics could not be written" in report.line()
+    assert "readonly database" in caplog.text
+
+
+def test_an_unreadable_cloud_is_not_a_target_of_zero(pools):  # noqa: F811
+    pool = pools(work(2))
+    pool.minute()
+    pool.groups[0].break_with("could not connect to the endpoint URL")
+    report = pool.minute()
+    assert "target unknown (1 resource group(s) could not be read)" in report.line()
+    assert "target 0 -> 0" not in report.line()
+
+
+def test_a_paused_decision_reports_the_real_target(pools):  # noqa: F811
+    pool = pools(work(2), pause_status=lambda now: PauseStatus(True, reason="maintenance"))
+    pool.groups[0].set_target_capacity(14)
+    pool.minute()
+    [paused] = [e for e in pool.events() if e.event.detail.name == "DECISION_PAUSED"]
+    assert "target 14:" in paused.event.message
+    assert pool.recorder.metrics.exposition().count(b"clusterman_target_capacity{") == 1
+    assert b'clusterman_target_capacity{cluster="c",pool="p"} 14.0' in pool.recorder.metrics.exposition()
+
+
+def test_a_standby_with_nothing_known_reports_an_unknown_target(pools, tmp_path):  # noqa: F811
+    lease(tmp_path, B).claim(T0 + 59)
+    pool = pools(work(2), lease=lease(tmp_path, A))
+    pool.minute()
+    [standby] = [e for e in pool.events() if e.event.detail.name == "DECISION_STANDBY"]
+    assert "target nan" in standby.event.message and math.isnan(pool.cycle._known_target())
+
+
+def test_nodes_that_join_are_events(pools):  # noqa: F811
+    pool = pools(work(10, end=T0 + 600))
+    pool.minute()  # 1 -> 4: three nodes launched
+    for _ in range(3):
+        pool.minute()
+    joins = [e for e in pool.events() if e.event.detail.name == "NODE_JOIN"]
+    assert len(joins) == 3 and all("joined" in e.event.message for e in joins)
+
+
+def test_the_internal_app_is_the_default_signals_app():
+    assert INTERNAL_APP == DEFAULT_APP == "__default__"
+
+
+def test_the_scale_lock_is_a_time_in_the_line():
+    from tests.scaling_builders import NOW
+    from tests.scaling_builders import group
+    from tests.scaling_builders import nodes
+    from tests.scaling_builders import policy
+    from tests.scaling_builders import request
+    from tests.scaling_builders import run
+    from tests.scaling_builders import snapshot
+
+    lock = policy(scale_up_cool_down_period_seconds=120)
+    d = run(snapshot(nodes(2), [group("g1", 2)]), request(5), lock)
+    held = run(snapshot(nodes(2), [group("g1", 8)]), request(0.1), lock, d.state, now=NOW + 60)
+    assert "scale lock held until 2023-11-14 22:15:20Z" in held.explanation
+
+
+def test_a_terminated_orphan_says_why_in_the_line():
+    from clusterman.cluster.model import NodeState
+    from tests.scaling_builders import NOW
+    from tests.scaling_builders import group
+    from tests.scaling_builders import node
+    from tests.scaling_builders import nodes
+    from tests.scaling_builders import request
+    from tests.scaling_builders import run
+    from tests.scaling_builders import snapshot
+
+    members = [*nodes(2), node("lost", state=NodeState.ORPHAN, launched_at=NOW - 2000)]
+    d = run(snapshot(members, [group("g1", 3)]), request(5))
+    assert d.terminate == ("lost",)
+    assert "terminate 1 (orphan, not joined 2000s after launch (limit 1800s))" in d.explanation, d.explanation
+
+
+def test_joins_are_counted_once_through_growth_and_shrinking_past_a_chunk(pools):  # noqa: F811
+    pool = pools(work(120, end=T0 + 900), policy=limits(max_capacity=60, max_weight_to_add=20))
+    seen = set()
+    for _ in range(30):
+        pool.minute()
+        seen |= {n.id for n in pool.scheduler.nodes()}
+    joins = [e.event.object_id for e in pool.events() if e.event.detail.name == "NODE_JOIN"]
+    assert len(seen) > 40 and len(joins) == len(set(joins)) == len(seen) - 1  # every node but the first
+
+
+def test_acting_stops_between_stages_when_the_lease_is_lost(pools, tmp_path):  # noqa: F811
+    pool = pools(work(10, end=T0 + 200), lease=lease(tmp_path, A, ttl=30))
+    for _ in range(3):
+        pool.minute()  # up to 4 nodes, which join
+    assert pool.ready() == 4
+    pool.clock_offset = 0.0
+    pool.cycle.clock = lambda: pool.now + pool.clock_offset
+    taint = pool.cycle.lifecycle.taint
+
+    def slow_taint(node_ids, now):
+        done = taint(node_ids, now)
+        pool.clock_offset += 31  # A's lease ran out meanwhile, and B took it
+        assert lease(tmp_path, B, ttl=60).claim(pool.now + pool.clock_offset).held
+        return done
+
+    pool.cycle.lifecycle.taint = slow_taint
+    report = pool.minute()  # the work ended: scale down by tainting and terminating
+    assert report.decision is not None and report.decision.taint and report.decision.terminate
+    assert report.applied is not None and not report.applied.terminations and not report.applied.targets
+    assert ("lease", "the pool's lease was lost while acting: stopped before draining") in report.applied.errors
+    assert pool.groups[0].read().group.target_capacity == 4
+    assert any(e.event.object_id == "lease" for e in pool.events() if e.event.detail.name == "ERROR_INTERNAL")
