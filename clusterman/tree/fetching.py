@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterman.data import supervisor_config
 from clusterman.tree.environment import SignalProcess
 from clusterman.tree.environment import TreePlan
 from clusterman.tree.fetch_signal import EXIT_INSTALLED_COPY
@@ -25,7 +26,7 @@ from clusterman.tree.process_tree import Stopped
 from clusterman.tree.process_tree import TreeError
 from clusterman.tree.run_signal import runner_environment
 
-HELPERS = Path(__file__).resolve().parents[2] / "supervisord"
+HELPERS = supervisor_config().parent  # the helper scripts sit beside supervisord.conf (package data)
 FETCHER = HELPERS / "fetch_clusterman_signal"
 POLL_SECONDS = 0.05
 LOOKUP_SECONDS = 60.0
