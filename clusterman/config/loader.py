@@ -91,7 +91,6 @@ def _check_document(loader: Any, node: yaml.Node, path: str, visited: set[int]) 
             _check_document(loader, item, f"{path}[{i}]", visited)
 
 
-
 def default_env_config_path() -> str:
     """$CMAN_ENV_CONFIG_PATH, else Clusterman's standard path, else the default config clusterman ships."""
     from_env = os.environ.get("CMAN_ENV_CONFIG_PATH")
