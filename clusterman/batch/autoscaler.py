@@ -22,7 +22,7 @@ from clusterman.batch.stopping import stop_on_signals
 from clusterman.cli.common import add_pool_arguments
 from clusterman.cli.common import resolve_pool
 from clusterman.config.loader import default_env_config_path
-from clusterman.errors import UserError
+from clusterman.errors import Reported
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.service import EventService
 from clusterman.manager.cycle import Cycle
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         setup = resolve_pool(args)
         events = EventService(setup.main.events, setup.identity.cluster, setup.identity.pool_with_scheduler)
         cycle = build_cycle(setup, events.recorder, dry_run=args.dry_run, collect_metrics=args.collect_metrics)
-    except UserError as e:
+    except Reported as e:
         print(f"autoscaler: {e}", file=sys.stderr)
         return 1
     period = args.period_seconds or setup.period_seconds

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterable
 
 from clusterman.config.loader import load_main_config
+from clusterman.errors import UserError
 from clusterman.events.client import EventAPIError
 from clusterman.events.client import EventClient
 from clusterman.events.client import Heartbeat
@@ -58,7 +59,7 @@ def parse_types(values: Iterable[str]) -> frozenset[EventType]:
         for name in filter(None, (part.strip().upper() for part in value.split(","))):
             if name not in EventType.__members__:
                 known = ", ".join(t.name for t in EventType)
-                raise ValueError(f"--type {name}: unknown event type (known: {known})")
+                raise UserError(f"--type {name}: unknown event type (known: {known})")
             chosen.add(EventType[name])
     return frozenset(chosen)
 

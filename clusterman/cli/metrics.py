@@ -19,6 +19,7 @@ from clusterman.config.loader import parse_scheduler
 from clusterman.config.model import MetricsBackend
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
+from clusterman.errors import reading_input
 from clusterman.metrics.datafile import count_points
 from clusterman.metrics.datafile import points_of
 from clusterman.metrics.datafile import read_metrics_file
@@ -114,7 +115,9 @@ def run_read(args: argparse.Namespace) -> int:
 def run_keys(args: argparse.Namespace) -> int:
     store = store_from_args(args)
     try:
-        for key in store.keys(MetricType(args.type), args.prefix, args.regex):
+        with reading_input():  # the --regex
+            keys = store.keys(MetricType(args.type), args.prefix, args.regex)
+        for key in keys:
             print(key)
     finally:
         store.close()
@@ -131,7 +134,8 @@ def parse_value(text: str) -> Value | Any:
 
 def run_write(args: argparse.Namespace) -> int:
     timestamp = args.timestamp if args.timestamp is not None else int(time.time())
-    point = Point(MetricType(args.type), args.key, timestamp, parse_value(args.value))
+    with reading_input():
+        point = Point(MetricType(args.type), args.key, timestamp, parse_value(args.value))
     store = store_from_args(args)
     try:
         store.write([point])
@@ -147,7 +151,8 @@ def chunks(points: Iterable[Point], size: int) -> Iterator[list[Point]]:
 
 
 def run_load(args: argparse.Namespace) -> int:
-    data = read_metrics_file(args.input)
+    with reading_input():
+        data = read_metrics_file(args.input)
     store = store_from_args(args)
     try:
         for chunk in chunks(points_of(data), WRITE_CHUNK):

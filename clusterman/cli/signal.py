@@ -16,6 +16,7 @@ from typing import Any
 from clusterman.aws.session import AwsSettings
 from clusterman.aws.session import client as aws_client
 from clusterman.config.loader import load_main_config
+from clusterman.errors import UserError
 from clusterman.signals.artifacts import ArtifactLocation
 from clusterman.signals.artifacts import build_artifact
 from clusterman.signals.artifacts import default_codename
@@ -62,7 +63,7 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"--param {pair!r}: expected KEY=VALUE")
+            raise UserError(f"--param {pair!r}: expected KEY=VALUE")
         try:
             params[key] = json.loads(text)
         except json.JSONDecodeError:
@@ -75,16 +76,16 @@ def load_metrics_file(path: Path) -> tuple[dict[str, Any], float | None]:
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON: {e}") from e
+        raise UserError(f"{path}: not valid JSON: {e}") from e
     if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
         metrics, timestamp = data["metrics"], data.get("timestamp")
     elif isinstance(data, dict):
         metrics, timestamp = data, None
     else:
-        raise ValueError(f"{path}: expected a JSON object of metric name -> [[timestamp, value], ...]")
+        raise UserError(f"{path}: expected a JSON object of metric name -> [[timestamp, value], ...]")
     for name, series in metrics.items():
         if not isinstance(series, list) or any(not isinstance(p, list) or len(p) != 2 for p in series):
-            raise ValueError(f"{path}: metric {name!r} must be a list of [timestamp, value] pairs")
+            raise UserError(f"{path}: metric {name!r} must be a list of [timestamp, value] pairs")
     return metrics, timestamp
 
 

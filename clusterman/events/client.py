@@ -15,15 +15,15 @@ from http.client import HTTPResponse
 from typing import Any
 
 from clusterman.config.model import EventsConfig
-from clusterman.errors import UserError
+from clusterman.errors import OperationalError
 from clusterman.events.http import BATCH_PATH
 from clusterman.events.http import STREAM_PATH
 from clusterman.events.record import EventRecord
 from clusterman.events.record import record_from_json
 
 
-class EventAPIError(UserError):
-    pass
+class EventAPIError(OperationalError):
+    """The event API could not be reached or answered something unexpected."""
 
 
 _ANY_ADDRESS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}

@@ -32,6 +32,7 @@ from clusterman.cluster.model import NodeState
 from clusterman.cluster.model import PoolSnapshot
 from clusterman.cluster.model import ResourceGroup
 from clusterman.config.model import PoolIdentity
+from clusterman.errors import Reported
 from clusterman.errors import UserError
 from clusterman.events.client import EventClient
 from clusterman.events.exporter import NAMESPACE
@@ -159,7 +160,7 @@ def read(what: str, reader: Callable[[], T]) -> T | Unavailable:
     """``reader()``, or why it could not be read (a person-fixable error: config, network, store)."""
     try:
         return reader()
-    except UserError as e:
+    except Reported as e:
         log.debug("%s unavailable: %s", what, e)
         return Unavailable(str(e))
 
