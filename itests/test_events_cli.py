@@ -60,6 +60,18 @@ def test_type_filter_since_last_and_json(service, capsys):
     assert [json.loads(line)["eventChangeDetail"] for line in lines] == ["NODE_TAINT", "LOCK_TAKEN"]
 
 
+def test_last_counts_only_the_types_asked_for(service, capsys):
+    """--type LOCK --last 2: the 2 newest LOCK events, not the LOCK events among the 2 newest."""
+    for _ in range(3):
+        scale_up(service, 3)  # each: SIGNAL, 3 NODE, LOCK
+    service.recorder.signal_evaluated("web", "Sig@v1", ResourceRequest(cpus=10), 0.02)
+    assert service.publisher.flush(10)
+    _, lines, _ = run(capsys, "--url", service.server.url, "--type", "LOCK", "--last", "2", "--json")
+    assert [json.loads(line)["id"] for line in lines] == [9, 14]
+    _, lines, _ = run(capsys, "--url", service.server.url, "--type", "node", "--since", "6", "--json")
+    assert [json.loads(line)["id"] for line in lines] == [6, 7, 8, 11, 12, 13]
+
+
 def test_overwritten_events_are_reported_not_skipped_silently(service, capsys):
     scale_up(service, 60)  # 62 events in a ring of 50: ids 12..61 kept
     status, lines, err = run(capsys, "--url", service.server.url, "--since", "5", "--json")
@@ -108,6 +120,30 @@ def test_follow_prints_history_then_live_events(service):
         service.server.stop()  # the stream ends with a line saying so; the command exits 1
         assert proc.wait(10) == 1
         assert "server shutting down" in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_follow_with_type_and_last(service):
+    for _ in range(2):
+        scale_up(service, 2)  # ids 0..3 and 4..7; LOCK at 3 and 7
+    service.recorder.signal_evaluated("web", "Sig@v1", ResourceRequest(cpus=10), 0.02)  # id 8
+    assert service.publisher.flush(10)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clusterman", "events", "--url", service.server.url, "--follow", "--json",
+         "--type", "LOCK", "--last", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        assert json.loads(proc.stdout.readline())["id"] == 7
+        deadline = time.monotonic() + 10
+        while service.publisher.streams == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        scale_up(service, 2)  # ids 9..12, LOCK at 12
+        assert json.loads(proc.stdout.readline())["id"] == 12
     finally:
         proc.kill()
         proc.wait()
