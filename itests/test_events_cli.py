@@ -10,9 +10,15 @@ import pytest
 
 from clusterman.cli.main import main
 from clusterman.config.model import EventsConfig
+from clusterman.events.client import EventClient
 from clusterman.events.exporter import NodeAction
+from clusterman.events.record import ChangeDetail
+from clusterman.events.record import ChangeType
+from clusterman.events.record import Event
+from clusterman.events.record import EventType
 from clusterman.events.service import EventService
 from clusterman.local.moto_server import free_port
+from clusterman.manager.status import last_decisions
 from clusterman.resources import ResourceRequest
 from clusterman.resources import Resources
 
@@ -149,3 +155,18 @@ def test_follow_with_type_and_last(service):
         proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_status_finds_the_last_decisions_behind_many_other_events(service):
+    """``clusterman status`` asks for the newest DECISION events, not for decisions among the newest events."""
+    rec = service.recorder
+    common = {"demand": {}, "capacity": {}, "utilisation": {"cpus": 0.5}, "setpoint": 0.7}
+    rec.decision(ChangeDetail.DECISION_UTILISATION, 1, target=3, explanation="first", **common)
+    rec.decision(ChangeDetail.DECISION_UTILISATION, 0, target=3, explanation="second", **common)
+    service.reload(EventsConfig(port=service.server.port, ring_capacity=7000, rest_response_size=7))
+    failed = Event(EventType.SIGNAL, ChangeType.NONE, ChangeDetail.SIGNAL_FAILED, 1, "web", "Sig@v1", (), "timeout")
+    for _ in range(6000):
+        service.publisher.publish(failed)
+    assert service.publisher.flush(30)
+    found = last_decisions(EventClient(service.server.url), "p.simulated", 2)
+    assert [d.message.rsplit(": ", 1)[-1] for d in found] == ["first", "second"]
