@@ -9,8 +9,8 @@ used with its own type (or DETAILS_NONE with any).
 
 Resource amounts carry the units of ``clusterman.resources`` (cpus in shares, mem and disk in
 MB, gpus in devices) plus ``capacity`` (resource-group weight units, as in target capacity) and
-``nodes`` (a count). At most ``MAX_RESOURCE_KEYS`` of them per event, so the ring can store the
-amounts in fixed columns.
+``nodes`` (a count). At most ``MAX_RESOURCE_KEYS`` of them per event, which bounds the ring's
+memory per event.
 """
 
 from __future__ import annotations
