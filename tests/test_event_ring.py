@@ -325,3 +325,18 @@ def test_amounts_take_room_only_for_what_events_carry():
         ring.append(mixed_event(n, 2))  # two amounts each
     assert ring._amounts.size < 2.5 * 10_000
     assert ring.read(9_999, 1).records[0].event.resource == (("cpus", 999.0), ("mem", 1000.0))
+
+
+def test_amount_marks_that_wrap_still_find_the_amounts():
+    """Marks keep the amount index modulo 2**bits; 8 bits wrap after 256 amounts."""
+    from clusterman.events.amounts import AmountQueue
+
+    ring = EventRing(30)
+    ring._amounts = AmountQueue(30, 4, mark_bits=8)
+    stored = []
+    for n in range(2000):
+        event = mixed_event(n, n % len(_KINDS))
+        ring.append(event)
+        stored.append(event)
+    for start in range(1970, 2000):
+        assert [r.event for r in ring.read(start, 3).records] == stored[start : start + 3]

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 from typing import Final
 
-BLOCK: Final = 32
+BLOCK: Final = 16
 _GROWTH: Final = 8  # grow by 1/8 of the current size
 
 
@@ -31,10 +31,13 @@ def zeros(typecode: str, n: int) -> array[Any]:
 
 
 class AmountQueue:
-    def __init__(self, events_capacity: int, max_per_event: int) -> None:
+    def __init__(self, events_capacity: int, max_per_event: int, mark_bits: int | None = None) -> None:
         self._limit = max(1, events_capacity * max_per_event)
         self.values = zeros("f", max(1, min(events_capacity, self._limit)))
-        self._marks = zeros("Q", events_capacity // BLOCK + 2)
+        # Marks keep an absolute index modulo 2**mark_bits: enough while fewer amounts are kept.
+        bits = mark_bits or (32 if self._limit < 1 << 32 else 64)
+        self.mark_mask = (1 << bits) - 1
+        self.marks = zeros("I" if bits <= 32 else "Q", events_capacity // BLOCK + 2)
         self.head = 0  # absolute index of the next amount added
         self.tail = 0  # absolute index of the oldest amount kept
 
@@ -42,10 +45,6 @@ class AmountQueue:
     def size(self) -> int:
         """Amounts the queue has room for now."""
         return len(self.values)
-
-    def mark(self, event_id: int) -> None:
-        """Remember where the amounts of ``event_id`` start (called for every BLOCK-th id)."""
-        self._marks[(event_id // BLOCK) % len(self._marks)] = self.head
 
     def start_of(self, event_id: int, lowest_id: int, between: Callable[[int, int], int]) -> int:
         """Where the amounts of kept event ``event_id`` start.
@@ -55,7 +54,10 @@ class AmountQueue:
         first = event_id - event_id % BLOCK
         if first <= lowest_id:  # the mark may be gone with the events before lowest_id
             return self.tail + between(lowest_id, event_id)
-        return self._marks[(first // BLOCK) % len(self._marks)] + between(first, event_id)
+        # A kept event's amounts start at or after the tail, fewer than mark_mask amounts after it
+        # (at most max_per_event per kept event), so the mark's low bits restore the index.
+        mark = self.marks[(first // BLOCK) % len(self.marks)]
+        return self.tail + ((mark - self.tail) & self.mark_mask) + between(first, event_id)
 
     def get(self, index: int) -> float:
         values = self.values
@@ -102,5 +104,5 @@ class AmountQueue:
         new._place(0, live)
         new.head = len(live)
         for first in range(ids.start + (-ids.start) % BLOCK, ids.stop, BLOCK):
-            new._marks[(first // BLOCK) % len(new._marks)] = between(ids.start, first)
+            new.marks[(first // BLOCK) % len(new.marks)] = between(ids.start, first) & new.mark_mask
         return new  # its absolute indexes start at 0 with the first event kept

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from typing import Final
+from typing import NamedTuple
 
 from clusterman.events.amounts import BLOCK
 from clusterman.events.amounts import AmountQueue
@@ -54,7 +55,9 @@ from clusterman.events.record import EventRecord
 from clusterman.events.record import EventType
 
 _KEY_BIT: Final = {key: 1 << i for i, key in enumerate(RESOURCE_KEYS)}
-_WIDER: Final = ("B", "H", "I", "Q")  # column widths, narrowest first
+_WIDER: Final = ("B", "H", "I", "Q")
+_BLOCK_MASK: Final = BLOCK - 1
+assert BLOCK & _BLOCK_MASK == 0, "BLOCK must be a power of two"  # column widths, narrowest first
 
 _SHOWN: dict[float, float] = {}
 _SHOWN_LIMIT: Final = 65_536
@@ -87,13 +90,12 @@ def _widened(column: array[int], value: int) -> array[int]:
     return new
 
 
-@dataclass(frozen=True, slots=True)
-class _Kind:
-    """What the kind column's code stands for."""
+class _Kind(NamedTuple):
+    """What the kind column's code stands for (a tuple: decoding unpacks it)."""
 
     type: EventType
-    detail: ChangeDetail
     change: ChangeType
+    detail: ChangeDetail
     keys: tuple[str, ...]
     amounts: int  # len(keys)
 
@@ -122,6 +124,7 @@ class EventRing:
         self._messages = Interner()
         self._kinds: list[_Kind] = []
         self._kind_amounts = bytearray()  # amounts per event of each kind code
+        self._amount_table = bytearray(256)  # the same, as a bytes.translate table for 1-byte codes
         self._kind_codes: dict[int, int] = {}  # detail (or type*100+99) << 8 | change << 6 | key bits
         self._next_id = 0
         self._head = 0  # slot of the oldest event
@@ -161,73 +164,122 @@ class EventRing:
     def append(self, event: Event) -> int:
         """Store ``event``, overwriting the oldest when full; return its id."""
         with self._lock:
-            return self._append(event)
+            return self._store((event,))[0]
 
-    def extend(self, events: list[Event]) -> list[int]:
+    def extend(self, events: Sequence[Event]) -> list[int]:
         with self._lock:
-            return [self._append(e) for e in events]
+            return self._store(events)
 
     def _new_kind(self, what: int, event: Event, shape: int) -> int:
         code = self._kind_codes[what] = len(self._kinds)
         keys = tuple(k for k in RESOURCE_KEYS if shape & _KEY_BIT[k])
-        self._kinds.append(_Kind(event.type, event.detail, event.change, keys, len(keys)))
+        self._kinds.append(_Kind(event.type, event.change, event.detail, keys, len(keys)))
         self._kind_amounts.append(len(keys))
+        if code < 256:
+            self._amount_table[code] = len(keys)
         return code
 
-    def _append(self, event: Event) -> int:
-        cap = self._capacity
+    def _store(self, events: Sequence[Event]) -> list[int]:
+        """Append ``events``: the storage thread's hot path, so the state lives in locals."""
+        cap, head, length, next_id = self._capacity, self._head, self._len, self._next_id
+        ts, kinds, objects, references, messages = self._ts, self._kind, self._object, self._reference, self._message
+        # the interners' common cases (a string already held) are inlined: see Interner
+        object_table, reference_table, message_table = self._objects, self._references, self._messages
+        object_handles, reference_handles, message_handles = (
+            object_table.handles,
+            reference_table.handles,
+            message_table.handles,
+        )
+        object_refs, reference_refs, message_refs = object_table.refs, reference_table.refs, message_table.refs
+        kind_codes, kind_amounts = self._kind_codes, self._kind_amounts
         queue = self._amounts
-        if self._len == cap:
-            slot = self._head
-            queue.tail += self._kind_amounts[self._kind[slot]]
-            self._objects.release(self._object[slot])
-            self._references.release(self._reference[slot])
-            self._messages.release(self._message[slot])
-            self._head = (slot + 1) % cap
-        else:
-            slot = (self._head + self._len) % cap
-            self._len += 1
-        resource = event.resource
-        shape = event.change << 6
-        event_id = self._next_id
-        self._next_id = event_id + 1
-        if not event_id % BLOCK:
-            queue.mark(event_id)
-        if resource:  # the AmountQueue's tail, written here: this is the storage thread's hot path
-            head, values = queue.head, queue.values
-            n, size = len(resource), len(values)
-            if head + n - queue.tail > size:
-                queue.grow(head + n - queue.tail)
-                values = queue.values
-                size = len(values)
-            at = head % size
-            if at + n <= size:
-                for key, amount in resource:
-                    shape |= _KEY_BIT[key]
-                    values[at] = amount
-                    at += 1
-            else:
-                for i, (key, amount) in enumerate(resource):
-                    shape |= _KEY_BIT[key]
-                    values[(head + i) % size] = amount
-            queue.head = head + n
-        what = (event.detail or event.type * 100 + 99) << 8 | shape
-        kind = self._kind_codes.get(what)
-        if kind is None:
-            kind = self._new_kind(what, event, shape)
-        self._ts[slot] = event.timestamp_ns
-        obj = self._objects.add(event.object_id)
-        ref = self._references.add(event.reference_id)
-        msg = self._messages.add(event.message)
+        values, marks, q_head, q_tail = queue.values, queue.marks, queue.head, queue.tail
+        size, n_marks, mark_mask = len(values), len(marks), queue.mark_mask
+        ids = []
         try:
-            self._kind[slot] = kind
-            self._object[slot] = obj
-            self._reference[slot] = ref
-            self._message[slot] = msg
-        except OverflowError:  # a code or handle outgrew its column's width: widen, once
-            for name, value in (("_kind", kind), ("_object", obj), ("_reference", ref), ("_message", msg)):
-                self._put(name, slot, value)
-        return event_id
+            for event in events:
+                if length == cap:  # overwrite the oldest
+                    slot = head
+                    q_tail += kind_amounts[kinds[slot]]
+                    h = objects[slot]
+                    if object_refs[h] > 1:
+                        object_refs[h] -= 1
+                    else:
+                        object_table.release(h)
+                    h = references[slot]
+                    if reference_refs[h] > 1:
+                        reference_refs[h] -= 1
+                    else:
+                        reference_table.release(h)
+                    h = messages[slot]
+                    if message_refs[h] > 1:
+                        message_refs[h] -= 1
+                    else:
+                        message_table.release(h)
+                    head = slot + 1 if slot + 1 < cap else 0
+                else:
+                    slot = head + length
+                    if slot >= cap:
+                        slot -= cap
+                    length += 1
+                event_id = next_id
+                next_id += 1
+                if not event_id & _BLOCK_MASK:
+                    marks[(event_id // BLOCK) % n_marks] = q_head & mark_mask
+                resource = event.resource
+                shape = event.change << 6
+                if resource:
+                    n = len(resource)
+                    if q_head + n - q_tail > size:
+                        queue.head, queue.tail = q_head, q_tail
+                        queue.grow(q_head + n - q_tail)
+                        values = queue.values
+                        size = len(values)
+                    at = q_head % size
+                    if at + n <= size:
+                        for key, amount in resource:
+                            shape |= _KEY_BIT[key]
+                            values[at] = amount
+                            at += 1
+                    else:
+                        for i, (key, amount) in enumerate(resource):
+                            shape |= _KEY_BIT[key]
+                            values[(q_head + i) % size] = amount
+                    q_head += n
+                what = (event.detail or event.type * 100 + 99) << 8 | shape
+                kind = kind_codes.get(what)
+                if kind is None:
+                    kind = self._new_kind(what, event, shape)
+                ts[slot] = event.timestamp_ns
+                obj = object_handles.get(event.object_id)
+                if obj is None:
+                    obj = object_table.add(event.object_id)
+                else:
+                    object_refs[obj] += 1
+                ref = reference_handles.get(event.reference_id)
+                if ref is None:
+                    ref = reference_table.add(event.reference_id)
+                else:
+                    reference_refs[ref] += 1
+                msg = message_handles.get(event.message)
+                if msg is None:
+                    msg = message_table.add(event.message)
+                else:
+                    message_refs[msg] += 1
+                try:
+                    kinds[slot] = kind
+                    objects[slot] = obj
+                    references[slot] = ref
+                    messages[slot] = msg
+                except OverflowError:  # a code or handle outgrew its column's width: widen, once
+                    for name, value in (("_kind", kind), ("_object", obj), ("_reference", ref), ("_message", msg)):
+                        self._put(name, slot, value)
+                    kinds, objects, references, messages = self._kind, self._object, self._reference, self._message
+                ids.append(event_id)
+        finally:  # what was stored stays consistent if an event is refused half-way
+            self._head, self._len, self._next_id = head, length, next_id
+            queue.head, queue.tail = q_head, q_tail
+        return ids
 
     def _put(self, name: str, slot: int, value: int) -> None:
         column: array[int] = getattr(self, name)
@@ -323,6 +375,8 @@ class EventRing:
         b = a + (end - first)
         column = self._kind
         codes = column[a:b] if b <= self._capacity else column[a:] + column[: b - self._capacity]
+        if column.typecode == "B":  # kind code -> its number of amounts, byte by byte, in C
+            return sum(codes.tobytes().translate(self._amount_table))
         return sum(map(self._kind_amounts.__getitem__, codes))
 
     def _decode(self, ids: Sequence[int]) -> list[EventRecord]:
@@ -331,32 +385,36 @@ class EventRing:
         if not ids:
             return records
         queue = self._amounts
-        values, size = queue.values, queue.size
+        values = queue.values
+        size = len(values)
         lowest = self._next_id - self._len
         objects, references, messages = self._objects.get, self._references.get, self._messages.get
         kinds, kind_column, ts = self._kinds, self._kind, self._ts
         object_column, reference_column, message_column = self._object, self._reference, self._message
         head, capacity = self._head, self._capacity
-        at_id = ids[0]
-        index = queue.start_of(at_id, lowest, self._amounts_between)
+        between = self._amounts_between
+        known_id, index = -1, 0  # the amounts of event known_id start at index (-1: not looked up yet)
         for event_id in ids:
-            if event_id != at_id:  # a filtered read skipped some
-                if event_id - at_id > BLOCK:
-                    index = queue.start_of(event_id, lowest, self._amounts_between)
-                else:
-                    index += self._amounts_between(at_id, event_id)
             slot = (head + event_id - lowest) % capacity
-            kind = kinds[kind_column[slot]]
-            if kind.amounts:
+            event_type, change, detail, keys, n = kinds[kind_column[slot]]
+            if n:
+                if known_id < 0 or event_id - known_id > BLOCK:  # from the nearest mark
+                    index = queue.start_of(event_id, lowest, between)
+                elif event_id != known_id:  # a filtered read skipped some
+                    index += between(known_id, event_id)
                 at = index % size
-                amounts = tuple((key, _shown(values[(at + i) % size])) for i, key in enumerate(kind.keys))
-                index += kind.amounts
+                if at + n <= size:
+                    amounts = tuple([(key, _shown(values[at + i])) for i, key in enumerate(keys)])
+                else:
+                    amounts = tuple([(key, _shown(values[(at + i) % size])) for i, key in enumerate(keys)])
+                index += n
+                known_id = event_id + 1
             else:
                 amounts = ()
             event = Event(
-                kind.type,
-                kind.change,
-                kind.detail,
+                event_type,
+                change,
+                detail,
                 ts[slot],
                 objects(object_column[slot]),
                 references(reference_column[slot]),
@@ -364,7 +422,6 @@ class EventRing:
                 messages(message_column[slot]),
             )
             records.append(EventRecord(event_id, event))
-            at_id = event_id + 1
         return records
 
     # --- capacity --------------------------------------------------------------------------
