@@ -340,3 +340,24 @@ def test_amount_marks_that_wrap_still_find_the_amounts():
         stored.append(event)
     for start in range(1970, 2000):
         assert [r.event for r in ring.read(start, 3).records] == stored[start : start + 3]
+
+
+def test_more_than_255_kinds_widen_the_kind_column_and_still_filter():
+    import itertools
+
+    ring = EventRing(2000)
+    stored = []
+    masks = [c for r in range(1, 5) for c in itertools.combinations(RESOURCE_KEYS, r)]
+    details = [d for d in ChangeDetail if d]
+    for n, (detail, keys, change) in enumerate(itertools.product(details, masks, (ChangeType.SET, ChangeType.ADD))):
+        if n == 600:
+            break
+        event = Event(detail.event_type, change, detail, n, "o", resource=resource({k: 1 for k in keys}))
+        ring.append(event)
+        stored.append(event)
+    assert ring._kind.itemsize == 2
+    assert [r.event for r in ring.read(None, 1000).records] == stored
+    decisions = [e for e in stored if e.type is EventType.DECISION]
+    assert len(decisions) > 100
+    assert [r.event for r in ring.read(None, 1000, {EventType.DECISION}).records] == decisions
+    assert [r.event for r in ring.newest(2, {EventType.DECISION}).records] == decisions[-2:]
