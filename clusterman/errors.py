@@ -1,9 +1,43 @@
-"""The one base class for problems a person can fix (bad config, unreachable signal, cloud refusal).
+"""The errors programs report as one line, as opposed to bugs, which keep their traceback.
 
-Programs show these as one line naming the file, key, signal or object; anything else is a bug
-and keeps its traceback. Each area defines its own subclass next to its code.
+``Reported`` is the base: its message names the file, key, signal or object, and what to do.
+Two kinds derive from it, so a reader of the code knows whose move it is:
+
+- ``UserError``: the input is wrong (a config key, an argument, a file's content); the person
+  who gave it fixes it.
+- ``OperationalError``: the surroundings failed (a cloud call, an unreachable signal or event
+  API); retrying later, or fixing the environment, helps.
+
+Anything else (``ValueError``, ``KeyError``, ... raised by our code or a library) is a bug: the
+command line lets it through with its traceback. Each area defines its own subclasses next to
+its code.
 """
 
+import contextlib
+from collections.abc import Iterator
 
-class UserError(Exception):
-    """A problem with input or surroundings, reported as one clear line."""
+
+class Reported(Exception):
+    """A problem shown as one clear line: not a bug in clusterman."""
+
+
+class UserError(Reported):
+    """The input (config, arguments, a file) is wrong; its message names where."""
+
+
+class OperationalError(Reported):
+    """Something around clusterman failed (cloud, network, a signal, the event API)."""
+
+
+@contextlib.contextmanager
+def reading_input() -> Iterator[None]:
+    """Around the step that parses a person's input: its ``ValueError`` is the input's fault.
+
+    Used at the command line's edges only, so a ``ValueError`` from anywhere else stays a bug.
+    """
+    try:
+        yield
+    except Reported:
+        raise
+    except ValueError as e:
+        raise UserError(str(e)) from e

@@ -10,9 +10,15 @@ import pytest
 
 from clusterman.cli.main import main
 from clusterman.config.model import EventsConfig
+from clusterman.events.client import EventClient
 from clusterman.events.exporter import NodeAction
+from clusterman.events.record import ChangeDetail
+from clusterman.events.record import ChangeType
+from clusterman.events.record import Event
+from clusterman.events.record import EventType
 from clusterman.events.service import EventService
 from clusterman.local.moto_server import free_port
+from clusterman.manager.status import last_decisions
 from clusterman.resources import ResourceRequest
 from clusterman.resources import Resources
 
@@ -58,6 +64,18 @@ def test_type_filter_since_last_and_json(service, capsys):
     assert [json.loads(line)["id"] for line in lines] == [9, 10, 11]
     _, lines, _ = run(capsys, "--url", service.server.url, "--last", "2", "--json")
     assert [json.loads(line)["eventChangeDetail"] for line in lines] == ["NODE_TAINT", "LOCK_TAKEN"]
+
+
+def test_last_counts_only_the_types_asked_for(service, capsys):
+    """--type LOCK --last 2: the 2 newest LOCK events, not the LOCK events among the 2 newest."""
+    for _ in range(3):
+        scale_up(service, 3)  # each: SIGNAL, 3 NODE, LOCK
+    service.recorder.signal_evaluated("web", "Sig@v1", ResourceRequest(cpus=10), 0.02)
+    assert service.publisher.flush(10)
+    _, lines, _ = run(capsys, "--url", service.server.url, "--type", "LOCK", "--last", "2", "--json")
+    assert [json.loads(line)["id"] for line in lines] == [9, 14]
+    _, lines, _ = run(capsys, "--url", service.server.url, "--type", "node", "--since", "6", "--json")
+    assert [json.loads(line)["id"] for line in lines] == [6, 7, 8, 11, 12, 13]
 
 
 def test_overwritten_events_are_reported_not_skipped_silently(service, capsys):
@@ -113,3 +131,42 @@ def test_follow_prints_history_then_live_events(service):
         proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_follow_with_type_and_last(service):
+    for _ in range(2):
+        scale_up(service, 2)  # ids 0..3 and 4..7; LOCK at 3 and 7
+    service.recorder.signal_evaluated("web", "Sig@v1", ResourceRequest(cpus=10), 0.02)  # id 8
+    assert service.publisher.flush(10)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clusterman", "events", "--url", service.server.url, "--follow", "--json",
+         "--type", "LOCK", "--last", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        assert json.loads(proc.stdout.readline())["id"] == 7
+        deadline = time.monotonic() + 10
+        while service.publisher.streams == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        scale_up(service, 2)  # ids 9..12, LOCK at 12
+        assert json.loads(proc.stdout.readline())["id"] == 12
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_status_finds_the_last_decisions_behind_many_other_events(service):
+    """``clusterman status`` asks for the newest DECISION events, not for decisions among the newest events."""
+    rec = service.recorder
+    common = {"demand": {}, "capacity": {}, "utilisation": {"cpus": 0.5}, "setpoint": 0.7}
+    rec.decision(ChangeDetail.DECISION_UTILISATION, 1, target=3, explanation="first", **common)
+    rec.decision(ChangeDetail.DECISION_UTILISATION, 0, target=3, explanation="second", **common)
+    service.reload(EventsConfig(port=service.server.port, ring_capacity=7000, rest_response_size=7))
+    failed = Event(EventType.SIGNAL, ChangeType.NONE, ChangeDetail.SIGNAL_FAILED, 1, "web", "Sig@v1", (), "timeout")
+    for _ in range(6000):
+        service.publisher.publish(failed)
+    assert service.publisher.flush(30)
+    found = last_decisions(EventClient(service.server.url), "p.simulated", 2)
+    assert [d.message.rsplit(": ", 1)[-1] for d in found] == ["first", "second"]

@@ -298,3 +298,76 @@ def test_server_stop_ends_streams_with_a_line_saying_so(make_service):
     assert isinstance(items[-1], StreamEnded)
     assert items[-1].message == "server shutting down"
     stream.close()
+
+
+# --- type filters: applied before count and last ---------------------------------------------
+
+
+def pool_event(n: int) -> Event:
+    return Event(EventType.POOL, ChangeType.NONE, ChangeDetail.POOL_PAUSE, n, "pool", message=f"pause {n}")
+
+
+def publish_mixed(service: EventService, total: int, pool_every: int) -> list[int]:
+    """``total`` events, every ``pool_every``-th a POOL event; returns the POOL events' ids."""
+    pools = []
+    for n in range(total):
+        is_pool = n % pool_every == 0
+        assert service.publisher.publish(pool_event(n) if is_pool else event(n))
+        if is_pool:
+            pools.append(n)
+    assert service.publisher.flush(10)
+    return pools
+
+
+def test_batch_filters_by_type_before_counting(make_service):
+    service = make_service(rest_response_size=4)
+    pools = publish_mixed(service, 100, 10)  # POOL events 0, 10, ..., 90
+    status, body = get(service, "/ws/v1/events/batch?type=POOL&last=3")
+    assert status == 200
+    assert record_ids(body) == pools[-3:]
+    assert (body["LowestID"], body["HighestID"]) == (0, 99)
+    _, body = get(service, "/ws/v1/events/batch?type=pool,node&start=38&count=3")
+    assert record_ids(body) == [38, 39, 40]
+    _, body = get(service, "/ws/v1/events/batch?type=POOL&start=11")
+    assert record_ids(body) == [20, 30, 40, 50]  # capped at rest_response_size, counting POOL events only
+    _, body = get(service, "/ws/v1/events/batch?type=ERROR&last=3")
+    assert record_ids(body) == []
+    _, body = get(service, "/ws/v1/events/batch?last=2")
+    assert record_ids(body) == [98, 99]
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("type=WIBBLE", "unknown event type 'WIBBLE'"),
+        ("type=POOL&type=NODE", "type is given 2 times"),
+        ("last=0", "last must be at least 1"),
+        ("last=2&start=1", "start and last given together"),
+    ],
+)
+def test_batch_bad_filters_are_a_400(make_service, query, message):
+    service = make_service()
+    status, body = get(service, f"/ws/v1/events/batch?{query}")
+    assert status == 400
+    assert message in body["message"]
+
+
+def test_stream_filters_history_and_live_events(make_service):
+    service = make_service()
+    pools = publish_mixed(service, 60, 10)
+    with EventClient(service.server.url, timeout=10).stream(count=2, types={EventType.POOL}) as stream:
+        assert stream.header.history_from_id == pools[-2]
+        items = iter(stream)
+        assert [next(items).id for _ in range(2)] == pools[-2:]
+        for n in range(60, 75):
+            service.publisher.publish(pool_event(n) if n % 5 == 0 else event(n))
+        assert service.publisher.flush(10)
+        assert [next(items).id for _ in range(3)] == [60, 65, 70]
+
+
+def test_the_client_reads_the_newest_of_a_type_across_pages(make_service):
+    service = make_service(rest_response_size=2)
+    pools = publish_mixed(service, 100, 10)
+    client = EventClient(service.server.url)
+    assert [r.id for r in client.newest(5, {EventType.POOL})] == pools[-5:]
+    assert [r.id for r in client.history(None, types={EventType.POOL})] == pools

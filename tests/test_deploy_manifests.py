@@ -240,4 +240,3 @@ def test_the_dockerfile_installs_with_the_tested_script() -> None:
     assert 'ENTRYPOINT ["python", "-m", "clusterman.batch.autoscaler_bootstrap"]' in text
     ignored = (REPO / ".dockerignore").read_text().splitlines()
     assert all(f"!{src.rstrip('/')}" in ignored for src in copied)  # everything it copies is in the context
-

@@ -237,3 +237,127 @@ def test_every_type_detail_and_change_reads_back():
                 ring.append(e)
                 stored.append(e)
     assert [r.event for r in ring.read(None, 500).records] == stored
+
+
+# --- variable amounts, type filters and column widths, against a plain list -----------------
+
+_KINDS = [
+    (EventType.DECISION, ChangeType.NONE, ChangeDetail.DECISION_UTILISATION, ()),
+    (EventType.DECISION, ChangeType.ADD, ChangeDetail.DECISION_UTILISATION, ("capacity",)),
+    (EventType.SIGNAL, ChangeType.SET, ChangeDetail.SIGNAL_REQUEST, ("cpus", "mem")),
+    (EventType.SIGNAL, ChangeType.SET, ChangeDetail.SIGNAL_REQUEST, ("cpus", "mem", "disk")),
+    (EventType.NODE, ChangeType.REMOVE, ChangeDetail.NODE_TERMINATE, ("cpus", "mem", "disk", "gpus")),
+    (EventType.POOL, ChangeType.NONE, ChangeDetail.POOL_PAUSE, ()),
+]
+
+
+def mixed_event(n: int, kind: int) -> Event:
+    event_type, change, detail, keys = _KINDS[kind]
+    amounts = tuple((key, float(n % 1000 + i)) for i, key in enumerate(keys))
+    return Event(event_type, change, detail, n, f"o{n % 300}", f"r{n % 3}", amounts, f"m{n}")
+
+
+mixed_operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.lists(st.integers(0, len(_KINDS) - 1), min_size=1, max_size=40)),
+        st.tuples(st.just("resize"), st.integers(1, 70)),
+        st.tuples(st.just("read"), st.integers(-2, 400), st.integers(1, 50)),
+        st.tuples(st.just("filtered"), st.integers(-2, 400), st.integers(1, 50), st.sets(st.sampled_from(EventType))),
+        st.tuples(st.just("newest"), st.integers(0, 50), st.sets(st.sampled_from(EventType))),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(capacity=st.integers(1, 70), ops=mixed_operations)
+def test_ring_with_any_amounts_and_filters_matches_a_list_model(capacity, ops):
+    ring = EventRing(capacity)
+    model: list[tuple[int, Event]] = []
+    next_id = 0
+    for op in ops:
+        if op[0] == "append":
+            for kind in op[1]:
+                event = mixed_event(next_id, kind)
+                assert ring.append(event) == next_id
+                model = [*model, (next_id, event)][-capacity:]
+                next_id += 1
+        elif op[0] == "resize":
+            capacity = op[1]
+            ring.resize(capacity)
+            model = model[-capacity:]
+        elif op[0] in ("read", "filtered"):
+            start, count = max(op[1], 0), op[2]
+            types = op[3] if op[0] == "filtered" else set()
+            page = ring.read(start, count, types)
+            kept = [(i, e) for i, e in model if i >= start] if model and start >= model[0][0] else []
+            expected = [(i, e) for i, e in kept if not types or e.type in types][:count]
+            assert [(r.id, r.event) for r in page.records] == expected
+        else:
+            count, types = op[1], op[2]
+            expected = [(i, e) for i, e in model if not types or e.type in types][-count:] if count else []
+            assert [(r.id, r.event) for r in ring.newest(count, types).records] == expected
+    assert [(r.id, r.event) for r in ring.read(None, 10_000).records] == model
+
+
+def test_filter_comes_before_count():
+    """The 3 newest POOL events, however many other events came after them."""
+    ring = EventRing(1000)
+    for n in range(500):
+        ring.append(mixed_event(n, 5 if n % 50 == 0 else 2))
+    assert [r.id for r in ring.newest(3, {EventType.POOL}).records] == [350, 400, 450]
+    assert [r.id for r in ring.read(120, 2, {EventType.POOL}).records] == [150, 200]
+    assert ring.newest(3, {EventType.ERROR}).records == []
+
+
+def test_columns_widen_when_handles_outgrow_them():
+    ring = EventRing(100_000)
+    for n in range(70_000):  # 70,000 distinct object ids and messages: past 1 and 2 bytes
+        ring.append(Event(EventType.NODE, ChangeType.NONE, ChangeDetail.NODE_TAINT, n, f"node-{n}", "g", (), f"m{n}"))
+    assert ring._object.itemsize == 4 and ring._reference.itemsize == 1
+    assert [r.event.object_id for r in ring.read(0, 2).records] == ["node-0", "node-1"]
+    assert ring.read(69_999, 1).records[0].event.message == "m69999"
+
+
+def test_amounts_take_room_only_for_what_events_carry():
+    ring = EventRing(10_000)
+    for n in range(10_000):
+        ring.append(mixed_event(n, 2))  # two amounts each
+    assert ring._amounts.size < 2.5 * 10_000
+    assert ring.read(9_999, 1).records[0].event.resource == (("cpus", 999.0), ("mem", 1000.0))
+
+
+def test_amount_marks_that_wrap_still_find_the_amounts():
+    """Marks keep the amount index modulo 2**bits; 8 bits wrap after 256 amounts."""
+    from clusterman.events.amounts import AmountQueue
+
+    ring = EventRing(30)
+    ring._amounts = AmountQueue(30, 4, mark_bits=8)
+    stored = []
+    for n in range(2000):
+        event = mixed_event(n, n % len(_KINDS))
+        ring.append(event)
+        stored.append(event)
+    for start in range(1970, 2000):
+        assert [r.event for r in ring.read(start, 3).records] == stored[start : start + 3]
+
+
+def test_more_than_255_kinds_widen_the_kind_column_and_still_filter():
+    import itertools
+
+    ring = EventRing(2000)
+    stored = []
+    masks = [c for r in range(1, 5) for c in itertools.combinations(RESOURCE_KEYS, r)]
+    details = [d for d in ChangeDetail if d]
+    for n, (detail, keys, change) in enumerate(itertools.product(details, masks, (ChangeType.SET, ChangeType.ADD))):
+        if n == 600:
+            break
+        event = Event(detail.event_type, change, detail, n, "o", resource=resource({k: 1 for k in keys}))
+        ring.append(event)
+        stored.append(event)
+    assert ring._kind.itemsize == 2
+    assert [r.event for r in ring.read(None, 1000).records] == stored
+    decisions = [e for e in stored if e.type is EventType.DECISION]
+    assert len(decisions) > 100
+    assert [r.event for r in ring.read(None, 1000, {EventType.DECISION}).records] == decisions
+    assert [r.event for r in ring.newest(2, {EventType.DECISION}).records] == decisions[-2:]

@@ -33,6 +33,7 @@ from clusterman.batch.stopping import stop_on_signals
 from clusterman.cli.common import add_pool_arguments
 from clusterman.cli.common import resolve_pool
 from clusterman.config.loader import default_env_config_path
+from clusterman.errors import Reported
 from clusterman.errors import UserError
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.service import EventService
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             lease_seconds=lease_seconds,
             budget_seconds=budget,
         )
-    except UserError as e:
+    except Reported as e:
         print(f"autoscaler: {e}", file=sys.stderr)
         return 1
     splay = 0.0 if args.no_splay else splay_seconds(setup.identity.cluster, setup.identity.pool, period)

@@ -1,1 +1,1 @@
-"""The ``clusterman`` command: one module per subcommand, found by ``main.subcommands()``."""
+"""The ``clusterman`` command: one module per subcommand, listed in ``main.COMMANDS`` and imported only when run."""

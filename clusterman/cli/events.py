@@ -1,7 +1,9 @@
 """``clusterman events``: what the autoscaler did and why, one line per event.
 
 Reads the autoscaler's event API (``/ws/v1/events/*``); ``--follow`` keeps printing new events
-as they happen, with no gap and no repeat between the history and the live part.
+as they happen, with no gap and no repeat between the history and the live part. ``--type`` is
+sent to the server, which filters before it counts: ``--type POOL --last 3`` is the 3 newest
+POOL events, however many other events came after them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from collections.abc import Iterable
 
 from clusterman.config.loader import load_main_config
+from clusterman.errors import UserError
 from clusterman.events.client import EventAPIError
 from clusterman.events.client import EventClient
 from clusterman.events.client import Heartbeat
@@ -33,7 +36,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="append",
         default=[],
         metavar="T",
-        help=f"only these types (repeatable or comma-separated): {', '.join(t.name for t in EventType)}",
+        help=f"only these types (repeatable or comma-separated; --last counts these only): "
+        f"{', '.join(t.name for t in EventType)}",
     )
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing new events as they happen")
     parser.add_argument("--json", action="store_true", help="one JSON record per line, for tools")
@@ -58,7 +62,7 @@ def parse_types(values: Iterable[str]) -> frozenset[EventType]:
         for name in filter(None, (part.strip().upper() for part in value.split(","))):
             if name not in EventType.__members__:
                 known = ", ".join(t.name for t in EventType)
-                raise ValueError(f"--type {name}: unknown event type (known: {known})")
+                raise UserError(f"--type {name}: unknown event type (known: {known})")
             chosen.add(EventType[name])
     return frozenset(chosen)
 
@@ -87,15 +91,12 @@ def format_line(record: EventRecord) -> str:
 
 
 class _Printer:
-    def __init__(self, types: frozenset[EventType], as_json: bool) -> None:
-        self.types = types
+    def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
 
     def __call__(self, item: EventRecord | StreamEnded) -> None:
         if isinstance(item, StreamEnded):
             print(f"clusterman events: {item.message}: {item.description}", file=sys.stderr)
-            return
-        if self.types and item.event.type not in self.types:
             return
         text = json.dumps(item.to_json()) if self.as_json else format_line(item)
         print(text, flush=True)
@@ -104,11 +105,12 @@ class _Printer:
 def run_events(args: argparse.Namespace) -> int:
     types = parse_types(args.type)
     client = EventClient(args.url or default_url(args.env_config_path), timeout=args.timeout)
-    emit = _Printer(types, args.json)
+    emit = _Printer(args.json)
     try:
         if args.follow:
-            return _follow(client, args, emit)
-        for item in client.history(_start(client, args)):
+            return _follow(client, args, types, emit)
+        last, since = args.last, args.since
+        for item in client.newest(last, types) if last is not None else client.history(since, types=types):
             emit(item)
         return 0
     except EventAPIError as e:
@@ -118,35 +120,24 @@ def run_events(args: argparse.Namespace) -> int:
         return 0
 
 
-def _start(client: EventClient, args: argparse.Namespace, highest: int | None = None) -> int | None:
-    if args.since is not None:
-        return int(args.since)
-    if args.last is None:
-        return None
-    if highest is None:
-        probe = client.batch(count=1)
-        highest = probe.highest_id
-    return max(0, highest - args.last + 1)
-
-
-def _follow(client: EventClient, args: argparse.Namespace, emit: _Printer) -> int:
-    # Subscribe first (no history), then read the history up to the subscription point by
-    # pages: the live part starts right after it, so nothing is missed or printed twice.
-    with client.stream(count=0) as stream:
+def _follow(client: EventClient, args: argparse.Namespace, types: frozenset[EventType], emit: _Printer) -> int:
+    # --last N: the server sends the N newest (of the types) and then the live ones, with no gap.
+    # Otherwise subscribe first (no history), then read the history up to the subscription point
+    # by pages: the live part starts right after it, so nothing is missed or printed twice.
+    history = args.last if args.last is not None else 0
+    with client.stream(count=history, types=types) as stream:
         highest = stream.header.highest_id
-        start = _start(client, args, highest)
-        if start is None:
-            start = stream.header.lowest_id
-        if start <= highest:
-            for item in client.history(start, until=highest):
-                emit(item)
+        if args.last is None:
+            start = stream.header.lowest_id if args.since is None else int(args.since)
+            if start <= highest:
+                for item in client.history(start, until=highest, types=types):
+                    emit(item)
         for live in stream:
             if isinstance(live, Heartbeat):
                 continue
             if isinstance(live, StreamEnded):
                 emit(live)
                 return 1
-            if live.id >= start:
-                emit(live)
+            emit(live)
     print("clusterman events: the event stream closed (autoscaler stopped?)", file=sys.stderr)
     return 1

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from clusterman.errors import reading_input
 from clusterman.metrics.datafile import count_points
 from clusterman.metrics.datafile import write_metrics_file
 from clusterman.metrics.generate import generate
@@ -25,10 +26,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
-    design = load_design(args.design)
-    if args.seed is not None:
-        design = dataclasses.replace(design, seed=args.seed)
-    data = generate(design)
+    with reading_input():  # the design file, checked as it is generated
+        design = load_design(args.design)
+        if args.seed is not None:
+            design = dataclasses.replace(design, seed=args.seed)
+        data = generate(design)
     write_metrics_file(args.output, data)
     series = sum(len(by_key) for by_key in data.values())
     print(f"wrote {count_points(data)} points in {series} series to {args.output}")

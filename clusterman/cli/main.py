@@ -1,7 +1,14 @@
 """``clusterman <subcommand>``: the operator's and the signal author's command line.
 
-Errors a person can fix (bad config, unreachable signal, bad input file) print one line on
-stderr and exit with status 1; a traceback means a bug in clusterman.
+Subcommands are imported lazily: ``COMMANDS`` names each one's module and help line, so listing
+them (``clusterman --help``) imports none, and running one imports only its own module (the
+Kubernetes client, boto3 and the simulator load only for the commands that use them). A module of
+``clusterman.cli`` missing from the table still works, imported every time (a unit test keeps the
+table complete and equal to what the modules register).
+
+Errors: a ``clusterman.errors.Reported`` error (bad input, config or surroundings) or a missing
+file prints one line on stderr and exits with status 1; anything else is a bug in clusterman and
+keeps its traceback (exit status 1 too, from Python).
 """
 
 from __future__ import annotations
@@ -12,31 +19,103 @@ import logging
 import pkgutil
 import sys
 from collections.abc import Callable
-from types import ModuleType
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
 
 import clusterman.cli
-from clusterman.config.loader import default_env_config_path
-from clusterman.errors import UserError
+from clusterman.errors import Reported
 
 
-def subcommands() -> list[ModuleType]:
-    """Every module of clusterman.cli with ``add_parser(subparsers)``, which sets ``func`` on its parser."""
-    modules = []
-    for info in sorted(pkgutil.iter_modules(clusterman.cli.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"clusterman.cli.{info.name}")
-        if hasattr(module, "add_parser"):
-            modules.append(module)
-    return modules
+@dataclass(frozen=True)
+class Command:
+    """One subcommand as listed by ``clusterman --help``, and the module that registers it."""
+
+    name: str
+    module: str  # under clusterman.cli; its add_parser(subparsers) registers the command
+    help: str
+    aliases: tuple[str, ...] = ()
 
 
-USER_ERRORS: tuple[type[Exception], ...] = (UserError, FileNotFoundError, ValueError)
+COMMANDS: Final = (
+    Command(
+        "collect-metrics",
+        "collect_metrics",
+        "write the pools' system metrics to the metrics store (once, or every run_interval_seconds)",
+    ),
+    Command("events", "events", "show what the autoscaler did and why"),
+    Command("generate-data", "generate_data", "write synthetic metrics from a YAML design"),
+    Command("list-clusters", "list_clusters", "list the clusters in the srv-configs"),
+    Command("list-pools", "list_pools", "list a cluster's pools"),
+    Command("manage", "manage", "set a pool's target capacity by hand (limited as the autoscaler)"),
+    Command("metrics", "metrics", "read and write the metrics datastore"),
+    Command("plan", "plan", "print the scaling decision for a pool snapshot, and why"),
+    Command("signal", "signal", "work with signals", ("signals",)),
+    Command(
+        "simulate",
+        "simulate",
+        "replay a pool's metrics through the real autoscaler: cost, shortfall, scaling actions",
+    ),
+    Command("status", "status", "show a pool's groups, nodes, utilisation and last decisions"),
+    Command("disable", "toggle", "pause a pool's autoscaler"),
+    Command("enable", "toggle", "resume a paused pool's autoscaler"),
+)
+NOT_COMMANDS: Final = frozenset({"common", "main"})  # modules of clusterman.cli that register nothing
+
+# One line, exit status 1: errors a person can act on. ValueError is not here: from a library or
+# our own code it is a bug, and its traceback is what finds it.
+USER_ERRORS: Final[tuple[type[Exception], ...]] = (Reported, FileNotFoundError)
 
 
-def build_parser() -> argparse.ArgumentParser:
+class Arguments(argparse.Namespace):
+    """Parsed arguments; the main config's default path is looked up only if a command reads it."""
+
+    env_config_path_given: str | None = None
+
+    @property
+    def env_config_path(self) -> str:
+        if self.env_config_path_given:
+            return self.env_config_path_given
+        from clusterman.config.loader import default_env_config_path
+
+        return default_env_config_path()
+
+    @env_config_path.setter
+    def env_config_path(self, value: str) -> None:
+        self.env_config_path_given = value
+
+
+def unlisted_modules() -> list[str]:
+    """Modules of clusterman.cli that ``COMMANDS`` does not name (imported eagerly, to be listed)."""
+    listed = {c.module for c in COMMANDS} | NOT_COMMANDS
+    return sorted(m.name for m in pkgutil.iter_modules(clusterman.cli.__path__) if m.name not in listed)
+
+
+def _register(module_name: str, subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    module = importlib.import_module(f"clusterman.cli.{module_name}")
+    add_parser = getattr(module, "add_parser", None)
+    if add_parser is not None:
+        add_parser(subparsers)
+
+
+def _log_level(text: str) -> str:
+    level = text.upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise argparse.ArgumentTypeError(f"expected DEBUG, INFO, WARNING or ERROR, got {text!r}")
+    return level
+
+
+def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The parser with the commands of the modules in ``load`` complete (None: every module).
+
+    The other commands are listed with their help line only, enough to choose one.
+    """
     parser = argparse.ArgumentParser(prog="clusterman", description="An autoscaler for one pool of cloud machines.")
     parser.add_argument(
         "--env-config-path",
-        default=default_env_config_path(),
+        dest="env_config_path_given",
+        metavar="ENV_CONFIG_PATH",
+        default=None,
         help="the main config file (default: $CMAN_ENV_CONFIG_PATH, /nail/srv/configs/clusterman.yaml, "
         "or this checkout's config/clusterman.yaml)",
     )
@@ -45,17 +124,39 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the directory of <cluster>/<pool>.<scheduler> files (default: from the main config)",
     )
-    parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING or ERROR")
+    parser.add_argument("--log-level", default="WARNING", type=_log_level, help="DEBUG, INFO, WARNING or ERROR")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in subcommands():
-        module.add_parser(subparsers)
+    loaded = {c.module for c in COMMANDS} if load is None else set(load)
+    registered: set[str] = set()
+    for command in COMMANDS:
+        if command.module not in loaded:
+            subparsers.add_parser(command.name, aliases=list(command.aliases), help=command.help, add_help=False)
+        elif command.module not in registered:  # the module registers all of its commands at once
+            registered.add(command.module)
+            _register(command.module, subparsers)
+    for module_name in unlisted_modules():
+        _register(module_name, subparsers)
     return parser
 
 
+def chosen_module(argv: list[str] | None) -> str | None:
+    """The module of the command ``argv`` names, found without importing any command module.
+
+    Exits like argparse (usage on stderr, status 2) when no known command is given, and prints
+    the list of commands for ``clusterman --help``.
+    """
+    args, _ = build_parser(load=()).parse_known_args(argv, namespace=Arguments())
+    for command in COMMANDS:
+        if args.command == command.name or args.command in command.aliases:
+            return command.module
+    return None  # registered by an unlisted module, already complete
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    module = chosen_module(argv)
+    parser = build_parser(load=() if module is None else (module,))
+    args = parser.parse_args(argv, namespace=Arguments())
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

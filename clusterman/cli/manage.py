@@ -17,6 +17,7 @@ import time
 from clusterman.autoscaler.exact import show
 from clusterman.cli.common import add_pool_arguments
 from clusterman.cli.common import resolve_pool
+from clusterman.errors import reading_input
 from clusterman.manager.manual import ManualTarget
 from clusterman.manager.manual import ManualTargetError
 from clusterman.manager.manual import parse_target
@@ -38,7 +39,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run_manage(args: argparse.Namespace) -> int:
     setup = resolve_pool(args)
     policy = setup.policy
-    requested = parse_target(args.target_capacity, policy)
+    with reading_input():
+        requested = parse_target(args.target_capacity, policy)
     found = discovery_for(setup)()
     if found.errors:
         problems = "; ".join(str(e) for e in found.errors)

@@ -19,6 +19,7 @@ from clusterman.config.loader import parse_scheduler
 from clusterman.config.model import MetricsBackend
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
+from clusterman.errors import reading_input
 from clusterman.metrics.datafile import count_points
 from clusterman.metrics.datafile import points_of
 from clusterman.metrics.datafile import read_metrics_file
@@ -115,7 +116,9 @@ def run_read(args: argparse.Namespace) -> int:
 def run_keys(args: argparse.Namespace) -> int:
     store = store_from_args(args)
     try:
-        for key in store.keys(MetricType(args.type), args.prefix, args.regex):
+        with reading_input():  # the --regex
+            keys = store.keys(MetricType(args.type), args.prefix, args.regex)
+        for key in keys:
             print(key)
     finally:
         store.close()
@@ -149,12 +152,13 @@ def check_key(metric_type: MetricType, key: str) -> None:
 
 
 def run_write(args: argparse.Namespace) -> int:
-    metric_type = MetricType(args.type)
-    check_key(metric_type, args.key)
-    if args.timestamp is not None and args.timestamp < 0:
-        raise ValueError(f"--timestamp {args.timestamp}: must be Unix seconds, at least 0")
     timestamp = args.timestamp if args.timestamp is not None else int(time.time())
-    point = Point(metric_type, args.key, timestamp, parse_value(args.value))
+    with reading_input():
+        metric_type = MetricType(args.type)
+        check_key(metric_type, args.key)
+        if args.timestamp is not None and args.timestamp < 0:
+            raise ValueError(f"--timestamp {args.timestamp}: must be Unix seconds, at least 0")
+        point = Point(metric_type, args.key, timestamp, parse_value(args.value))
     store = store_from_args(args)
     try:
         store.write([point])
@@ -170,7 +174,8 @@ def chunks(points: Iterable[Point], size: int) -> Iterator[list[Point]]:
 
 
 def run_load(args: argparse.Namespace) -> int:
-    data = read_metrics_file(args.input)
+    with reading_input():
+        data = read_metrics_file(args.input)
     store = store_from_args(args)
     try:
         for chunk in chunks(points_of(data), WRITE_CHUNK):

@@ -7,6 +7,7 @@ import time
 
 from clusterman.cli.common import add_pool_arguments
 from clusterman.cli.common import resolve_pool
+from clusterman.errors import reading_input
 from clusterman.state.factory import open_state_store
 from clusterman.state.pause import parse_until
 from clusterman.state.pause import pause
@@ -29,7 +30,9 @@ def run_disable(args: argparse.Namespace) -> int:
     ctx = resolve_pool(args)
     now = time.time()
     store = open_state_store(ctx.main)
-    pause(store, ctx.identity, now, parse_until(args.until, now), args.reason)
+    with reading_input():
+        until = parse_until(args.until, now)
+    pause(store, ctx.identity, now, until, args.reason)
     print(f"{ctx.identity}: {pause_status(store, ctx.identity, now).describe()}")
     return 0
 

@@ -9,21 +9,23 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Collection
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.client import HTTPResponse
 from typing import Any
 
 from clusterman.config.model import EventsConfig
-from clusterman.errors import UserError
+from clusterman.errors import OperationalError
 from clusterman.events.http import BATCH_PATH
 from clusterman.events.http import STREAM_PATH
 from clusterman.events.record import EventRecord
+from clusterman.events.record import EventType
 from clusterman.events.record import record_from_json
 
 
-class EventAPIError(UserError):
-    pass
+class EventAPIError(OperationalError):
+    """The event API could not be reached or answered something unexpected."""
 
 
 _ANY_ADDRESS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
@@ -74,7 +76,7 @@ class EventClient:
         self.url = url.rstrip("/")
         self.timeout = timeout
 
-    def _open(self, path: str, params: dict[str, int], timeout: float) -> HTTPResponse:
+    def _open(self, path: str, params: dict[str, int | str], timeout: float) -> HTTPResponse:
         query = urllib.parse.urlencode(params)
         url = f"{self.url}{path}" + (f"?{query}" if query else "")
         try:
@@ -86,8 +88,19 @@ class EventClient:
             reason = getattr(e, "reason", e)
             raise EventAPIError(f"cannot reach the event API at {url}: {reason}") from e
 
-    def batch(self, start: int | None = None, count: int | None = None) -> Batch:
-        params = {k: v for k, v in (("start", start), ("count", count)) if v is not None}
+    def batch(
+        self,
+        start: int | None = None,
+        count: int | None = None,
+        types: Collection[EventType] = (),
+        last: int | None = None,
+    ) -> Batch:
+        """One page: from id ``start``, or from the ``last``-th newest event (of ``types``, if given)."""
+        params: dict[str, int | str] = {
+            k: v for k, v in (("start", start), ("count", count), ("last", last)) if v is not None
+        }
+        if types:
+            params["type"] = _type_names(types)
         with self._open(BATCH_PATH, params, self.timeout) as response:
             body = _json(response.read(), BATCH_PATH)
         try:
@@ -105,18 +118,38 @@ class EventClient:
         with self._open("/metrics", {}, self.timeout) as response:
             return str(response.read().decode("utf-8", errors="replace"))
 
-    def history(self, start: int | None, until: int | None = None) -> Iterator[EventRecord | StreamEnded]:
-        """Events from ``start`` (default: the oldest kept) to ``until`` (default: the newest now).
+    def history(
+        self, start: int | None, until: int | None = None, types: Collection[EventType] = ()
+    ) -> Iterator[EventRecord | StreamEnded]:
+        """Events (of ``types``, if given) from ``start`` (default: the oldest kept) to ``until``
+        (default: the newest now).
 
         Events overwritten before they were read are reported with a ``StreamEnded`` item naming
         the gap, then reading goes on from the oldest kept; a server restart ends the history.
         """
         probe = self.batch(count=1)
+        yield from self._pages(start, until, types, probe)
+
+    def newest(self, count: int, types: Collection[EventType] = ()) -> Iterator[EventRecord | StreamEnded]:
+        """The ``count`` newest events (of ``types``, if given), oldest first: filtered, then counted."""
+        if count <= 0:
+            return
+        first = self.batch(last=count, types=types)
+        if not first.records:
+            return
+        yield from first.records
+        rest = first.records[-1].id + 1
+        yield from self._pages(rest, first.highest_id, types, first)
+
+    def _pages(
+        self, start: int | None, until: int | None, types: Collection[EventType], probe: Batch
+    ) -> Iterator[EventRecord | StreamEnded]:
+        """Pages from ``start`` to ``until``, of the server ``probe`` came from (same instance)."""
         uuid = probe.instance_uuid
         stop = probe.highest_id if until is None else until
         next_id = probe.lowest_id if start is None else start
         while next_id <= stop:
-            page = self.batch(next_id)
+            page = self.batch(next_id, types=types)
             if page.instance_uuid != uuid:
                 raise EventAPIError(f"{self.url}: the autoscaler restarted while reading (ids start again)")
             if not page.records:
@@ -131,8 +164,12 @@ class EventClient:
                 yield record
             next_id = page.records[-1].id + 1
 
-    def stream(self, count: int = 0) -> Stream:
-        return Stream(self._open(STREAM_PATH, {"count": count}, self.timeout), self.url)
+    def stream(self, count: int = 0, types: Collection[EventType] = ()) -> Stream:
+        """Live events (of ``types``, if given), after the ``count`` newest of them."""
+        params: dict[str, int | str] = {"count": count}
+        if types:
+            params["type"] = _type_names(types)
+        return Stream(self._open(STREAM_PATH, params, self.timeout), self.url)
 
 
 class Stream:
@@ -185,6 +222,10 @@ class Stream:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _type_names(types: Collection[EventType]) -> str:
+    return ",".join(sorted(t.name for t in types))
 
 
 def _json(raw: bytes, where: str) -> Any:

@@ -1,7 +1,11 @@
 """The HTTP endpoints: event history (batch and stream), Prometheus metrics, health.
 
     GET /ws/v1/events/batch?start=ID&count=N   a page of history (YuniKorn's contract)
+    GET /ws/v1/events/batch?last=N             the same, from the N-th newest event
     GET /ws/v1/events/stream?count=N           N recent events, then live ones, as JSON lines
+
+Every event endpoint takes ``type=NODE,DECISION``: only events of those types, filtered before
+``count``/``last`` are applied (the 3 newest POOL events, not the POOL events among the 3 newest).
     GET /metrics                               Prometheus text format
     GET /healthz                               200 while events are being stored
 
@@ -35,6 +39,7 @@ from clusterman.events.publisher import EventPublisher
 from clusterman.events.publisher import Overflowed
 from clusterman.events.publisher import Subscription
 from clusterman.events.record import EventRecord
+from clusterman.events.record import EventType
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +87,22 @@ def whole_number(params: Mapping[str, list[str]], name: str, *, minimum: int) ->
             f"{name} must be at least {minimum}, got {value}", f"{name} is a whole number of at least {minimum}"
         )
     return value
+
+
+def event_types(params: Mapping[str, list[str]]) -> frozenset[EventType]:
+    """The ``type`` parameter: comma-separated type names; absent means every type."""
+    values = params.get("type")
+    if values is None:
+        return frozenset()
+    if len(values) != 1:
+        raise BadRequest(f"type is given {len(values)} times", "give the types once, separated by commas")
+    known = ", ".join(t.name for t in EventType)
+    chosen = set()
+    for name in (part.strip().upper() for part in values[0].split(",")):
+        if name not in EventType.__members__:
+            raise BadRequest(f"unknown event type {name[:40]!r}", f"known types: {known}")
+        chosen.add(EventType[name])
+    return frozenset(chosen)
 
 
 def check_known(params: Mapping[str, list[str]], known: tuple[str, ...]) -> None:
@@ -193,11 +214,20 @@ class EventServer:
     # --- request handling (called from handler threads) ------------------------------------
 
     def batch(self, params: Mapping[str, list[str]]) -> dict[str, Any]:
-        check_known(params, ("start", "count"))
+        check_known(params, ("start", "count", "last", "type"))
         start = whole_number(params, "start", minimum=0)
         count = whole_number(params, "count", minimum=1)
-        limit = self.rest_response_size
-        page = self.publisher.ring.read(start, min(count or limit, limit))
+        last = whole_number(params, "last", minimum=1)
+        types = event_types(params)
+        if start is not None and last is not None:
+            raise BadRequest("start and last given together", "give start (an id) or last (a number), not both")
+        limit = min(count or self.rest_response_size, self.rest_response_size)
+        ring = self.publisher.ring
+        if last is None:
+            page = ring.read(start, limit, types)
+        else:
+            first = ring.newest_start(last, types)
+            page = ring.read(first, limit if first is not None else 0, types)
         return {
             "InstanceUUID": self.publisher.ring.instance_uuid,
             "LowestID": page.lowest_id,
@@ -216,8 +246,9 @@ class EventServer:
         return (200 if self.publisher.running else 503), body
 
     def stream(self, handler: _Handler, params: Mapping[str, list[str]]) -> None:
-        check_known(params, ("count",))
+        check_known(params, ("count", "type"))
         count = whole_number(params, "count", minimum=0) or 0
+        types = event_types(params)
         limits = self.limits
         client = handler.client_address[0]
         refused = self.slots.acquire(client, limits)
@@ -235,7 +266,7 @@ class EventServer:
             handler.send_header("Cache-Control", "no-cache")
             handler.send_header("Connection", "close")
             handler.end_headers()
-            _StreamWriter(handler, self.publisher, sub, limits).run(count)
+            _StreamWriter(handler, self.publisher, sub, limits, types).run(count)
         except TimeoutError:
             self.publisher.cut(sub)
             log.info("event stream to %s cut: it read nothing for %g s", client, limits.write_timeout_seconds)
@@ -257,18 +288,34 @@ def json_line(value: Mapping[str, Any]) -> bytes:
 
 
 class _StreamWriter:
-    """One stream: header, history up to the subscription point, then live events."""
+    """One stream: header, history up to the subscription point, then live events.
 
-    def __init__(self, handler: _Handler, publisher: EventPublisher, sub: Subscription, limits: StreamLimits):
+    With a type filter, ``last_sent`` is the last id examined (sent or filtered out), so the
+    ``NextID`` and ``LastID`` a client sees let it resume with the same filter and miss nothing.
+    """
+
+    def __init__(
+        self,
+        handler: _Handler,
+        publisher: EventPublisher,
+        sub: Subscription,
+        limits: StreamLimits,
+        types: frozenset[EventType] = frozenset(),
+    ):
         self.out = handler.wfile
         self.publisher = publisher
         self.sub = sub
         self.limits = limits
+        self.types = types
         self.last_sent = sub.lowest_id - 1  # the first id sent is then last_sent + 1
 
     def run(self, history: int) -> None:
         ring = self.publisher.ring
-        start = max(self.sub.lowest_id, self.sub.after_id - history + 1)
+        if not self.types:
+            start = max(self.sub.lowest_id, self.sub.after_id - history + 1)
+        else:
+            first = ring.newest_start(history, self.types, until=self.sub.after_id) if history else None
+            start = self.sub.after_id + 1 if first is None else first
         self.write(
             {
                 "InstanceUUID": ring.instance_uuid,
@@ -296,17 +343,22 @@ class _StreamWriter:
 
     def send_history(self, start: int) -> bool:
         next_id = start
-        while next_id <= self.sub.after_id:
-            count = min(HISTORY_PAGE, self.sub.after_id - next_id + 1)
-            page = self.publisher.ring.read(next_id, count)
-            if not page.records:  # overwritten while we were sending: say so, never skip silently
+        until = self.sub.after_id
+        while next_id <= until:
+            count = min(HISTORY_PAGE, until - next_id + 1)
+            page = self.publisher.ring.read(next_id, count, self.types)
+            if next_id < page.lowest_id:  # overwritten while we were sending: say so, never skip silently
                 self.end(
                     "history overwritten while being sent",
                     f"events from {next_id} are gone; resume with {BATCH_PATH}?start={page.lowest_id}",
                 )
                 return False
-            self.write_records(page.records)
-            next_id = page.records[-1].id + 1
+            records = [r for r in page.records if r.id <= until]
+            self.write_records(records)
+            if len(page.records) < count or len(records) < len(page.records):
+                break  # nothing more of these types up to the subscription point
+            next_id = records[-1].id + 1
+        self.last_sent = until
         return True
 
     def send_live(self) -> None:
@@ -325,6 +377,8 @@ class _StreamWriter:
             elif isinstance(item, Closed):
                 self.end("server shutting down", f"resume with {BATCH_PATH}?start={self.last_sent + 1}")
                 return
+            elif self.types and item.event.type not in self.types:
+                self.last_sent = item.id
             else:
                 self.write_records([item])
 

@@ -15,39 +15,43 @@ EMPTY: Final = 0  # the handle of "" (never counted, never freed)
 
 
 class Interner:
+    """``handles`` (text -> handle) and ``refs`` (references per handle) are public for one
+    reason: the ring's storage loop counts a reference to a string it already holds inline, as
+    ``add`` would, without a method call per field. Everything else goes through the methods."""
+
     def __init__(self) -> None:
-        self._handles: dict[str, int] = {}
+        self.handles: dict[str, int] = {}
         self._strings: list[str] = [""]
-        self._refs = array("I", [0])
+        self.refs = array("I", [0])
         self._free: list[int] = []
 
     def add(self, text: str) -> int:
         """The handle for ``text``, counting one more reference to it."""
         if not text:
             return EMPTY
-        handle = self._handles.get(text)
+        handle = self.handles.get(text)
         if handle is None:
             if self._free:
                 handle = self._free.pop()
                 self._strings[handle] = text
-                self._refs[handle] = 1
+                self.refs[handle] = 1
             else:
                 handle = len(self._strings)
                 self._strings.append(text)
-                self._refs.append(1)
-            self._handles[text] = handle
+                self.refs.append(1)
+            self.handles[text] = handle
         else:
-            self._refs[handle] += 1
+            self.refs[handle] += 1
         return handle
 
     def release(self, handle: int) -> None:
         """Drop one reference; the string goes when none is left."""
         if handle == EMPTY:
             return
-        left = self._refs[handle] - 1
-        self._refs[handle] = left
+        left = self.refs[handle] - 1
+        self.refs[handle] = left
         if left == 0:
-            del self._handles[self._strings[handle]]
+            del self.handles[self._strings[handle]]
             self._strings[handle] = ""
             self._free.append(handle)
 
@@ -56,4 +60,4 @@ class Interner:
 
     def __len__(self) -> int:
         """Distinct strings held (the empty string not counted)."""
-        return len(self._handles)
+        return len(self.handles)

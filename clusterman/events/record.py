@@ -9,8 +9,8 @@ used with its own type (or DETAILS_NONE with any).
 
 Resource amounts carry the units of ``clusterman.resources`` (cpus in shares, mem and disk in
 MB, gpus in devices) plus ``capacity`` (resource-group weight units, as in target capacity) and
-``nodes`` (a count). At most ``MAX_RESOURCE_KEYS`` of them per event, so the ring can store the
-amounts in fixed columns.
+``nodes`` (a count). At most ``MAX_RESOURCE_KEYS`` of them per event, which bounds the ring's
+memory per event.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class ChangeDetail(enum.IntEnum):
     DECISION_UTILISATION = 200  # utilisation against the setpoint decided
     DECISION_MIN_CAPACITY = 201  # raised to the pool's minimum
     DECISION_MAX_CAPACITY = 202  # clamped to the pool's maximum
-    DECISION_SCALE_LOCK = 203  # scale-down held back by the scale lock
+    DECISION_SCALE_LOCK = 203  # no change at all: the scale lock (after a scale-up) holds every change
     DECISION_BREAKER = 204  # scale-up held back by the open breaker
     DECISION_PAUSED = 205  # no change: the pool is paused
     DECISION_NO_DEMAND = 206  # no change: no usable signal answered

@@ -32,6 +32,7 @@ from clusterman.cluster.model import NodeState
 from clusterman.cluster.model import PoolSnapshot
 from clusterman.cluster.model import ResourceGroup
 from clusterman.config.model import PoolIdentity
+from clusterman.errors import Reported
 from clusterman.errors import UserError
 from clusterman.events.client import EventClient
 from clusterman.events.exporter import NAMESPACE
@@ -47,7 +48,6 @@ from clusterman.state.store import StateStore
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-HISTORY_WINDOW = 5000  # newest events searched for the pool's decisions
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ def read(what: str, reader: Callable[[], T]) -> T | Unavailable:
     """``reader()``, or why it could not be read (a person-fixable error: config, network, store)."""
     try:
         return reader()
-    except UserError as e:
+    except Reported as e:
         log.debug("%s unavailable: %s", what, e)
         return Unavailable(str(e))
 
@@ -252,15 +252,13 @@ def measured(
 
 
 def last_decisions(events: EventClient, pool: str, count: int) -> tuple[DecisionLine, ...]:
-    """The pool's newest ``count`` decisions among the API's newest ``HISTORY_WINDOW`` events."""
-    probe = events.batch(count=1)
-    start = max(probe.lowest_id, probe.highest_id - HISTORY_WINDOW + 1)
+    """The pool's newest ``count`` decisions: the server filters DECISION events, then counts."""
     found = [
         DecisionLine.of(r)
-        for r in events.history(start, probe.highest_id)
-        if isinstance(r, EventRecord) and r.event.type is EventType.DECISION and r.event.object_id == pool
+        for r in events.newest(count, {EventType.DECISION})
+        if isinstance(r, EventRecord) and r.event.object_id == pool
     ]
-    return tuple(found[-count:])
+    return tuple(found)
 
 
 def decided_utilisation(exposition: str, identity: PoolIdentity) -> UtilisationReading:
