@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import shlex
 import shutil
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +89,7 @@ class BootstrapSettings:
     autoscaler_command: str
     timeouts: Timeouts
     poll_interval: float
+    fetch_retry_seconds: float  # a change refused because a version could not be fetched is tried again
     liveness: LivenessRules
 
     @staticmethod
@@ -111,6 +114,7 @@ class BootstrapSettings:
             autoscaler_command=args.autoscaler_command or default_command,
             timeouts=Timeouts(fetch=args.fetch_timeout, signals=args.signal_timeout, stop=args.stop_timeout),
             poll_interval=args.poll_interval,
+            fetch_retry_seconds=args.fetch_retry,
             liveness=LivenessRules(
                 stale_periods=args.stale_periods,
                 start_grace_seconds=args.start_grace,
@@ -310,20 +314,25 @@ class Bootstrap:
     def _watch(self, tree: ProcessTree, current: Prepared, paths: Paths, status: StatusWriter) -> Prepared | None:
         """Return the next configuration, validated and fetched beside the running tree; None on SIGTERM/SIGINT."""
         rejected: Fingerprint | None = None
+        retry_at = math.inf  # when a change refused for a failed fetch (S3 down, say) is tried again
         baseline = current.baseline
         watched = [Path(p) for p, _ in baseline]
         while not self.stop_event.wait(self.settings.poll_interval):
             tree.check()
             now = fingerprint(watched)
-            if now in (baseline, rejected):
+            if now == baseline or (now == rejected and time.monotonic() < retry_at):
                 continue
             what = ", ".join(changed(baseline, now))
             try:
                 new = self._prepare(paths)
             except (*SETUP_ERRORS, TreeError) as e:
-                log.error("%s (the running tree keeps its previous configuration)", e)
-                status.record(False, what, str(e))
+                transient = isinstance(e, TreeError)
+                retry = f"; trying again in {self.settings.fetch_retry_seconds:g} s" if transient else ""
+                log.error("%s (the running tree keeps its previous configuration%s)", e, retry)
+                if now != rejected:
+                    status.record(False, what, str(e))
                 rejected = now
+                retry_at = time.monotonic() + self.settings.fetch_retry_seconds if transient else math.inf
                 continue
             log.info("%s changed: restarting the tree", what)
             return new
@@ -359,6 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--signal-timeout", type=float, default=60.0, help="seconds for all signals to answer")
     parser.add_argument("--stop-timeout", type=float, default=60.0, help="seconds for the tree to stop")
     parser.add_argument("--poll-interval", type=float, default=10.0, help="seconds between config checks")
+    parser.add_argument(
+        "--fetch-retry", type=float, default=60.0,
+        help="seconds before a change refused because a signal version could not be fetched is tried again",
+    )  # fmt: skip
     parser.add_argument(
         "--stale-periods", type=float, default=3.0,
         help="restart an autoscaler that finished no run for this many of its periods (heartbeat file)",

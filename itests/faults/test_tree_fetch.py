@@ -129,3 +129,43 @@ def test_an_unknown_signal_name_is_refused_at_start_up(tmp_path, moto_server, si
         assert "started the autoscaler" not in bootstrap.stderr
     finally:
         bootstrap.kill()
+
+
+def test_a_change_refused_while_s3_is_down_is_applied_once_s3_is_back(tmp_path, signal_versions):
+    """A new version cannot be fetched while S3 is down: the running tree stays, and the change is
+    tried again every --fetch-retry seconds, without waiting for another edit of the files."""
+    with MotoServer() as moto:
+        bucket = new_bucket(moto.url)
+        for version in ("v1", "v2"):
+            upload(moto.url, bucket, version, signal_versions.tarballs[version])
+        root = tmp_path / "srv-configs"
+        root.mkdir()
+        config = TreeConfig(root, moto.url, bucket, unique_name("pool"))
+        config.write_main(signal_block(unique_name(), "v1"))
+        name = unique_name()
+        write_pool(config, signal_block(name, "v1"), 9)
+        tree = Bootstrap(config, tmp_path, ("--fetch-retry", "2"), autoscaler=STAND_IN)
+        try:
+            tree.wait_for_run(lambda r: r["max_capacity"] == 9, timeout=60)
+            port = moto.port
+            moto.stop()
+            write_pool(config, signal_block(name, "v2"), 6)
+            tree.wait_for_run(lambda r: r["max_capacity"] == 9, timeout=30)  # the old tree still runs
+            deadline = time.monotonic() + 60
+            while "trying again in 2 s" not in tree.stderr and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert "trying again in 2 s" in tree.stderr, tree.stderr
+
+            with MotoServer(port=port) as back:  # S3 is back (empty, as a restarted moto): publish again
+                s3_client(back.url).create_bucket(
+                    Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": "us-west-2"}
+                )
+                for version in ("v1", "v2"):
+                    upload(back.url, bucket, version, signal_versions.tarballs[version])
+                returned = time.monotonic()
+                tree.wait_for_run(lambda r: r["max_capacity"] == 6, timeout=60)
+                print(
+                    f"change refused while S3 was down: applied {time.monotonic() - returned:.1f} s after S3 returned"
+                )
+        finally:
+            tree.kill()
