@@ -86,11 +86,21 @@ def test_payload_reuses_the_files_bytes(tmp_path, text, timestamp, expected):
         ('{"metrics": {"c": [[60, 1.5]]}, "timestamp": 90}', None),
         ('{"metrics": {"c": [[60, 1.5]]}, "timestamp": 90}', 120),
         ('{"c": [[60, 1.5]]}', 75),
+        # no timestamp anywhere: the newest of the series' last points, read off the bytes
+        ('{"c": [[0, 1], [60, 1.5]], "d": [[30, 2], [90, 2.5]]}', None),
+        ('{"metrics": {"c": [[0, 1], [60.5, 1.5]], "d": []}}', None),
     ],
 )
 def test_the_guess_matches_the_checked_payload(tmp_path, text, timestamp):
     path = write(tmp_path, text)
     assert metrics_file.guess(path.read_bytes(), timestamp) == metrics_file.load(path).payload(timestamp)
+
+
+def test_unsorted_series_fool_the_guess_but_not_the_check(tmp_path):
+    path = write(tmp_path, '{"c": [[90, 1], [60, 1.5]]}')
+    guessed = metrics_file.guess(path.read_bytes(), None)
+    assert guessed is not None and json.loads(guessed)["timestamp"] == 60
+    assert json.loads(metrics_file.load(path).payload(None))["timestamp"] == 90
 
 
 def test_a_metric_named_metrics_fools_the_guess_but_not_the_check(tmp_path):

@@ -90,7 +90,8 @@ def splice(raw: bytes, wrapped: bool, has_timestamp: bool, when: float) -> bytes
 def guess(raw: bytes, timestamp: float | None) -> bytes | None:
     """The payload ``load`` will most likely give, from the bytes alone (None: cannot tell).
 
-    A wrapped file whose timestamp is its last member, or any file with ``--timestamp``. Only a
+    A wrapped file whose timestamp is its last member, any file with ``--timestamp``, or a compact
+    file without a timestamp (the newest of each series' last point, read off the bytes). Only a
     guess (a metric named ``metrics`` in a bare mapping fools it): the caller compares it with
     the checked payload and sends again when they differ.
     """
@@ -98,15 +99,40 @@ def guess(raw: bytes, timestamp: float | None) -> bytes | None:
     trailing = _TRAILING_TIMESTAMP.search(raw, max(0, len(raw) - _TAIL)) if wrapped else None
     if timestamp is None:
         if trailing is None:
-            return None
-        try:
-            timestamp = wire.loads(trailing.group(1))
-        except ValueError:
-            return None
-        if type(timestamp) not in _NUMBER_TYPES:
-            return None
+            timestamp = _newest_last_point(raw)
+            if timestamp is None:
+                return None
+        else:
+            try:
+                timestamp = wire.loads(trailing.group(1))
+            except ValueError:
+                return None
+            if type(timestamp) not in _NUMBER_TYPES:
+                return None
     assert timestamp is not None
     return splice(raw, wrapped, trailing is not None, timestamp)
+
+
+def _newest_last_point(raw: bytes) -> Any:
+    """The newest time among the series' last points, found without parsing: each ``]]`` closes
+    a series, and its last point starts at the ``[`` before it. Series are promised oldest first;
+    when one is not, the check's payload differs from the guess and is sent again."""
+    newest: Any = None
+    end = raw.find(b"]]")
+    while end != -1:
+        start = raw.rfind(b"[", 0, end)
+        comma = raw.find(b",", start + 1, end)
+        if start == -1 or comma == -1:
+            return None
+        try:
+            when = wire.loads(raw[start + 1 : comma])
+        except ValueError:
+            return None
+        if type(when) not in _NUMBER_TYPES:
+            return None
+        newest = when if newest is None else max(newest, when)
+        end = raw.find(b"]]", end + 2)
+    return newest
 
 
 def read(path: Path) -> bytes:
