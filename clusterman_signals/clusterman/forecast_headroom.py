@@ -1,0 +1,237 @@
+"""The default signal: recent demand, plus the headroom its own past forecast errors call for.
+
+Per resource r with a ``{r}_allocated`` series, demand d is ``{r}_allocated`` + ``{r}_pending``
+(pending 0 where it has no point). With H the horizon (``horizon_minutes``: a node's join delay
+plus one run, the time a request takes to become capacity):
+
+  base(t)    = d(t) + season(t) + ramp(t)
+  held(t)    = max of base over the last ``hold_minutes``        (up at once, down only after a hold)
+  request    = max(d(now), held(now) + headroom)
+
+  season(t)  = the rise seen one period P earlier: max(d over (t-P, t-P+H+J]) - d(t-P), at least 0,
+               when the history has a period (autocorrelation of the first differences of 5-minute
+               means, strongest lag, its first harmonic that is nearly as strong); J = 5 minutes of
+               slack for a period that is not exact
+  ramp(t)    = slope × H, only for a sustained rise: the last ``ramp_points`` steps all rose and
+               together by more than ``spread_k`` times the noise of one step
+  headroom   = median + spread_k × MAD of the past errors of exactly this rule at the horizon:
+               e(t) = max(d over (t, t+H]) - held(t), over the whole window
+
+The period and the headroom are worked out again every ``refresh_minutes`` from the window the
+signal is given; in between a run costs a few dozen steps, however long the window. With the
+period the headroom is measured both with and without the seasonal term, and the term is used only
+when it makes the average request smaller. With less history than ``min_history_minutes`` the
+headroom is ``warmup_headroom`` × d(now). A resource with no ``{r}_allocated`` data gets no opinion.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import operator
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clusterman_signals.base_signal import BaseSignal
+from clusterman_signals.base_signal import MetricsValuesDict
+from clusterman_signals.base_signal import SignalResources
+
+RESOURCES = ("cpus", "mem", "disk", "gpus")
+DEFAULTS: dict[str, float] = {
+    "horizon_minutes": 5.0,
+    "hold_minutes": 20.0,
+    "spread_k": 3.0,
+    "ramp_points": 4.0,
+    "refresh_minutes": 30.0,
+    "min_history_minutes": 120.0,
+    "warmup_headroom": 0.1,
+    "min_period_minutes": 30.0,
+    "min_correlation": 0.3,
+    "seasonal": 1.0,
+}
+BUCKET = 5  # points per bucket when looking for a period
+SLACK = 5  # points of slack around the period
+
+
+@dataclass(frozen=True)
+class Model:
+    """What the last refresh found for one resource; all counts in points of the series."""
+
+    at: float  # when it was worked out (the run's timestamp)
+    period: int  # 0: no period used
+    headroom: float  # in the resource's units
+    step_noise: float  # MAD of one step's change
+
+
+class Demand:
+    """allocated + pending as a sequence, without building it: pending aligned by index when both
+    series have the same timestamps (the collector writes them together), else by timestamp."""
+
+    def __init__(self, allocated: Sequence[Sequence[float]], pending: Sequence[Sequence[float]]) -> None:
+        self.allocated = allocated
+        self.n = len(allocated)
+        self._pending = pending
+        self._aligned = bool(pending) and len(pending) == self.n and pending[0][0] == allocated[0][0]
+        self._by_time: dict[float, float] | None = None
+        if pending and not self._aligned:
+            self._by_time = {float(t): float(v) for t, v in pending}
+
+    def __getitem__(self, j: int) -> float:
+        a = float(self.allocated[j][1])
+        if self._aligned:
+            return a + max(float(self._pending[j][1]), 0.0)
+        if self._by_time is not None:
+            return a + max(self._by_time.get(float(self.allocated[j][0]), 0.0), 0.0)
+        return a
+
+    def time(self, j: int) -> float:
+        return float(self.allocated[j][0])
+
+    def values(self) -> list[float]:
+        return [self[j] for j in range(self.n)]
+
+
+class ForecastHeadroom(BaseSignal):
+    """See the module docstring; parameters as in ``DEFAULTS`` (minutes, or a multiplier)."""
+
+    def __init__(self, cluster: str, pool: str, parameters: dict[str, Any] | None = None) -> None:
+        super().__init__(cluster, pool, parameters)
+        self._models: dict[str, Model] = {}
+
+    def p(self, name: str) -> float:
+        return float(self.parameters.get(name, DEFAULTS[name]))
+
+    def value(self, metrics: MetricsValuesDict, timestamp: float) -> SignalResources:
+        request: dict[str, float | None] = {}
+        for r in RESOURCES:
+            allocated = metrics.get(f"{r}_allocated") or []
+            if not allocated:
+                request[r] = None
+                continue
+            demand = Demand(allocated, metrics.get(f"{r}_pending") or [])
+            request[r] = self.request(r, demand, float(timestamp) if timestamp else demand.time(-1))
+        return SignalResources(**request)
+
+    def request(self, resource: str, d: Demand, now: float) -> float:
+        step = _step_seconds(d)
+        level = d[d.n - 1]
+        if (d.n - 1) * step < self.p("min_history_minutes") * 60:
+            return level * (1 + self.p("warmup_headroom"))
+        model = self._models.get(resource)
+        if model is None or now < model.at or now - model.at >= self.p("refresh_minutes") * 60:
+            model = self._models[resource] = self.refresh(d.values(), step, now)
+        rule = Rule(self, step, model.period, model.step_noise)
+        i = d.n - 1
+        held = max(rule.base(d, j) for j in range(max(0, i - rule.hold + 1), i + 1))
+        return max(level, held + model.headroom)
+
+    def refresh(self, values: list[float], step: float, now: float) -> Model:
+        """The period and the headroom, from the whole window (once every ``refresh_minutes``)."""
+        diffs = sorted(abs(b - a) for a, b in itertools.pairwise(values))
+        noise = diffs[len(diffs) // 2] if diffs else 0.0
+        plain_headroom, plain_mean = self._headroom(values, Rule(self, step, 0, noise))
+        best = Model(now, 0, plain_headroom, noise)
+        if self.p("seasonal") > 0:
+            period = find_period(values, int(self.p("min_period_minutes") * 60 / step), self.p("min_correlation"))
+            if period:
+                headroom, mean = self._headroom(values, Rule(self, step, period, noise))
+                if mean + headroom < plain_mean + plain_headroom:
+                    best = Model(now, period, headroom, noise)
+        return best
+
+    def _headroom(self, values: list[float], rule: Rule) -> tuple[float, float]:
+        """(median + k × MAD of this rule's errors at the horizon, the mean held base)."""
+        n, h = len(values), rule.horizon
+        base = [rule.base(values, j) for j in range(n)]
+        held = sliding_max(base, rule.hold, ahead=False)
+        future = sliding_max([*values[1:], values[-1]], h, ahead=True)
+        errors = sorted(future[j] - held[j] for j in range(n - h))
+        if not errors:
+            return 0.0, 0.0
+        median = errors[len(errors) // 2]
+        mad = sorted(abs(e - median) for e in errors)[len(errors) // 2]
+        return median + self.p("spread_k") * mad, math.fsum(held) / n
+
+
+class Rule:
+    """base(t) of the module docstring, for one step size, period and noise."""
+
+    def __init__(self, signal: ForecastHeadroom, step: float, period: int, noise: float) -> None:
+        self.horizon = max(1, round(signal.p("horizon_minutes") * 60 / step))
+        self.hold = max(1, round(signal.p("hold_minutes") * 60 / step))
+        self.ramp_points = max(0, int(signal.p("ramp_points")))
+        self.ramp_floor = signal.p("spread_k") * noise * math.sqrt(self.ramp_points)
+        self.period = period
+
+    def base(self, d: Demand | list[float], j: int) -> float:
+        now = d[j]
+        extra = 0.0
+        p = self.period
+        if p and j - p >= 0:
+            then = d[j - p]
+            top = max(d[k] for k in range(j - p + 1, min(j - p + self.horizon + SLACK, j) + 1))
+            extra = max(top - then, 0.0)
+        r = self.ramp_points
+        if r and j >= r and now - d[j - r] > self.ramp_floor and all(d[k] > d[k - 1] for k in range(j - r + 1, j + 1)):
+            extra = max(extra, (now - d[j - r]) / r * self.horizon)
+        return now + extra
+
+
+def _step_seconds(d: Demand) -> float:
+    """The typical spacing of the series (the median of a few recent gaps; 60 s when unknown)."""
+    n = d.n
+    if n < 2:
+        return 60.0
+    gaps = sorted(d.time(j) - d.time(j - 1) for j in range(max(1, n - 9), n))
+    gap = gaps[len(gaps) // 2]
+    return gap if gap > 0 else 60.0
+
+
+def sliding_max(values: Sequence[float], width: int, *, ahead: bool) -> list[float]:
+    """out[j] = max(values[j-width+1 .. j]) (behind) or max(values[j .. j+width-1]) (ahead)."""
+    n = len(values)
+    out = [0.0] * n
+    window: deque[int] = deque()
+    order = range(n - 1, -1, -1) if ahead else range(n)
+    for j in order:
+        while window and values[window[-1]] <= values[j]:
+            window.pop()
+        window.append(j)
+        while abs(window[0] - j) >= width:
+            window.popleft()
+        out[j] = values[window[0]]
+    return out
+
+
+def find_period(values: Sequence[float], min_lag: int, min_correlation: float) -> int:
+    """The period in points, or 0: the lag where the first differences of bucket means correlate
+    best (at least ``min_correlation``), taking the shortest lag nearly as good (a harmonic)."""
+    means = [math.fsum(values[k : k + BUCKET]) / BUCKET for k in range(0, len(values) - BUCKET + 1, BUCKET)]
+    x = [b - a for a, b in itertools.pairwise(means)]
+    n = len(x)
+    first = max(2, math.ceil(min_lag / BUCKET))
+    squares = [0.0]
+    for v in x:
+        squares.append(squares[-1] + v * v)
+    scores: list[tuple[int, float]] = []
+    for lag in range(first, n // 2 + 1):
+        head, tail = squares[n - lag], squares[n] - squares[lag]
+        if head <= 0 or tail <= 0:
+            continue
+        scores.append((lag, sum(map(operator.mul, x[: n - lag], x[lag:])) / math.sqrt(head * tail)))
+    if not scores:
+        return 0
+    top = max(score for _, score in scores)
+    if top < min_correlation:
+        return 0
+    lag = next(lag for lag, score in scores if score >= 0.85 * top and _local_peak(scores, lag))
+    return lag * BUCKET
+
+
+def _local_peak(scores: list[tuple[int, float]], lag: int) -> bool:
+    k = bisect.bisect_left(scores, lag, key=operator.itemgetter(0))
+    here = scores[k][1]
+    return all(scores[m][1] <= here for m in (k - 1, k + 1) if 0 <= m < len(scores))
