@@ -1,5 +1,6 @@
 """The decision's math, table by table: the seed's numbers, Clusterman's rules, Escalator's rates."""
 
+from dataclasses import replace
 from fractions import Fraction
 
 import pytest
@@ -77,6 +78,10 @@ def test_pods_summing_to_a_round_number_give_no_extra_unit():
         (20, 13, 0.1, 20, "ceil(20 × 65 / 70) = 19, within margin 10% of target 20: keep 20"),
         (10, 6, 0.1, 9, "ceil(10 × 60 / 70) = 9 → -1"),  # exactly 10%: Clusterman scales (>= margin)
         (10, 8, 0.1, 12, "ceil(10 × 80 / 70) = 12 → +2"),
+        # scale-down only: a 5% increase inside a 10% margin still happens (issue 13: no shortfall)
+        (20, 14.1, 0.1, 21, "cpus 70.5% > setpoint 70%: ceil(20 × 70.5 / 70) = 21 → +1"),
+        (100, 71, 0.1, 102, "ceil(100 × 71 / 70) = 102 → +2"),
+        (100, 68, 0.1, 100, "ceil(100 × 68 / 70) = 98, within margin 10% of target 100: keep 100"),
     ],
 )
 def test_target_capacity_margin(ready, cpus, margin, target, why):
@@ -176,6 +181,24 @@ class TestEscalatorRemoval:
         d = run(snapshot(nodes(10)), request(cpus), policy(escalator_removal=removal))
         assert d.target_capacity == target
         assert why in d.explanation
+
+    @pytest.mark.parametrize(("cpus", "target"), [(30, 238), (5, 235), (140, 240)])
+    def test_the_margin_does_not_swallow_a_small_removal_rate(self, cpus, target):
+        """Rates 2/5 on 240 nodes are below a 5% margin (12 nodes): they still remove (issue 13)."""
+        pol = policy(escalator_removal=self.REMOVAL, target_capacity_margin=0.05)
+        d = run(snapshot(nodes(240)), request(cpus), pol)
+        assert d.target_capacity == target
+        assert "within margin" not in d.explanation
+
+    def test_a_large_pool_with_little_demand_comes_down_into_the_hold_band(self):
+        """Run after run, with the default margin, the pool comes down into the hold band, then holds."""
+        pol = policy(escalator_removal=self.REMOVAL, target_capacity_margin=0.05)
+        snap = snapshot(nodes(60))
+        for i in range(40):
+            d = run(snap, request(14), pol, now=NOW + 60 * i)
+            snap = apply(snap, d, NOW + 60 * i)
+            snap = replace(snap, nodes=tuple(n for n in snap.nodes if n.id not in d.taint))
+        assert d.target_capacity == 34 and d.action is Action.NONE  # 14 / 34 = 41%: above taint_upper 40%
 
 
 class TestSameNodeSet:

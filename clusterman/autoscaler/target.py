@@ -39,6 +39,8 @@ def propose(view: PoolView, util: Utilisation, policy: ScalingPolicy) -> Proposa
     if not util.most_constrained:
         return Proposal(T, f"no requested resource exists on ready nodes: keep target {show(T)}")
     proposal = _from_utilisation(util, policy, T, W)
+    if policy.escalator_removal is not None:
+        return proposal  # the taint thresholds are Escalator's band, its rates its step: no margin on top
     return _within_margin(proposal, T, policy.target_capacity_margin)
 
 
@@ -106,11 +108,12 @@ def _unit_resources(view: PoolView, policy: ScalingPolicy) -> tuple[dict[str, Fr
 
 
 def _within_margin(p: Proposal, T: Fraction, margin: Fraction) -> Proposal:
-    """Clusterman's target_capacity_margin: ignore a change smaller than margin × T.
+    """Clusterman's target_capacity_margin, on scale-down only: ignore a decrease smaller than margin × T.
 
-    Inside the band the result is T itself, nothing added to it: an offset applied on top of a kept
-    target is how Clusterman's capacity offset crept up run after run.
+    A scale-up is never held back: a margin that swallows increases leaves demand unmet until it
+    grows past the band. Inside the band the result is T itself, nothing added to it: an offset
+    applied on top of a kept target is how Clusterman's capacity offset crept up run after run.
     """
-    if T > 0 and p.target != T and abs(p.target - T) / T < margin:
+    if T > 0 and p.target < T and (T - p.target) / T < margin:
         return Proposal(T, f"{p.reason}, within margin {percent(margin)}% of target {show(T)}: keep {show(T)}")
     return p
