@@ -145,7 +145,9 @@ class DemandTrace:
         self._lifetime = lifetime_seconds
         self._mix = [(w, s) for w, s in mix if w > 0 and any(s)]
         self._cumulative = list(itertools.accumulate(w for w, _ in self._mix))
-        mean = [sum(w * s[k] for w, s in self._mix) / self._cumulative[-1] for k in range(4)] if self._mix else []
+        mean = (
+            [sum(w * tuple(s)[k] for w, s in self._mix) / self._cumulative[-1] for k in range(4)] if self._mix else []
+        )
         self._mean = Resources(*mean) if mean else task_size
         self._amount: dict[str, float] = {}  # task id -> its amount of the driving resource (mix only)
         self._total = 0.0
@@ -172,14 +174,15 @@ class DemandTrace:
                 departures.append(self._leave())
             return arrivals, departures
         r = self._driving(demand)
-        need = demand[r]
+        need = tuple(demand)[r]
         while True:
             size = self._next_size or self._draw()
-            if need - self._total < size[r] / 2 - EPSILON:
+            amount = tuple(size)[r]
+            if need - self._total < amount / 2 - EPSILON:
                 self._next_size = size
                 break
             self._next_size = None
-            arrivals.append(self._arrive(size, now, size[r]))
+            arrivals.append(self._arrive(size, now, amount))
         while self._running:
             task_id = self._pick()
             if self._total - need < self._amount[task_id] / 2 - EPSILON:
