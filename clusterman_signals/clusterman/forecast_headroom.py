@@ -6,14 +6,21 @@ plus one run, the time a request takes to become capacity):
 
   base(t)    = d(t) + season(t) + ramp(t)
   held(t)    = max of base over the last ``hold_minutes``        (up at once, down only after a hold)
-  request    = max(d(now), held(now) + headroom)
+  request    = max(d(now), held(now) + headroom) + stuck_factor × stuck
 
-  season(t)  = the rise seen one period P earlier: max(d over (t-P, t-P+H+J]) - d(t-P), at least 0,
+  stuck      = the pending work of the last two points, when there was some at both (the smaller):
+               work the pool could not place for a whole run is a packing problem (free room split
+               over many nodes, none big enough), which utilisation cannot see; asking for it
+               ``stuck_factor`` times over gets a node with room for it
+
+  season(t)  = the rise seen one period P earlier, max(d over (t-P, t-P+H+J]) - max(d over [t-P-J, t-P]),
+               less the rise of the last J points here (it has come already), when above the noise,
                when the history has a period (autocorrelation of the first differences of 5-minute
-               means, strongest lag, its first harmonic that is nearly as strong); J = 5 minutes of
+               means, strongest lag, its first harmonic that is nearly as strong); J = 4 minutes of
                slack for a period that is not exact
-  ramp(t)    = slope × H, only for a sustained rise: the last ``ramp_points`` steps all rose and
-               together by more than ``spread_k`` times the noise of one step
+  ramp(t)    = the median step × H, only for a sustained rise: the last ``ramp_points`` steps all
+               rose, together by more than ``spread_k`` times the noise of one step, the smallest
+               by at least a quarter of the largest (a jump is in d(t) already, not a trend)
   headroom   = median + spread_k × MAD of the past errors of exactly this rule at the horizon:
                e(t) = max(d over (t, t+H]) - held(t), over the whole window
 
@@ -44,8 +51,9 @@ DEFAULTS: dict[str, float] = {
     "horizon_minutes": 5.0,
     "hold_minutes": 20.0,
     "spread_k": 3.0,
-    "ramp_points": 4.0,
-    "refresh_minutes": 30.0,
+    "ramp_points": 5.0,
+    "refresh_minutes": 60.0,
+    "stuck_factor": 2.0,
     "min_history_minutes": 120.0,
     "warmup_headroom": 0.1,
     "min_period_minutes": 30.0,
@@ -53,7 +61,8 @@ DEFAULTS: dict[str, float] = {
     "seasonal": 1.0,
 }
 BUCKET = 5  # points per bucket when looking for a period
-SLACK = 5  # points of slack around the period
+SLACK = 4  # points of slack around the period
+SHORTFALL_WEIGHT = 20.0  # a CPU short costs this many CPUs idle, when choosing whether to use a period
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,13 @@ class Demand:
             return a + max(self._by_time.get(float(self.allocated[j][0]), 0.0), 0.0)
         return a
 
+    def stuck(self) -> float:
+        """Pending at both of the last two points (the smaller), else 0."""
+        p = self._pending
+        if len(p) < 2:
+            return 0.0
+        return max(min(float(p[-1][1]), float(p[-2][1])), 0.0)
+
     def time(self, j: int) -> float:
         return float(self.allocated[j][0])
 
@@ -100,6 +116,7 @@ class ForecastHeadroom(BaseSignal):
     def __init__(self, cluster: str, pool: str, parameters: dict[str, Any] | None = None) -> None:
         super().__init__(cluster, pool, parameters)
         self._models: dict[str, Model] = {}
+        self._bases: dict[str, dict[float, float]] = {}  # base(t) by timestamp, for the current model
 
     def p(self, name: str) -> float:
         return float(self.parameters.get(name, DEFAULTS[name]))
@@ -119,31 +136,39 @@ class ForecastHeadroom(BaseSignal):
         step = _step_seconds(d)
         level = d[d.n - 1]
         if (d.n - 1) * step < self.p("min_history_minutes") * 60:
-            return level * (1 + self.p("warmup_headroom"))
+            return level * (1 + self.p("warmup_headroom")) + self.p("stuck_factor") * d.stuck()
         model = self._models.get(resource)
         if model is None or now < model.at or now - model.at >= self.p("refresh_minutes") * 60:
             model = self._models[resource] = self.refresh(d.values(), step, now)
+            self._bases[resource] = {}
         rule = Rule(self, step, model.period, model.step_noise)
         i = d.n - 1
-        held = max(rule.base(d, j) for j in range(max(0, i - rule.hold + 1), i + 1))
-        return max(level, held + model.headroom)
+        known, recent = self._bases[resource], {}
+        for j in range(max(0, i - rule.hold + 1), i + 1):
+            t = d.time(j)
+            base = known.get(t)
+            recent[t] = rule.base(d, j) if base is None or j == i else base  # the newest point may change
+        self._bases[resource] = recent
+        held = max(recent.values())
+        return max(level, held + model.headroom) + self.p("stuck_factor") * d.stuck()
 
     def refresh(self, values: list[float], step: float, now: float) -> Model:
         """The period and the headroom, from the whole window (once every ``refresh_minutes``)."""
         diffs = sorted(abs(b - a) for a, b in itertools.pairwise(values))
         noise = diffs[len(diffs) // 2] if diffs else 0.0
-        plain_headroom, plain_mean = self._headroom(values, Rule(self, step, 0, noise))
-        best = Model(now, 0, plain_headroom, noise)
+        headroom, score = self._headroom(values, Rule(self, step, 0, noise))
+        best = Model(now, 0, headroom, noise)
         if self.p("seasonal") > 0:
             period = find_period(values, int(self.p("min_period_minutes") * 60 / step), self.p("min_correlation"))
             if period:
-                headroom, mean = self._headroom(values, Rule(self, step, period, noise))
-                if mean + headroom < plain_mean + plain_headroom:
-                    best = Model(now, period, headroom, noise)
+                seasonal_headroom, seasonal_score = self._headroom(values, Rule(self, step, period, noise))
+                if seasonal_score < score:
+                    best = Model(now, period, seasonal_headroom, noise)
         return best
 
     def _headroom(self, values: list[float], rule: Rule) -> tuple[float, float]:
-        """(median + k × MAD of this rule's errors at the horizon, the mean held base)."""
+        """(median + k × MAD of this rule's errors at the horizon, its score): the score is the mean
+        request plus ``SHORTFALL_WEIGHT`` times the mean demand it would have left unmet."""
         n, h = len(values), rule.horizon
         base = [rule.base(values, j) for j in range(n)]
         held = sliding_max(base, rule.hold, ahead=False)
@@ -153,7 +178,9 @@ class ForecastHeadroom(BaseSignal):
             return 0.0, 0.0
         median = errors[len(errors) // 2]
         mad = sorted(abs(e - median) for e in errors)[len(errors) // 2]
-        return median + self.p("spread_k") * mad, math.fsum(held) / n
+        headroom = median + self.p("spread_k") * mad
+        short = math.fsum(e - headroom for e in errors if e > headroom) / len(errors)
+        return headroom, math.fsum(held) / n + headroom + SHORTFALL_WEIGHT * short
 
 
 class Rule:
@@ -164,19 +191,29 @@ class Rule:
         self.hold = max(1, round(signal.p("hold_minutes") * 60 / step))
         self.ramp_points = max(0, int(signal.p("ramp_points")))
         self.ramp_floor = signal.p("spread_k") * noise * math.sqrt(self.ramp_points)
+        self.floor = signal.p("spread_k") * noise * 2
         self.period = period
 
     def base(self, d: Demand | list[float], j: int) -> float:
         now = d[j]
         extra = 0.0
         p = self.period
-        if p and j - p >= 0:
-            then = d[j - p]
+        if p and j - p - SLACK >= 0:
+            # the rise one period ago, from the highest point of the slack before (t - P) to the
+            # highest of the horizon and slack after it, less what has risen here already
+            then = max(d[k] for k in range(j - p - SLACK, j - p + 1))
             top = max(d[k] for k in range(j - p + 1, min(j - p + self.horizon + SLACK, j) + 1))
-            extra = max(top - then, 0.0)
+            seen = now - min(d[k] for k in range(j - SLACK, j + 1))
+            rise = top - then - max(seen, 0.0)
+            if rise > self.floor:  # a rise above the noise
+                extra = rise
         r = self.ramp_points
-        if r and j >= r and now - d[j - r] > self.ramp_floor and all(d[k] > d[k - 1] for k in range(j - r + 1, j + 1)):
-            extra = max(extra, (now - d[j - r]) / r * self.horizon)
+        if r and j >= r and now - d[j - r] > self.ramp_floor:
+            steps = sorted(d[k] - d[k - 1] for k in range(j - r + 1, j + 1))
+            # sustained: every step rose, by similar amounts (a jump over a step or two is in d(t)
+            # already, not a trend to extrapolate)
+            if steps[0] > 0 and steps[0] >= 0.25 * steps[-1]:
+                extra = max(extra, steps[len(steps) // 2] * self.horizon)
         return now + extra
 
 
