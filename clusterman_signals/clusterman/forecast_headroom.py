@@ -5,7 +5,9 @@ Per resource r with a ``{r}_allocated`` series, demand d is ``{r}_allocated`` + 
 plus one run, the time a request takes to become capacity):
 
   base(t)    = d(t) + season(t) + ramp(t)
-  held(t)    = max of base over the last ``hold_minutes``        (up at once, down only after a hold)
+  held(t)    = max of base over the last ``hold_minutes``        (up at once, down only after a hold),
+               or over the last ``release_minutes`` when that is more than three headrooms lower
+               (a fall far beyond the noise, such as a batch wave's end, is let go early)
   request    = max(d(now), held(now) + headroom) + stuck_factor × stuck
 
   stuck      = the pending work of the last two points, when there was some at both (the smaller):
@@ -48,10 +50,11 @@ from clusterman_signals.base_signal import SignalResources
 
 RESOURCES = ("cpus", "mem", "disk", "gpus")
 DEFAULTS: dict[str, float] = {
-    "horizon_minutes": 5.0,
+    "horizon_minutes": 4.0,
     "hold_minutes": 20.0,
     "spread_k": 3.0,
     "ramp_points": 5.0,
+    "release_minutes": 5.0,
     "refresh_minutes": 60.0,
     "stuck_factor": 2.0,
     "min_history_minutes": 120.0,
@@ -62,6 +65,7 @@ DEFAULTS: dict[str, float] = {
 }
 BUCKET = 5  # points per bucket when looking for a period
 SLACK = 4  # points of slack around the period
+RELEASE_HEADROOMS = 3.0  # a fall of this many headrooms, lasting release_minutes, ends the hold early
 SHORTFALL_WEIGHT = 20.0  # a CPU short costs this many CPUs idle, when choosing whether to use a period
 
 
@@ -149,7 +153,8 @@ class ForecastHeadroom(BaseSignal):
             base = known.get(t)
             recent[t] = rule.base(d, j) if base is None or j == i else base  # the newest point may change
         self._bases[resource] = recent
-        held = max(recent.values())
+        bases = list(recent.values())
+        held = release(max(bases), max(bases[-rule.release :]), model.headroom)
         return max(level, held + model.headroom) + self.p("stuck_factor") * d.stuck()
 
     def refresh(self, values: list[float], step: float, now: float) -> Model:
@@ -168,19 +173,27 @@ class ForecastHeadroom(BaseSignal):
 
     def _headroom(self, values: list[float], rule: Rule) -> tuple[float, float]:
         """(median + k × MAD of this rule's errors at the horizon, its score): the score is the mean
-        request plus ``SHORTFALL_WEIGHT`` times the mean demand it would have left unmet."""
+        request plus ``SHORTFALL_WEIGHT`` times the mean demand it would have left unmet. The early
+        release depends on the headroom: it is measured first without it, then again with it."""
         n, h = len(values), rule.horizon
-        base = [rule.base(values, j) for j in range(n)]
-        held = sliding_max(base, rule.hold, ahead=False)
-        future = sliding_max([*values[1:], values[-1]], h, ahead=True)
-        errors = sorted(future[j] - held[j] for j in range(n - h))
-        if not errors:
+        if n <= h:
             return 0.0, 0.0
-        median = errors[len(errors) // 2]
-        mad = sorted(abs(e - median) for e in errors)[len(errors) // 2]
-        headroom = median + self.p("spread_k") * mad
-        short = math.fsum(e - headroom for e in errors if e > headroom) / len(errors)
-        return headroom, math.fsum(held) / n + headroom + SHORTFALL_WEIGHT * short
+        base = [rule.base(values, j) for j in range(n)]
+        long, short = sliding_max(base, rule.hold, ahead=False), sliding_max(base, rule.release, ahead=False)
+        future = future_max(values, h)
+        first = self._spread([future[j] - long[j] for j in range(n - h)])
+        held = [release(a, b, first) for a, b in zip(long, short, strict=True)]
+        errors = [future[j] - held[j] for j in range(n - h)]
+        headroom = self._spread(errors)
+        short_sum = math.fsum(e - headroom for e in errors if e > headroom) / len(errors)
+        return headroom, math.fsum(held) / n + headroom + SHORTFALL_WEIGHT * short_sum
+
+    def _spread(self, errors: list[float]) -> float:
+        """median + spread_k × MAD."""
+        ordered = sorted(errors)
+        median = ordered[len(ordered) // 2]
+        mad = sorted(abs(e - median) for e in ordered)[len(ordered) // 2]
+        return median + self.p("spread_k") * mad
 
 
 class Rule:
@@ -189,6 +202,7 @@ class Rule:
     def __init__(self, signal: ForecastHeadroom, step: float, period: int, noise: float) -> None:
         self.horizon = max(1, round(signal.p("horizon_minutes") * 60 / step))
         self.hold = max(1, round(signal.p("hold_minutes") * 60 / step))
+        self.release = max(1, min(self.hold, round(signal.p("release_minutes") * 60 / step)))
         self.ramp_points = max(0, int(signal.p("ramp_points")))
         self.ramp_floor = signal.p("spread_k") * noise * math.sqrt(self.ramp_points)
         self.floor = signal.p("spread_k") * noise * 2
@@ -215,6 +229,17 @@ class Rule:
             if steps[0] > 0 and steps[0] >= 0.25 * steps[-1]:
                 extra = max(extra, steps[len(steps) // 2] * self.horizon)
         return now + extra
+
+
+def release(held: float, recent: float, headroom: float) -> float:
+    """The hold, let go early after a fall far beyond the noise: when the last ``release_minutes``
+    stayed more than ``RELEASE_HEADROOMS`` headrooms below it (a batch wave over, a crowd gone)."""
+    return recent if held - recent > RELEASE_HEADROOMS * max(headroom, 0.0) else held
+
+
+def future_max(values: list[float], h: int) -> list[float]:
+    """out[j] = max(values[j+1 .. j+h]) (the last value repeated past the end)."""
+    return sliding_max([*values[1:], values[-1]], h, ahead=True)
 
 
 def _step_seconds(d: Demand) -> float:
