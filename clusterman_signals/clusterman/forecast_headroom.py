@@ -6,7 +6,7 @@ plus one run, the time a request takes to become capacity):
 
   base(t)    = d(t) + season(t) + ramp(t)
   held(t)    = max of base over the last ``hold_minutes``        (up at once, down only after a hold),
-               or over the last ``release_minutes`` when that is more than three headrooms lower
+               or over the last ``release_minutes`` when that is more than ``release_headrooms`` lower
                (a fall far beyond the noise, such as a batch wave's end, is let go early)
   request    = max(d(now), held(now) + headroom) + stuck_factor × stuck
 
@@ -55,6 +55,7 @@ DEFAULTS: dict[str, float] = {
     "spread_k": 3.0,
     "ramp_points": 5.0,
     "release_minutes": 5.0,
+    "release_headrooms": 3.0,
     "refresh_minutes": 60.0,
     "stuck_factor": 2.0,
     "min_history_minutes": 120.0,
@@ -65,7 +66,6 @@ DEFAULTS: dict[str, float] = {
 }
 BUCKET = 5  # points per bucket when looking for a period
 SLACK = 4  # points of slack around the period
-RELEASE_HEADROOMS = 3.0  # a fall of this many headrooms, lasting release_minutes, ends the hold early
 SHORTFALL_WEIGHT = 20.0  # a CPU short costs this many CPUs idle, when choosing whether to use a period
 
 
@@ -154,7 +154,7 @@ class ForecastHeadroom(BaseSignal):
             recent[t] = rule.base(d, j) if base is None or j == i else base  # the newest point may change
         self._bases[resource] = recent
         bases = list(recent.values())
-        held = release(max(bases), max(bases[-rule.release :]), model.headroom)
+        held = release(max(bases), max(bases[-rule.release :]), rule.release_by * max(model.headroom, 0.0))
         return max(level, held + model.headroom) + self.p("stuck_factor") * d.stuck()
 
     def refresh(self, values: list[float], step: float, now: float) -> Model:
@@ -182,7 +182,8 @@ class ForecastHeadroom(BaseSignal):
         long, short = sliding_max(base, rule.hold, ahead=False), sliding_max(base, rule.release, ahead=False)
         future = future_max(values, h)
         first = self._spread([future[j] - long[j] for j in range(n - h)])
-        held = [release(a, b, first) for a, b in zip(long, short, strict=True)]
+        threshold = rule.release_by * max(first, 0.0)
+        held = [release(a, b, threshold) for a, b in zip(long, short, strict=True)]
         errors = [future[j] - held[j] for j in range(n - h)]
         headroom = self._spread(errors)
         short_sum = math.fsum(e - headroom for e in errors if e > headroom) / len(errors)
@@ -203,6 +204,7 @@ class Rule:
         self.horizon = max(1, round(signal.p("horizon_minutes") * 60 / step))
         self.hold = max(1, round(signal.p("hold_minutes") * 60 / step))
         self.release = max(1, min(self.hold, round(signal.p("release_minutes") * 60 / step)))
+        self.release_by = signal.p("release_headrooms")
         self.ramp_points = max(0, int(signal.p("ramp_points")))
         self.ramp_floor = signal.p("spread_k") * noise * math.sqrt(self.ramp_points)
         self.floor = signal.p("spread_k") * noise * 2
@@ -231,10 +233,11 @@ class Rule:
         return now + extra
 
 
-def release(held: float, recent: float, headroom: float) -> float:
+def release(held: float, recent: float, threshold: float) -> float:
     """The hold, let go early after a fall far beyond the noise: when the last ``release_minutes``
-    stayed more than ``RELEASE_HEADROOMS`` headrooms below it (a batch wave over, a crowd gone)."""
-    return recent if held - recent > RELEASE_HEADROOMS * max(headroom, 0.0) else held
+    stayed more than ``threshold`` (``release_headrooms`` headrooms) below it (a batch wave over,
+    a crowd gone)."""
+    return recent if held - recent > threshold else held
 
 
 def future_max(values: list[float], h: int) -> list[float]:
