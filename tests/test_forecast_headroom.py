@@ -73,8 +73,16 @@ def test_a_period_is_found_and_the_next_wave_is_asked_for_ahead_of_time():
     assert ask(ForecastHeadroom("c", "p", {"seasonal": 0}), values[:778]) < 120
 
 
-def test_pending_that_stays_is_asked_for_twice_over():
+def test_pending_that_did_not_fit_is_asked_for_twice_over_for_an_hour():
     base = noisy(400, 100, 0.5)
-    arriving = ask(ForecastHeadroom("c", "p", {}), base, pending=[0.0] * 399 + [4.0])
-    stuck = ask(ForecastHeadroom("c", "p", {}), base, pending=[0.0] * 398 + [4.0, 4.0])
-    assert stuck == pytest.approx(arriving + 2 * 4, abs=0.1)
+    calm = ask(ForecastHeadroom("c", "p", {}), base, pending=[0.0] * 400)
+    # a 4-CPU pod evicted from a drained node finds no room: demand is flat, 4 of it pending
+    signal = ForecastHeadroom("c", "p", {})
+    evicted = ask(signal, [*base[:-1], base[-1] - 4], pending=[0.0] * 399 + [4.0])
+    assert evicted == pytest.approx(calm + 2 * 4, abs=0.5)
+    later = [*base, *[base[-1]] * 30]
+    assert ask(signal, later, pending=[0.0] * 430) == pytest.approx(calm + 8, abs=1.0)  # remembered
+    assert ask(signal, [*later, *[base[-1]] * 40], pending=[0.0] * 470) < calm + 4  # an hour on: forgotten
+    # demand rising past what was asked for is not a packing problem: no extra
+    rising = ask(ForecastHeadroom("c", "p", {}), base, pending=[0.0] * 399 + [30.0])
+    assert rising < base[-1] + 30 + 8

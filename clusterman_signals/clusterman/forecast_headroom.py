@@ -10,10 +10,12 @@ plus one run, the time a request takes to become capacity):
                (a fall far beyond the noise, such as a batch wave's end, is let go early)
   request    = max(d(now), held(now) + headroom) + stuck_factor × stuck
 
-  stuck      = the pending work of the last two points, when there was some at both (the smaller):
-               work the pool could not place for a whole run is a packing problem (free room split
-               over many nodes, none big enough), which utilisation cannot see; asking for it
-               ``stuck_factor`` times over gets a node with room for it
+  stuck      = pending work while the demand is no more than was asked for a horizon or more ago
+               (capacity had time to join): it did not fit, a packing problem (free room split
+               over many nodes, none big enough) that utilisation cannot see; the largest such
+               amount of the last ``stuck_minutes`` is asked for ``stuck_factor`` times over,
+               which gets and keeps a node with room for it
+               (remembered by the signal's process; a restart forgets it)
 
   season(t)  = the rise seen one period P earlier, max(d over (t-P, t-P+H+J]) - max(d over [t-P-J, t-P]),
                less the rise of the last J points here (it has come already), when above the noise,
@@ -39,10 +41,10 @@ import bisect
 import itertools
 import math
 import operator
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from typing import overload
 
 from clusterman_signals.base_signal import BaseSignal
 from clusterman_signals.base_signal import MetricsValuesDict
@@ -56,8 +58,9 @@ DEFAULTS: dict[str, float] = {
     "ramp_points": 5.0,
     "release_minutes": 5.0,
     "release_headrooms": 3.0,
-    "refresh_minutes": 60.0,
+    "refresh_minutes": 120.0,
     "stuck_factor": 2.0,
+    "stuck_minutes": 60.0,
     "min_history_minutes": 120.0,
     "warmup_headroom": 0.1,
     "min_period_minutes": 30.0,
@@ -92,7 +95,16 @@ class Demand:
         if pending and not self._aligned:
             self._by_time = {float(t): float(v) for t, v in pending}
 
-    def __getitem__(self, j: int) -> float:
+    @overload
+    def __getitem__(self, j: int) -> float: ...
+    @overload
+    def __getitem__(self, j: slice) -> list[float]: ...
+    def __getitem__(self, j: int | slice) -> float | list[float]:
+        if isinstance(j, slice):
+            return [self.at(k) for k in range(*j.indices(self.n))]
+        return self.at(j)
+
+    def at(self, j: int) -> float:
         a = float(self.allocated[j][1])
         if self._aligned:
             return a + max(float(self._pending[j][1]), 0.0)
@@ -100,18 +112,15 @@ class Demand:
             return a + max(self._by_time.get(float(self.allocated[j][0]), 0.0), 0.0)
         return a
 
-    def stuck(self) -> float:
-        """Pending at both of the last two points (the smaller), else 0."""
+    def pending_now(self) -> float:
         p = self._pending
-        if len(p) < 2:
-            return 0.0
-        return max(min(float(p[-1][1]), float(p[-2][1])), 0.0)
+        return max(float(p[-1][1]), 0.0) if p and p[-1][0] == self.allocated[-1][0] else 0.0
 
     def time(self, j: int) -> float:
         return float(self.allocated[j][0])
 
     def values(self) -> list[float]:
-        return [self[j] for j in range(self.n)]
+        return [self.at(j) for j in range(self.n)]
 
 
 class ForecastHeadroom(BaseSignal):
@@ -120,7 +129,10 @@ class ForecastHeadroom(BaseSignal):
     def __init__(self, cluster: str, pool: str, parameters: dict[str, Any] | None = None) -> None:
         super().__init__(cluster, pool, parameters)
         self._models: dict[str, Model] = {}
-        self._bases: dict[str, dict[float, float]] = {}  # base(t) by timestamp, for the current model
+        self._bases: dict[str, dict[float, float]] = {}
+        self._stuck: dict[
+            str, tuple[float, float]
+        ] = {}  # resource -> (when, pending that did not fit)  # base(t) by timestamp, for the current model
 
     def p(self, name: str) -> float:
         return float(self.parameters.get(name, DEFAULTS[name]))
@@ -140,7 +152,7 @@ class ForecastHeadroom(BaseSignal):
         step = _step_seconds(d)
         level = d[d.n - 1]
         if (d.n - 1) * step < self.p("min_history_minutes") * 60:
-            return level * (1 + self.p("warmup_headroom")) + self.p("stuck_factor") * d.stuck()
+            return level * (1 + self.p("warmup_headroom"))
         model = self._models.get(resource)
         if model is None or now < model.at or now - model.at >= self.p("refresh_minutes") * 60:
             model = self._models[resource] = self.refresh(d.values(), step, now)
@@ -155,7 +167,21 @@ class ForecastHeadroom(BaseSignal):
         self._bases[resource] = recent
         bases = list(recent.values())
         held = release(max(bases), max(bases[-rule.release :]), rule.release_by * max(model.headroom, 0.0))
-        return max(level, held + model.headroom) + self.p("stuck_factor") * d.stuck()
+        stuck = self.stuck(resource, d, bases[: -rule.horizon], model, now)
+        return max(level, held + model.headroom) + self.p("stuck_factor") * stuck
+
+    def stuck(self, resource: str, d: Demand, earlier: list[float], model: Model, now: float) -> float:
+        """Pending work while the demand is no more than was asked for a horizon or more ago (time
+        enough for capacity to join) did not fit: the largest such amount of the last
+        ``stuck_minutes`` (remembered by this process)."""
+        since, amount = self._stuck.get(resource, (-math.inf, 0.0))
+        if now - since > self.p("stuck_minutes") * 60 or now < since:
+            amount = 0.0
+        pending = d.pending_now()
+        if pending > 0 and earlier and d[d.n - 1] <= max(earlier) + model.headroom:
+            amount = max(amount, pending)
+            self._stuck[resource] = (now, amount)
+        return amount
 
     def refresh(self, values: list[float], step: float, now: float) -> Model:
         """The period and the headroom, from the whole window (once every ``refresh_minutes``)."""
@@ -217,15 +243,16 @@ class Rule:
         if p and j - p - SLACK >= 0:
             # the rise one period ago, from the highest point of the slack before (t - P) to the
             # highest of the horizon and slack after it, less what has risen here already
-            then = max(d[k] for k in range(j - p - SLACK, j - p + 1))
-            top = max(d[k] for k in range(j - p + 1, min(j - p + self.horizon + SLACK, j) + 1))
-            seen = now - min(d[k] for k in range(j - SLACK, j + 1))
+            then = max(d[j - p - SLACK : j - p + 1])
+            top = max(d[j - p + 1 : min(j - p + self.horizon + SLACK, j) + 1])
+            seen = now - min(d[j - SLACK : j + 1])
             rise = top - then - max(seen, 0.0)
             if rise > self.floor:  # a rise above the noise
                 extra = rise
         r = self.ramp_points
         if r and j >= r and now - d[j - r] > self.ramp_floor:
-            steps = sorted(d[k] - d[k - 1] for k in range(j - r + 1, j + 1))
+            last = d[j - r : j + 1]
+            steps = sorted(b - a for a, b in itertools.pairwise(last))
             # sustained: every step rose, by similar amounts (a jump over a step or two is in d(t)
             # already, not a trend to extrapolate)
             if steps[0] > 0 and steps[0] >= 0.25 * steps[-1]:
@@ -256,19 +283,12 @@ def _step_seconds(d: Demand) -> float:
 
 
 def sliding_max(values: Sequence[float], width: int, *, ahead: bool) -> list[float]:
-    """out[j] = max(values[j-width+1 .. j]) (behind) or max(values[j .. j+width-1]) (ahead)."""
+    """out[j] = max(values[j-width+1 .. j]) (behind) or max(values[j .. j+width-1]) (ahead), the
+    window cut at the ends. Windows here are a few dozen points: a slice's max runs in C."""
     n = len(values)
-    out = [0.0] * n
-    window: deque[int] = deque()
-    order = range(n - 1, -1, -1) if ahead else range(n)
-    for j in order:
-        while window and values[window[-1]] <= values[j]:
-            window.pop()
-        window.append(j)
-        while abs(window[0] - j) >= width:
-            window.popleft()
-        out[j] = values[window[0]]
-    return out
+    if ahead:
+        return [max(values[j : j + width]) for j in range(n)]
+    return [max(values[max(0, j - width + 1) : j + 1]) for j in range(n)]
 
 
 def find_period(values: Sequence[float], min_lag: int, min_correlation: float) -> int:
