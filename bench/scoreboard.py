@@ -75,9 +75,8 @@ OLD_SIGNAL: dict[str, Any] = {
     "period_minutes": 1,
     "parameters": [{"lookahead_minutes": 5}],
     "required_metrics": [
-        {"name": f"{r}_{f}", "type": "system_metrics", "minute_range": 10}
-        for r, f in [("cpus", "allocated"), ("mem", "allocated"), ("disk", "allocated"), ("gpus", "allocated")]
-        + [("cpus", "pending"), ("mem", "pending")]
+        {"name": name, "type": "system_metrics", "minute_range": 10}
+        for name in ("cpus_allocated", "mem_allocated", "disk_allocated", "gpus_allocated", "cpus_pending", "mem_pending")
     ],
 }
 OLD_AUTOSCALING = {"setpoint": 0.7, "target_capacity_margin": 0.05}
