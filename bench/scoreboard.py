@@ -76,7 +76,8 @@ OLD_SIGNAL: dict[str, Any] = {
     "parameters": [{"lookahead_minutes": 5}],
     "required_metrics": [
         {"name": name, "type": "system_metrics", "minute_range": 10}
-        for name in ("cpus_allocated", "mem_allocated", "disk_allocated", "gpus_allocated", "cpus_pending", "mem_pending")
+        for name in ("cpus_allocated", "mem_allocated", "disk_allocated", "gpus_allocated")
+        + ("cpus_pending", "mem_pending")
     ],
 }
 OLD_AUTOSCALING = {"setpoint": 0.7, "target_capacity_margin": 0.05}
