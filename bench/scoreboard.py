@@ -69,16 +69,13 @@ POOL: dict[str, Any] = {
         ],
     },
 }
+OLD_METRICS = ("cpus_allocated", "mem_allocated", "disk_allocated", "gpus_allocated", "cpus_pending", "mem_pending")
 OLD_SIGNAL: dict[str, Any] = {
     "name": "MostRecentResources",
     "branch_or_tag": "local",
     "period_minutes": 1,
     "parameters": [{"lookahead_minutes": 5}],
-    "required_metrics": [
-        {"name": name, "type": "system_metrics", "minute_range": 10}
-        for name in ("cpus_allocated", "mem_allocated", "disk_allocated", "gpus_allocated")
-        + ("cpus_pending", "mem_pending")
-    ],
+    "required_metrics": [{"name": name, "type": "system_metrics", "minute_range": 10} for name in OLD_METRICS],
 }
 OLD_AUTOSCALING = {"setpoint": 0.7, "target_capacity_margin": 0.05}
 # Escalator's knobs, tuned on these traces: the best of a small grid (setpoint 70-90%, taint bands,
