@@ -4,7 +4,7 @@ Per resource r with a ``{r}_allocated`` series, demand d is ``{r}_allocated`` + 
 (pending 0 where it has no point). With H the horizon (``horizon_minutes``: a node's join delay
 plus one run, the time a request takes to become capacity):
 
-  base(t)    = d(t) + season(t) + ramp(t)
+  base(t)    = d(t) + max(season(t), ramp(t))
   held(t)    = max of base over the last ``hold_minutes``        (up at once, down only after a hold),
                or over the last ``release_minutes`` when that is more than ``release_headrooms`` lower
                (a fall far beyond the noise, such as a batch wave's end, is let go early)
@@ -31,7 +31,8 @@ plus one run, the time a request takes to become capacity):
 The period and the headroom are worked out again every ``refresh_minutes`` from the window the
 signal is given; in between a run costs a few dozen steps, however long the window. With the
 period the headroom is measured both with and without the seasonal term, and the term is used only
-when it makes the average request smaller. With less history than ``min_history_minutes`` the
+when it scores better: the average request plus ``SHORTFALL_WEIGHT`` times the demand it would
+have left unmet. With less history than ``min_history_minutes`` the
 headroom is ``warmup_headroom`` × d(now). A resource with no ``{r}_allocated`` data gets no opinion.
 """
 
