@@ -274,12 +274,12 @@ def future_max(values: list[float], h: int) -> list[float]:
 
 
 def _step_seconds(d: Demand) -> float:
-    """The typical spacing of the series (the median of a few recent gaps; 60 s when unknown)."""
+    """The typical spacing of the series: the mean of its last (up to) nine gaps; 60 s when unknown."""
     n = d.n
     if n < 2:
         return 60.0
-    gaps = sorted(d.time(j) - d.time(j - 1) for j in range(max(1, n - 9), n))
-    gap = gaps[len(gaps) // 2]
+    first = max(0, n - 10)
+    gap = (d.time(n - 1) - d.time(first)) / (n - 1 - first)
     return gap if gap > 0 else 60.0
 
 
