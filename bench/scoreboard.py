@@ -78,15 +78,15 @@ OLD_SIGNAL: dict[str, Any] = {
     "required_metrics": [{"name": name, "type": "system_metrics", "minute_range": 10} for name in OLD_METRICS],
 }
 OLD_AUTOSCALING = {"setpoint": 0.7, "target_capacity_margin": 0.05}
-# Escalator's knobs, set by hand for these pools (50-130 nodes, a run a minute): scale up above 85%,
-# remove 1 node a minute below 70% and 4 below 50%, delete tainted nodes after 1 minute when empty
-# and after 10 regardless. (Picked by reasoning, not searched: a better setting may exist.)
+# Escalator's knobs, tuned on these traces (2 days each): of seven settings tried (scale up above
+# 80-90%, taint bands 65-80% / 45-60%, removal rates 1-2 and 3-8 nodes a minute), the one with the
+# lowest worst cost (1.18 x oracle) whose unmet demand stayed within a fifth of the least found.
 ESCALATOR: dict[str, Any] = {
-    "scale_up_threshold_percent": 85,
-    "taint_upper_capacity_threshold_percent": 70,
-    "taint_lower_capacity_threshold_percent": 50,
-    "slow_node_removal_rate": 1,
-    "fast_node_removal_rate": 4,
+    "scale_up_threshold_percent": 88,
+    "taint_upper_capacity_threshold_percent": 78,
+    "taint_lower_capacity_threshold_percent": 55,
+    "slow_node_removal_rate": 2,
+    "fast_node_removal_rate": 6,
     "soft_delete_grace_period": "1m",
     "hard_delete_grace_period": "10m",
 }
