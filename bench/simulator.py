@@ -1,11 +1,11 @@
 """The simulator's scoreboard and speed.
 
 Quality: five workload traces (steady, diurnal, spike, ramp, noisy; ``generate-data`` designs)
-replayed with the default signal (``config/clusterman.yaml``: MostRecentResources, setpoint 0.7,
-margin 5%) on a Kubernetes-like pool of m5.large whose limits never bind, instances joining 180 s
-(± 30 s) after launch. Each reports its cost ÷ the oracle's (``simulator/costs.py``: exactly the
-instances the demand needs each minute, launched one join delay ahead), computed in the same
-run, and its unmet demand.
+replayed with the shipped default signal and settings (``config/clusterman.yaml``; the
+decision-quality scoreboard is ``bench/scoreboard.py``) on a Kubernetes-like pool of m5.large
+whose limits never bind, instances joining 180 s (± 30 s) after launch. Each reports its cost ÷
+the oracle's (``simulator/costs.py``: exactly the instances the demand needs each minute,
+launched one join delay ahead), computed in the same run, and its unmet demand.
 
 Speed: 30 simulated days by the minute of a pool of about 1,000 nodes (goal: under 60 s), next to
 the pool alone (the same minutes of the simulated groups, scheduler and ledger, without the
@@ -35,7 +35,8 @@ from clusterman.simulator.simulation import simulate
 
 REPO = Path(__file__).resolve().parents[1]
 MAIN = REPO / "config" / "clusterman.yaml"
-NODE_CPUS, SETPOINT = 2, 0.7  # m5.large; the default config's setpoint
+NODE_CPUS = 2  # m5.large
+SETPOINT = load_main_config(MAIN).autoscaling.setpoint
 POOL = """
 resource_groups:
   - simulated: {{tag: bench-a}}
@@ -47,7 +48,7 @@ simulation:
   initial_capacity: {initial}
 """
 
-# CPUs allocated over time; m5.large has 2 CPUs, so at the setpoint a node carries 1.4 CPUs of work.
+# CPUs allocated over time; m5.large has 2 CPUs.
 TRACES: dict[str, list[dict[str, Any]]] = {
     "steady": [{"steady": {"value": 120}}, {"noise": {"stddev": 1}}],
     "diurnal": [{"steady": {"value": 120}}, {"diurnal": {"amplitude": 80, "peak": "15h"}}, {"noise": {"stddev": 2}}],
@@ -112,7 +113,7 @@ def pool_only_seconds(s: Scenario) -> float:
 
 
 def big_shape(cpus: float) -> list[dict[str, Any]]:
-    """About ``cpus / 1.4`` nodes on average, ± a fifth over the day."""
+    """About ``cpus / (2 × setpoint)`` nodes on average, ± a fifth over the day."""
     return [{"steady": {"value": cpus}}, {"diurnal": {"amplitude": cpus / 5, "peak": "15h"}}, {"noise": {"stddev": 5}}]
 
 

@@ -55,8 +55,9 @@ def test_window_strips_prefixes_and_dimensions(store):
         RequiredMetric("missing", SYS, 10),
     )
     window = read_required_metrics(store, required, "batch", IDENT, 3600)
-    assert window["cpus_allocated"] == [[t, float(t)] for t in range(3000, 3601, 60)]
-    assert window["queue_depth"] == [[3000, 5.0], [3500, 5.0]]
+    # the store's (timestamp, value) pairs, handed over without a copy
+    assert [list(p) for p in window["cpus_allocated"]] == [[t, float(t)] for t in range(3000, 3601, 60)]
+    assert [list(p) for p in window["queue_depth"]] == [[3000, 5.0], [3500, 5.0]]
     assert window["missing"] == []
 
 

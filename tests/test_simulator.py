@@ -288,3 +288,16 @@ def test_generate_data_output_simulates(tmp_path, capsys):
     s = json.loads((tmp_path / "diurnal.json").read_text())
     assert s["inputs"]["pool"] == "local-dev/default.simulated" and s["inputs"]["minutes"] == 360
     assert s["capacity"]["demand_cpu_hours"] > 0 and s["scaling"]["outcomes"] == {"acted": 360}
+
+
+def test_pods_of_several_sizes_leaving_at_random_simulate_and_are_reported(files, tmp_path, capsys):
+    data, pool = files
+    pool.write_text(
+        POOL + "  departures: random\n  task_lifetime_minutes: 60\n"
+        "  demand_mix: [{weight: 2, cpus: 0.5}, {weight: 1, cpus: 1.5}]\n"
+    )
+    assert simulate_cli(capsys, data, pool, tmp_path / "mix")[0] == 0
+    summary = json.loads((tmp_path / "mix.json").read_bytes())
+    assert summary["inputs"]["departures"] == "random" and summary["inputs"]["task_lifetime_minutes"] == 60
+    assert summary["inputs"]["demand_mix"] == [{"weight": 2, "cpus": 0.5}, {"weight": 1, "cpus": 1.5}]
+    assert summary["scaling"]["scale_ups"] > 0 and summary["capacity"]["instances_terminated"] > 0

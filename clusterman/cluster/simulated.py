@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 import random
 from collections.abc import Callable
 from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -103,20 +105,55 @@ class Workloads:
 
 
 class DemandTrace:
-    """Demand over time (a step function of ``(time, Resources)`` points), run as identical tasks
-    of ``task_size``: as many as the most demanding resource needs; the newest leave first."""
+    """Demand over time (a step function of ``(time, Resources)`` points), run as tasks.
+
+    By default (the old mode) identical tasks of ``task_size``, as many as the most demanding
+    resource needs, the newest leaving first: scale-down then always meets the nodes that joined
+    last, emptied in order, which flatters it. The realistic mode:
+      ``mix``          tasks of several sizes, ``(weight, size)``, each drawn at random by weight;
+                       the running tasks follow the demand of the resource that needs the most of
+                       them, to within half a task
+      ``departures``   ``random``: the tasks that leave when demand falls are chosen at random, so
+                       every node keeps a few and nodes fragment
+      ``lifetime``     mean seconds a task runs (exponential) before it ends and is replaced: the
+                       turnover that lets a fragmented pool be packed again
+    Every draw comes from ``seed``, so a run repeats."""
 
     def __init__(
-        self, points: Iterable[tuple[float, Resources]], task_size: Resources, id_prefix: str = "demand"
+        self,
+        points: Iterable[tuple[float, Resources]],
+        task_size: Resources,
+        id_prefix: str = "demand",
+        *,
+        mix: Sequence[tuple[float, Resources]] = (),
+        departures: str = "newest",
+        lifetime_seconds: float | None = None,
+        seed: int = 0,
     ) -> None:
         self._points = sorted(points, key=lambda p: p[0])
         self._times = [t for t, _ in self._points]
         if not any(task_size):
             raise ValueError("demand trace: task_size must ask for some resource")
+        if departures not in ("newest", "random"):
+            raise ValueError(f"demand trace: departures must be newest or random, got {departures!r}")
         self._size = task_size
         self._prefix = id_prefix
         self._running: list[str] = []
         self._made = 0
+        self._random = departures == "random"
+        self._rng = random.Random(seed)
+        self._lifetime = lifetime_seconds
+        self._mix = [(w, s) for w, s in mix if w > 0 and any(s)]
+        self._cumulative = list(itertools.accumulate(w for w, _ in self._mix))
+        mean = (
+            [sum(w * tuple(s)[k] for w, s in self._mix) / self._cumulative[-1] for k in range(4)] if self._mix else []
+        )
+        self._mean = Resources(*mean) if mean else task_size
+        self._amount: dict[str, float] = {}  # task id -> its amount of the driving resource (mix only)
+        self._total = 0.0
+        self._next_size: Resources | None = None
+        self._ends: list[tuple[float, str]] = []
+        self._index: dict[str, int] = {}  # task id -> position in _running (random departures)
 
     def tasks_for(self, demand: Resources) -> int:
         return max(
@@ -126,17 +163,87 @@ class DemandTrace:
 
     def changes(self, now: float) -> tuple[list[WorkItem], list[str]]:
         i = bisect.bisect_right(self._times, now) - 1
-        wanted = self.tasks_for(self._points[i][1]) if i >= 0 else 0
+        demand = self._points[i][1] if i >= 0 else Resources()
+        departures = self._ended(now)
         arrivals: list[WorkItem] = []
-        while len(self._running) < wanted:
-            self._made += 1
-            item = WorkItem(f"{self._prefix}-{self._made:07d}", self._size, start=now)
-            self._running.append(item.id)
-            arrivals.append(item)
-        departures = []
-        while len(self._running) > wanted:
-            departures.append(self._running.pop())
+        if not self._mix:
+            wanted = self.tasks_for(demand)
+            while len(self._running) < wanted:
+                arrivals.append(self._arrive(self._size, now, 0.0))
+            while len(self._running) > wanted:
+                departures.append(self._leave())
+            return arrivals, departures
+        r = self._driving(demand)
+        need = tuple(demand)[r]
+        while True:
+            size = self._next_size or self._draw()
+            amount = tuple(size)[r]
+            if need - self._total < amount / 2 - EPSILON:
+                self._next_size = size
+                break
+            self._next_size = None
+            arrivals.append(self._arrive(size, now, amount))
+        while self._running:
+            task_id = self._pick()
+            if self._total - need < self._amount[task_id] / 2 - EPSILON:
+                break
+            departures.append(self._leave(task_id))
         return arrivals, departures
+
+    def _driving(self, demand: Resources) -> int:
+        """The resource that needs the most tasks of the mix's mean size."""
+        best, worst = 0, -1.0
+        for k, (need, size) in enumerate(zip(demand, self._mean, strict=True)):
+            if size > 0 and need / size > worst:
+                best, worst = k, need / size
+        return best
+
+    def _draw(self) -> Resources:
+        x = self._rng.random() * self._cumulative[-1]
+        return self._mix[bisect.bisect_right(self._cumulative, x)][1]
+
+    def _arrive(self, size: Resources, now: float, amount: float) -> WorkItem:
+        self._made += 1
+        item = WorkItem(f"{self._prefix}-{self._made:07d}", size, start=now)
+        self._index[item.id] = len(self._running)
+        self._running.append(item.id)
+        if self._mix:
+            self._amount[item.id] = amount
+            self._total += amount
+        if self._lifetime is not None:
+            heapq.heappush(self._ends, (now + self._rng.expovariate(1 / self._lifetime), item.id))
+        return item
+
+    def _pick(self) -> str:
+        """The task that would leave next: a random one, or the newest."""
+        if self._random:
+            k = self._rng.randrange(len(self._running))
+            last = len(self._running) - 1
+            if k != last:  # keep the choice in the last place, where _leave takes it from
+                a, b = self._running[k], self._running[last]
+                self._running[k], self._running[last] = b, a
+                self._index[b], self._index[a] = k, last
+        return self._running[-1]
+
+    def _leave(self, task_id: str | None = None) -> str:
+        if task_id is None:
+            task_id = self._pick()
+        k = self._index.pop(task_id)
+        last = self._running.pop()
+        if last != task_id:
+            self._running[k] = last
+            self._index[last] = k
+        self._total -= self._amount.pop(task_id, 0.0)
+        return task_id
+
+    def _ended(self, now: float) -> list[str]:
+        """Tasks whose lifetime is over (they are replaced by arrivals in the same step)."""
+        out = []
+        while self._ends and self._ends[0][0] <= now:
+            _, task_id = heapq.heappop(self._ends)
+            if task_id in self._index:
+                out.append(self._leave(task_id))
+        return out
 
 
 # --- the scheduler ------------------------------------------------------------------------------

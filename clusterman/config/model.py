@@ -474,6 +474,21 @@ class SimulatedTasks:
 
 
 @dataclass(frozen=True)
+class DemandPod:
+    """One size of task a demand trace is run as, drawn with probability ``weight`` / the sum of the
+    weights (``simulation.demand_mix``): pods of several sizes fragment nodes as real ones do."""
+
+    weight: float = field(check=positive)
+    cpus: float = field(0.0, check=non_negative)
+    mem: float = field(0.0, check=non_negative)
+    disk: float = field(0.0, check=non_negative)
+    gpus: float = field(0.0, check=non_negative)
+
+
+DEPARTURES = ("newest", "random")
+
+
+@dataclass(frozen=True)
 class SimulatedTrace:
     """A workload replayed from a metrics file (``generate-data`` output, or Clusterman's), faster
     than real time and looping: the local stack shows a day of demand in a few minutes. It runs as
@@ -528,6 +543,17 @@ class SimulationConfig:
         parser=parse_resources,
         doc="the size of one task a demand trace is run as (default: one CPU of the smallest instance's shape)",
     )
+    demand_mix: tuple[DemandPod, ...] = field(
+        (), doc="tasks of several sizes instead of demand_task, each drawn with its weight's share"
+    )
+    departures: str = field(
+        "newest",
+        check=Check(lambda v: v in DEPARTURES, f"must be one of {', '.join(DEPARTURES)}"),
+        doc="which tasks leave when demand falls: the newest (the old mode), or random ones (fragments nodes)",
+    )
+    task_lifetime_minutes: float | None = field(
+        None, check=positive, doc="mean lifetime of a demand task (exponential); it is replaced when it ends"
+    )
 
     def __post_init__(self) -> None:
         legacy = {k: getattr(self, k) for k in LEGACY_MARKET_DEFAULTS}
@@ -536,6 +562,11 @@ class SimulationConfig:
             raise ValueError(f"give either markets or {given}, not both")
         if self.demand_task is not None and not any(self.demand_task):
             raise ValueError("demand_task: must ask for some resource")
+        if self.demand_mix and self.demand_task is not None:
+            raise ValueError("give either demand_task or demand_mix, not both")
+        for k, pod in enumerate(self.demand_mix):
+            if not (pod.cpus or pod.mem or pod.disk or pod.gpus):
+                raise ValueError(f"demand_mix[{k}]: must ask for some resource")
 
     def market_configs(self) -> tuple[SimulatedMarketConfig, ...]:
         if self.markets:

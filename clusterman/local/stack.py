@@ -70,9 +70,11 @@ def prepare_configs(run_dir: Path, moto_url: str, events_port: int, config_dir: 
     main["state_directory"] = str(run_dir / "state")
     main.setdefault("events", {})["port"] = events_port
     # A day replayed in four minutes: one real minute is six simulated hours, so the default signal
-    # looks at the last minute and 15 s ahead rather than the last 10 minutes and 5 minutes ahead.
+    # reads only the last minute (ForecastHeadroom, with too little history to measure its errors,
+    # asks for the demand plus its warm-up headroom; MostRecentResources looks 15 s ahead).
     signal = main["autoscale_signal"]
-    signal["parameters"] = [{"lookahead_minutes": 0.25}]
+    if signal.get("name") == "MostRecentResources":
+        signal["parameters"] = [{"lookahead_minutes": 0.25}]
     for metric in signal.get("required_metrics", []):
         metric["minute_range"] = 1
     main_path.write_text("# written by clusterman.local.stack from config/clusterman.yaml\n" + yaml.safe_dump(main))

@@ -7,6 +7,7 @@ The store keys carry the app prefix (``app,name``) or the cluster/pool dimension
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from clusterman.config.model import MetricType
@@ -18,7 +19,7 @@ from clusterman.metrics.store import split_key
 from clusterman.metrics.store import system_key
 from clusterman_signals.wire import gc_paused
 
-Window = dict[str, list[list[Any]]]
+Window = dict[str, Sequence[Sequence[Any]]]
 
 
 def read_required_metrics(
@@ -29,7 +30,9 @@ def read_required_metrics(
         for metric in required:
             start = now - metric.minute_range * 60
             for key, name in _keys_for(store, metric, app, identity):
-                window[name] = list(map(list, store.read(metric.type, key, start, now)))
+                # the store's (timestamp, value) pairs as they are: a day of points a metric each
+                # run is too many to copy again (a socket sends them as JSON arrays either way)
+                window[name] = store.read(metric.type, key, start, now)
     return window
 
 

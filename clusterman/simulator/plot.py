@@ -16,7 +16,8 @@ from typing import Any
 from clusterman.simulator.costs import Timeline
 
 
-def write_plot(path: str | os.PathLike[str], timeline: Timeline, title: str) -> None:
+def write_plot(path: str | os.PathLike[str], timeline: Timeline, title: str, *, small: bool = False) -> None:
+    """``small``: a picture for the docs (under 100 KB for a week by the minute)."""
     # The object API with the Agg canvas: no pyplot, no global backend, nothing left open.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.dates import AutoDateLocator
@@ -25,10 +26,10 @@ def write_plot(path: str | os.PathLike[str], timeline: Timeline, title: str) -> 
 
     times = [datetime.datetime.fromtimestamp(t, datetime.UTC) for t in timeline["time"]]
     demand, allocated = timeline["demand_cpus"], timeline["allocated_cpus"]
-    figure = Figure(figsize=(12, 7), dpi=100, layout="constrained")
+    figure = Figure(figsize=(10, 5) if small else (12, 7), dpi=64 if small else 100, layout="constrained")
     FigureCanvasAgg(figure)
     cpus, cost = figure.subplots(2, 1, sharex=True, height_ratios=(3, 1))
-    step: dict[str, Any] = {"where": "post", "linewidth": 1}
+    step: dict[str, Any] = {"where": "post", "linewidth": 0.7 if small else 1}
     cpus.step(times, timeline["paid_cpus"], color="0.55", linestyle="--", label="paid (incl. joining)", **step)
     cpus.step(times, timeline["joined_cpus"], color="tab:green", label="joined capacity", **step)
     cpus.step(times, allocated, color="tab:blue", label="allocated", **step)

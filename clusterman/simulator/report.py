@@ -36,6 +36,15 @@ def summary(result: SimulationResult, pool_config: str, metrics_files: Sequence[
             "join_delay_seconds": {"mean": sim.join_delay_seconds, "stdev": sim.join_delay_stdev_seconds},
             "signals": "internal" if sc.setup.internal else sc.signals.value,
             "demand_task": {r: _n(amount) for r, amount in sc.demand_task.items()},
+            "demand_mix": [
+                {
+                    "weight": _n(p.weight),
+                    **{r: _n(getattr(p, r)) for r in ("cpus", "mem", "disk", "gpus") if getattr(p, r)},
+                }
+                for p in sim.demand_mix
+            ],
+            "departures": sim.departures,
+            "task_lifetime_minutes": sim.task_lifetime_minutes,
             "spot_priced_markets": [f"{kind}, {zone}" for kind, zone in result.spot_priced],
         },
         "cost": {

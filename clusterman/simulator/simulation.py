@@ -154,7 +154,7 @@ def wire(scenario: Scenario, clock: SimClock) -> Wiring:
     identity, pool = setup.identity, setup.pool
     groups = groups_from_config(identity, pool, clock, scenario.source, every_kind=True)
     cloud = GroupsCloudView(groups)
-    trace = DemandTrace(scenario.demand, scenario.demand_task) if scenario.demand else None
+    trace = demand_trace(scenario) if scenario.demand else None
     connector = simulated_connector(identity, pool, cloud, workload=trace)
     lifecycle: NodeLifecycle = SimulatedLifecycle(connector.scheduler)
     if not pool.draining_enabled:
@@ -174,6 +174,20 @@ def wire(scenario: Scenario, clock: SimClock) -> Wiring:
         connector=connector, cloud=cloud, lifecycle=lifecycle, demand=demand, policy=setup.policy, recorder=recorder
     )
     return Wiring(groups, cloud, connector, cycle, store, collected, runners)
+
+
+def demand_trace(scenario: Scenario) -> DemandTrace:
+    """The files' demand as tasks, of the pool's ``demand_task`` or ``demand_mix``, leaving as
+    ``departures`` says (``cluster/simulated.py``)."""
+    sim = scenario.setup.pool.simulation
+    return DemandTrace(
+        scenario.demand,
+        scenario.demand_task,
+        mix=[(p.weight, Resources(p.cpus, p.mem, p.disk, p.gpus)) for p in sim.demand_mix],
+        departures=sim.departures,
+        lifetime_seconds=None if sim.task_lifetime_minutes is None else sim.task_lifetime_minutes * 60,
+        seed=sim.seed,
+    )
 
 
 def simulate(

@@ -1,0 +1,323 @@
+"""The default signal: recent demand, plus the headroom its own past forecast errors call for.
+
+Per resource r with a ``{r}_allocated`` series, demand d is ``{r}_allocated`` + ``{r}_pending``
+(pending 0 where it has no point). With H the horizon (``horizon_minutes``: a node's join delay
+plus one run, the time a request takes to become capacity):
+
+  base(t)    = d(t) + max(season(t), ramp(t))
+  held(t)    = max of base over the last ``hold_minutes``        (up at once, down only after a hold),
+               or over the last ``release_minutes`` when that is more than ``release_headrooms`` lower
+               (a fall far beyond the noise, such as a batch wave's end, is let go early)
+  request    = max(d(now), held(now) + headroom) + stuck_factor × stuck
+
+  stuck      = pending work while the demand is no more than was asked for a horizon or more ago
+               (capacity had time to join): it did not fit, a packing problem (free room split
+               over many nodes, none big enough) that utilisation cannot see; the largest such
+               amount of the last ``stuck_minutes`` is asked for ``stuck_factor`` times over,
+               which gets and keeps a node with room for it
+               (remembered by the signal's process; a restart forgets it)
+
+  season(t)  = the rise seen one period P earlier, max(d over (t-P, t-P+H+J]) - max(d over [t-P-J, t-P]),
+               less the rise of the last J points here (it has come already), when above the noise,
+               when the history has a period (autocorrelation of the first differences of 5-minute
+               means, strongest lag, its first harmonic that is nearly as strong); J = 4 minutes of
+               slack for a period that is not exact
+  ramp(t)    = the median step × H, only for a sustained rise: the last ``ramp_points`` steps all
+               rose, together by more than ``spread_k`` times the noise of one step, the smallest
+               by at least a quarter of the largest (a jump is in d(t) already, not a trend)
+  headroom   = median + spread_k × MAD of the past errors of exactly this rule at the horizon:
+               e(t) = max(d over (t, t+H]) - held(t), over the whole window
+
+The period and the headroom are worked out again every ``refresh_minutes`` from the window the
+signal is given; in between a run costs a few dozen steps, however long the window. With the
+period the headroom is measured both with and without the seasonal term, and the term is used only
+when it scores better: the average request plus ``SHORTFALL_WEIGHT`` times the demand it would
+have left unmet. With less history than ``min_history_minutes`` the
+headroom is ``warmup_headroom`` × d(now). A resource with no ``{r}_allocated`` data gets no opinion.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from typing import overload
+
+from clusterman_signals.base_signal import BaseSignal
+from clusterman_signals.base_signal import MetricsValuesDict
+from clusterman_signals.base_signal import SignalResources
+
+RESOURCES = ("cpus", "mem", "disk", "gpus")
+DEFAULTS: dict[str, float] = {
+    "horizon_minutes": 4.0,
+    "hold_minutes": 20.0,
+    "spread_k": 3.0,
+    "ramp_points": 5.0,
+    "release_minutes": 5.0,
+    "release_headrooms": 3.0,
+    "refresh_minutes": 120.0,
+    "stuck_factor": 2.0,
+    "stuck_minutes": 60.0,
+    "min_history_minutes": 120.0,
+    "warmup_headroom": 0.1,
+    "min_period_minutes": 30.0,
+    "min_correlation": 0.3,
+    "seasonal": 1.0,
+}
+BUCKET = 5  # points per bucket when looking for a period
+SLACK = 4  # points of slack around the period
+SHORTFALL_WEIGHT = 20.0  # a CPU short costs this many CPUs idle, when choosing whether to use a period
+
+
+@dataclass(frozen=True)
+class Model:
+    """What the last refresh found for one resource; all counts in points of the series."""
+
+    at: float  # when it was worked out (the run's timestamp)
+    period: int  # 0: no period used
+    headroom: float  # in the resource's units
+    step_noise: float  # MAD of one step's change
+
+
+class Demand:
+    """allocated + pending as a sequence, without building it: pending aligned by index when both
+    series have the same timestamps (the collector writes them together), else by timestamp."""
+
+    def __init__(self, allocated: Sequence[Sequence[float]], pending: Sequence[Sequence[float]]) -> None:
+        self.allocated = allocated
+        self.n = len(allocated)
+        self._pending = pending
+        self._aligned = bool(pending) and len(pending) == self.n and pending[0][0] == allocated[0][0]
+        self._by_time: dict[float, float] | None = None
+        if pending and not self._aligned:
+            self._by_time = {float(t): float(v) for t, v in pending}
+
+    @overload
+    def __getitem__(self, j: int) -> float: ...
+    @overload
+    def __getitem__(self, j: slice) -> list[float]: ...
+    def __getitem__(self, j: int | slice) -> float | list[float]:
+        if isinstance(j, slice):
+            return [self.at(k) for k in range(*j.indices(self.n))]
+        return self.at(j)
+
+    def at(self, j: int) -> float:
+        a = float(self.allocated[j][1])
+        if self._aligned:
+            return a + max(float(self._pending[j][1]), 0.0)
+        if self._by_time is not None:
+            return a + max(self._by_time.get(float(self.allocated[j][0]), 0.0), 0.0)
+        return a
+
+    def pending_now(self) -> float:
+        p = self._pending
+        return max(float(p[-1][1]), 0.0) if p and p[-1][0] == self.allocated[-1][0] else 0.0
+
+    def time(self, j: int) -> float:
+        return float(self.allocated[j][0])
+
+    def values(self) -> list[float]:
+        return [self.at(j) for j in range(self.n)]
+
+
+class ForecastHeadroom(BaseSignal):
+    """See the module docstring; parameters as in ``DEFAULTS`` (minutes, or a multiplier)."""
+
+    def __init__(self, cluster: str, pool: str, parameters: dict[str, Any] | None = None) -> None:
+        super().__init__(cluster, pool, parameters)
+        self._models: dict[str, Model] = {}
+        self._bases: dict[str, dict[float, float]] = {}
+        self._stuck: dict[
+            str, tuple[float, float]
+        ] = {}  # resource -> (when, pending that did not fit)  # base(t) by timestamp, for the current model
+
+    def p(self, name: str) -> float:
+        return float(self.parameters.get(name, DEFAULTS[name]))
+
+    def value(self, metrics: MetricsValuesDict, timestamp: float) -> SignalResources:
+        request: dict[str, float | None] = {}
+        for r in RESOURCES:
+            allocated = metrics.get(f"{r}_allocated") or []
+            if not allocated:
+                request[r] = None
+                continue
+            demand = Demand(allocated, metrics.get(f"{r}_pending") or [])
+            request[r] = self.request(r, demand, float(timestamp) if timestamp else demand.time(-1))
+        return SignalResources(**request)
+
+    def request(self, resource: str, d: Demand, now: float) -> float:
+        step = _step_seconds(d)
+        level = d[d.n - 1]
+        if (d.n - 1) * step < self.p("min_history_minutes") * 60:
+            return level * (1 + self.p("warmup_headroom"))
+        model = self._models.get(resource)
+        if model is None or now < model.at or now - model.at >= self.p("refresh_minutes") * 60:
+            model = self._models[resource] = self.refresh(d.values(), step, now)
+            self._bases[resource] = {}
+        rule = Rule(self, step, model.period, model.step_noise)
+        i = d.n - 1
+        known, recent = self._bases[resource], {}
+        for j in range(max(0, i - rule.hold + 1), i + 1):
+            t = d.time(j)
+            base = known.get(t)
+            recent[t] = rule.base(d, j) if base is None or j == i else base  # the newest point may change
+        self._bases[resource] = recent
+        bases = list(recent.values())
+        held = release(max(bases), max(bases[-rule.release :]), rule.release_by * max(model.headroom, 0.0))
+        stuck = self.stuck(resource, d, bases[: -rule.horizon], model, now)
+        return max(level, held + model.headroom) + self.p("stuck_factor") * stuck
+
+    def stuck(self, resource: str, d: Demand, earlier: list[float], model: Model, now: float) -> float:
+        """Pending work while the demand is no more than was asked for a horizon or more ago (time
+        enough for capacity to join) did not fit: the largest such amount of the last
+        ``stuck_minutes`` (remembered by this process)."""
+        since, amount = self._stuck.get(resource, (-math.inf, 0.0))
+        if now - since > self.p("stuck_minutes") * 60 or now < since:
+            amount = 0.0
+        pending = d.pending_now()
+        if pending > 0 and earlier and d[d.n - 1] <= max(earlier) + model.headroom:
+            amount = max(amount, pending)
+            self._stuck[resource] = (now, amount)
+        return amount
+
+    def refresh(self, values: list[float], step: float, now: float) -> Model:
+        """The period and the headroom, from the whole window (once every ``refresh_minutes``)."""
+        diffs = sorted(abs(b - a) for a, b in itertools.pairwise(values))
+        noise = diffs[len(diffs) // 2] if diffs else 0.0
+        headroom, score = self._headroom(values, Rule(self, step, 0, noise))
+        best = Model(now, 0, headroom, noise)
+        if self.p("seasonal") > 0:
+            period = find_period(values, int(self.p("min_period_minutes") * 60 / step), self.p("min_correlation"))
+            if period:
+                seasonal_headroom, seasonal_score = self._headroom(values, Rule(self, step, period, noise))
+                if seasonal_score < score:
+                    best = Model(now, period, seasonal_headroom, noise)
+        return best
+
+    def _headroom(self, values: list[float], rule: Rule) -> tuple[float, float]:
+        """(median + k × MAD of this rule's errors at the horizon, its score): the score is the mean
+        request plus ``SHORTFALL_WEIGHT`` times the mean demand it would have left unmet. The early
+        release depends on the headroom: it is measured first without it, then again with it."""
+        n, h = len(values), rule.horizon
+        if n <= h:
+            return 0.0, 0.0
+        base = [rule.base(values, j) for j in range(n)]
+        long, short = sliding_max(base, rule.hold, ahead=False), sliding_max(base, rule.release, ahead=False)
+        future = future_max(values, h)
+        first = self._spread([future[j] - long[j] for j in range(n - h)])
+        threshold = rule.release_by * max(first, 0.0)
+        held = [release(a, b, threshold) for a, b in zip(long, short, strict=True)]
+        errors = [future[j] - held[j] for j in range(n - h)]
+        headroom = self._spread(errors)
+        short_sum = math.fsum(e - headroom for e in errors if e > headroom) / len(errors)
+        return headroom, math.fsum(held) / n + headroom + SHORTFALL_WEIGHT * short_sum
+
+    def _spread(self, errors: list[float]) -> float:
+        """median + spread_k × MAD."""
+        ordered = sorted(errors)
+        median = ordered[len(ordered) // 2]
+        mad = sorted(abs(e - median) for e in ordered)[len(ordered) // 2]
+        return median + self.p("spread_k") * mad
+
+
+class Rule:
+    """base(t) of the module docstring, for one step size, period and noise."""
+
+    def __init__(self, signal: ForecastHeadroom, step: float, period: int, noise: float) -> None:
+        self.horizon = max(1, round(signal.p("horizon_minutes") * 60 / step))
+        self.hold = max(1, round(signal.p("hold_minutes") * 60 / step))
+        self.release = max(1, min(self.hold, round(signal.p("release_minutes") * 60 / step)))
+        self.release_by = signal.p("release_headrooms")
+        self.ramp_points = max(0, int(signal.p("ramp_points")))
+        self.ramp_floor = signal.p("spread_k") * noise * math.sqrt(self.ramp_points)
+        self.floor = signal.p("spread_k") * noise * 2
+        self.period = period
+
+    def base(self, d: Demand | list[float], j: int) -> float:
+        now = d[j]
+        extra = 0.0
+        p = self.period
+        if p and j - p - SLACK >= 0:
+            # the rise one period ago, from the highest point of the slack before (t - P) to the
+            # highest of the horizon and slack after it, less what has risen here already
+            then = max(d[j - p - SLACK : j - p + 1])
+            top = max(d[j - p + 1 : min(j - p + self.horizon + SLACK, j) + 1])
+            seen = now - min(d[j - SLACK : j + 1])
+            rise = top - then - max(seen, 0.0)
+            if rise > self.floor:  # a rise above the noise
+                extra = rise
+        r = self.ramp_points
+        if r and j >= r and now - d[j - r] > self.ramp_floor:
+            last = d[j - r : j + 1]
+            steps = sorted(b - a for a, b in itertools.pairwise(last))
+            # sustained: every step rose, by similar amounts (a jump over a step or two is in d(t)
+            # already, not a trend to extrapolate)
+            if steps[0] > 0 and steps[0] >= 0.25 * steps[-1]:
+                extra = max(extra, steps[len(steps) // 2] * self.horizon)
+        return now + extra
+
+
+def release(held: float, recent: float, threshold: float) -> float:
+    """The hold, let go early after a fall far beyond the noise: when the last ``release_minutes``
+    stayed more than ``threshold`` (``release_headrooms`` headrooms) below it (a batch wave over,
+    a crowd gone)."""
+    return recent if held - recent > threshold else held
+
+
+def future_max(values: list[float], h: int) -> list[float]:
+    """out[j] = max(values[j+1 .. j+h]) (the last value repeated past the end)."""
+    return sliding_max([*values[1:], values[-1]], h, ahead=True)
+
+
+def _step_seconds(d: Demand) -> float:
+    """The typical spacing of the series: the mean of its last (up to) nine gaps; 60 s when unknown."""
+    n = d.n
+    if n < 2:
+        return 60.0
+    first = max(0, n - 10)
+    gap = (d.time(n - 1) - d.time(first)) / (n - 1 - first)
+    return gap if gap > 0 else 60.0
+
+
+def sliding_max(values: Sequence[float], width: int, *, ahead: bool) -> list[float]:
+    """out[j] = max(values[j-width+1 .. j]) (behind) or max(values[j .. j+width-1]) (ahead), the
+    window cut at the ends. Windows here are a few dozen points: a slice's max runs in C."""
+    n = len(values)
+    if ahead:
+        return [max(values[j : j + width]) for j in range(n)]
+    return [max(values[max(0, j - width + 1) : j + 1]) for j in range(n)]
+
+
+def find_period(values: Sequence[float], min_lag: int, min_correlation: float) -> int:
+    """The period in points, or 0: the lag where the first differences of bucket means correlate
+    best (at least ``min_correlation``), taking the shortest lag nearly as good (a harmonic)."""
+    means = [math.fsum(values[k : k + BUCKET]) / BUCKET for k in range(0, len(values) - BUCKET + 1, BUCKET)]
+    x = [b - a for a, b in itertools.pairwise(means)]
+    n = len(x)
+    first = max(2, math.ceil(min_lag / BUCKET))
+    squares = [0.0]
+    for v in x:
+        squares.append(squares[-1] + v * v)
+    scores: list[tuple[int, float]] = []
+    for lag in range(first, n // 2 + 1):
+        head, tail = squares[n - lag], squares[n] - squares[lag]
+        if head <= 0 or tail <= 0:
+            continue
+        scores.append((lag, sum(map(operator.mul, x[: n - lag], x[lag:])) / math.sqrt(head * tail)))
+    if not scores:
+        return 0
+    top = max(score for _, score in scores)
+    if top < min_correlation:
+        return 0
+    lag = next(lag for lag, score in scores if score >= 0.85 * top and _local_peak(scores, lag))
+    return lag * BUCKET
+
+
+def _local_peak(scores: list[tuple[int, float]], lag: int) -> bool:
+    k = bisect.bisect_left(scores, lag, key=operator.itemgetter(0))
+    here = scores[k][1]
+    return all(scores[m][1] <= here for m in (k - 1, k + 1) if 0 <= m < len(scores))

@@ -1,0 +1,88 @@
+"""The default signal, ForecastHeadroom: measured headroom, hold, seasonality, ramp (short series)."""
+
+import random
+
+import pytest
+
+from clusterman_signals.clusterman import ForecastHeadroom
+from clusterman_signals.clusterman.forecast_headroom import find_period
+
+T0 = 1_700_000_000
+
+
+def series(values, start=T0):
+    return [[start + 60 * k, float(v)] for k, v in enumerate(values)]
+
+
+def ask(signal, values, pending=None, **extra):
+    metrics = {"cpus_allocated": series(values), **extra}
+    if pending is not None:
+        metrics["cpus_pending"] = series(pending)
+    return signal.evaluate(metrics, T0 + 60 * (len(values) - 1)).cpus
+
+
+def noisy(n, level, stddev, seed=3):
+    rng = random.Random(seed)
+    return [level + rng.gauss(0, stddev) for _ in range(n)]
+
+
+def test_no_data_is_no_opinion_and_short_history_gets_the_warmup_headroom():
+    signal = ForecastHeadroom("c", "p", {})
+    result = signal.evaluate({"mem_allocated": [[T0, 100.0]]}, T0)
+    assert result.cpus is None and result.mem == pytest.approx(110.0)
+    assert ask(ForecastHeadroom("c", "p", {}), [50.0] * 30) == pytest.approx(55.0)
+
+
+def test_headroom_follows_the_noise_it_measured():
+    calm = ask(ForecastHeadroom("c", "p", {}), noisy(600, 100, 1))
+    rough = ask(ForecastHeadroom("c", "p", {}), noisy(600, 100, 8))
+    assert 100 < calm < 106
+    assert rough > calm + 10
+
+
+def test_scales_up_at_once_and_down_only_after_the_hold():
+    base = noisy(400, 100, 2)
+    signal = ForecastHeadroom("c", "p", {"hold_minutes": 20, "release_headrooms": 100})
+    up = ask(signal, [*base, 110.0])
+    assert up >= 110
+    # back to 104 (not far beyond the noise for this signal): the request holds for 20 minutes
+    assert ask(signal, [*base, 110.0, *[104.0] * 10]) >= 110
+    assert ask(signal, [*base, 110.0, *[104.0] * 25]) < 110
+    # with the default, a fall far beyond the noise (a wave over) is let go after release_minutes (5)
+    assert ask(ForecastHeadroom("c", "p", {}), [*base, *[300.0] * 30, *[100.0] * 6]) < 120
+
+
+def test_a_step_is_not_extrapolated_but_a_sustained_rise_is():
+    base = noisy(400, 100, 0.5)
+    jump = ask(ForecastHeadroom("c", "p", {}), [*base, 101, 102, 160, 220, 280])
+    assert 280 <= jump < 300  # no 2x overshoot from a three-minute jump
+    ramp = ask(ForecastHeadroom("c", "p", {}), [*base, *[100 + 5 * k for k in range(1, 8)]])
+    assert ramp >= 135 + 4 * 5  # five per minute, four minutes ahead
+
+
+def test_a_period_is_found_and_the_next_wave_is_asked_for_ahead_of_time():
+    rng = random.Random(5)
+    values = []
+    for m in range(900):
+        into = m % 180
+        values.append(100 + (200 if 60 <= into < 90 else 0) + rng.gauss(0, 1))
+    assert find_period(values, 30, 0.3) == 180
+    signal = ForecastHeadroom("c", "p", {})
+    # the third wave starts at minute 780: three minutes before it the request already holds it
+    assert ask(signal, values[:778]) > 290
+    assert ask(ForecastHeadroom("c", "p", {"seasonal": 0}), values[:778]) < 120
+
+
+def test_pending_that_did_not_fit_is_asked_for_twice_over_for_an_hour():
+    base = noisy(400, 100, 0.5)
+    calm = ask(ForecastHeadroom("c", "p", {}), base, pending=[0.0] * 400)
+    # a 4-CPU pod evicted from a drained node finds no room: demand is flat, 4 of it pending
+    signal = ForecastHeadroom("c", "p", {})
+    evicted = ask(signal, [*base[:-1], base[-1] - 4], pending=[0.0] * 399 + [4.0])
+    assert evicted == pytest.approx(calm + 2 * 4, abs=0.5)
+    later = [*base, *[base[-1]] * 30]
+    assert ask(signal, later, pending=[0.0] * 430) == pytest.approx(calm + 8, abs=1.0)  # remembered
+    assert ask(signal, [*later, *[base[-1]] * 40], pending=[0.0] * 470) < calm + 4  # an hour on: forgotten
+    # demand rising past what was asked for is not a packing problem: no extra
+    rising = ask(ForecastHeadroom("c", "p", {}), base, pending=[0.0] * 399 + [30.0])
+    assert rising < base[-1] + 30 + 8
