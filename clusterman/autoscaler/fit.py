@@ -1,0 +1,214 @@
+"""Room on the nodes that stay: may a node leave without stranding its pods? (docs/scaling.md)
+
+A scale-down that takes a node whose pods fit on no remaining node leaves them pending while the
+pool still has free CPUs, split over nodes none of which has room. So, as Kubernetes'
+cluster-autoscaler does, a node is removable only if every task on it can be placed on the nodes
+that stay: first fit decreasing (largest request first, identical requests placed together) over
+the free allocatable of the remaining nodes, in every resource, counting what earlier removals in
+the same run already moved there. A node that is itself removed later in the run takes those
+moved tasks along.
+
+Amounts are integer millionths (``exact.micro``): exact, and fast in these loops. The free room is
+kept in a max-tree per resource over the receiving nodes, so the first node with room for a
+request is found in a few dozen steps, whatever the pool's size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from collections.abc import Sequence
+
+from clusterman.autoscaler.exact import MICRO
+from clusterman.cluster.model import Node
+from clusterman.resources import RESOURCE_NAMES
+
+Need = tuple[int, int, int, int]  # cpus, mem, disk, gpus in millionths of their units
+GONE = -1  # a removed node's room: fits nothing that asks for anything
+
+_DIMS = range(len(RESOURCE_NAMES))
+_UNITS = {"cpus": "-CPU", "mem": " MB mem", "disk": " MB disk", "gpus": "-GPU"}
+
+
+def need_of(cpus: float, mem: float, disk: float, gpus: float) -> Need:
+    return (round(cpus * MICRO), round(mem * MICRO), round(disk * MICRO), round(gpus * MICRO))
+
+
+def describe(need: Need) -> str:
+    """``4-CPU`` or ``4-CPU, 2000 MB mem``: the parts of a request that are not zero."""
+    parts = [f"{need[d] / MICRO:g}{_UNITS[name]}" for d, name in enumerate(RESOURCE_NAMES) if need[d] > 0]
+    return ", ".join(parts) or "empty"
+
+
+def needs_of(node: Node) -> dict[Need, int] | str:
+    """The node's tasks that must find a home (not daemons, not revocable), counted by request; a
+    reason instead when one has a request that is not a finite number."""
+    counts: dict[tuple[float, float, float, float], int] = {}
+    for t in node.tasks:
+        if t.daemon or t.revocable:
+            continue
+        r = t.requests
+        key = (r.cpus, r.mem, r.disk, r.gpus)
+        counts[key] = counts.get(key, 0) + 1
+    out: dict[Need, int] = {}
+    for (cpus, mem, disk, gpus), count in counts.items():
+        if not all(math.isfinite(v) for v in (cpus, mem, disk, gpus)):
+            return f"a task asks for cpus={cpus}, mem={mem}, disk={disk}, gpus={gpus}: not finite numbers"
+        need = need_of(max(0.0, cpus), max(0.0, mem), max(0.0, disk), max(0.0, gpus))
+        out[need] = out.get(need, 0) + count
+    return out
+
+
+class Room:
+    """The free allocatable of the receiving nodes, and what this run moved onto each."""
+
+    def __init__(self, receivers: Sequence[Node], gone: Iterable[str] = ()) -> None:
+        self.index = {n.id: i for i, n in enumerate(receivers)}
+        size = 1
+        while size < max(1, len(receivers)):
+            size *= 2
+        self.size = size
+        self.trees = [[GONE] * (2 * size) for _ in _DIMS]
+        for i, n in enumerate(receivers):
+            v = n.vector  # allocatable, reserved, allocated from reservations, allocated otherwise, revocable
+            for d in _DIMS:
+                self.trees[d][size + i] = round((v[d] - v[8 + d] - v[12 + d]) * MICRO)
+        for tree in self.trees:
+            for k in range(size - 1, 0, -1):
+                tree[k] = max(tree[2 * k], tree[2 * k + 1])
+        self.moved: dict[int, dict[Need, int]] = {}  # placed request by request
+        self.wholes: dict[int, list[Node]] = {}  # nodes whose tasks were placed together
+        for node_id in gone:
+            self.remove(node_id)
+
+    def remove(self, node_id: str) -> None:
+        """The node leaves without anything to move (empty, or its tasks were placed already)."""
+        i = self.index.get(node_id)
+        if i is not None:
+            self._set(i, (GONE,) * len(_DIMS))
+
+    def try_move(self, node: Node) -> str:
+        """Remove ``node``, placing its tasks (and what this run moved onto it) on the others; ""
+        when they all fit, else why not (and nothing changes)."""
+        i = self.index.get(node.id)
+        carried = self._carried(i) if i is not None else {}
+        if not carried and not node.usage.tasks:
+            self.remove(node.id)
+            return ""
+        if not carried and self._move_whole(node, i):
+            return ""
+        needs = needs_of(node)
+        if isinstance(needs, str):
+            return needs
+        for need, count in carried.items():
+            needs[need] = needs.get(need, 0) + count
+        return self._move_each(needs, i)
+
+    def _carried(self, i: int) -> dict[Need, int]:
+        """What earlier removals in this run placed on receiver ``i``, request by request."""
+        out = dict(self.moved.get(i, {}))
+        for whole in self.wholes.get(i, ()):
+            needs = needs_of(whole)
+            assert not isinstance(needs, str)  # it was moved whole: its requests are finite
+            for need, count in needs.items():
+                out[need] = out.get(need, 0) + count
+        return out
+
+    def _move_whole(self, node: Node, i: int | None) -> bool:
+        """All of the node's tasks onto the first node with room for them together (one search
+        instead of one per request: the usual case, a node a few pods busy)."""
+        v = node.vector
+        total = [v[8 + d] + v[12 + d] for d in _DIMS]
+        if not all(math.isfinite(x) for x in total):
+            return False
+        need = need_of(*(max(0.0, x) for x in total))
+        if not any(need):
+            self.remove(node.id)
+            return True
+        saved = self._leaf(i) if i is not None else ()
+        if i is not None:
+            self._set(i, (GONE,) * len(_DIMS))
+        j = self._first(need)
+        if j < 0:
+            if i is not None:
+                self._set(i, saved)
+            return False
+        self._add(j, need, -1)
+        self.wholes.setdefault(j, []).append(node)
+        return True
+
+    def _move_each(self, needs: dict[Need, int], i: int | None) -> str:
+        """First fit decreasing, request by request; undone when one does not fit."""
+        saved: tuple[int, ...] = ()
+        if i is not None:
+            saved = self._leaf(i)
+            self._set(i, (GONE,) * len(_DIMS))
+        journal: list[tuple[int, Need, int]] = []
+        for need in sorted(needs, reverse=True):
+            count = needs[need]
+            if not any(need):
+                continue  # asks for nothing: fits anywhere
+            while count:
+                j = self._first(need)
+                if j < 0:
+                    for k, placed, n in reversed(journal):
+                        self._add(k, placed, n)
+                    if i is not None:
+                        self._set(i, saved)
+                    return f"its {describe(need)} pod fits on no remaining node"
+                leaf = self._leaf(j)
+                take = min(count, *(leaf[d] // need[d] for d in _DIMS if need[d] > 0))
+                self._add(j, need, -take)
+                journal.append((j, need, take))
+                count -= take
+        if i is not None:
+            self.moved.pop(i, None)
+            self.wholes.pop(i, None)
+        for j, need, n in journal:
+            on = self.moved.setdefault(j, {})
+            on[need] = on.get(need, 0) + n
+        return ""
+
+    def _leaf(self, i: int) -> tuple[int, ...]:
+        k = self.size + i
+        return tuple(tree[k] for tree in self.trees)
+
+    def _set(self, i: int, values: Sequence[int]) -> None:
+        for d in _DIMS:
+            tree = self.trees[d]
+            k = self.size + i
+            tree[k] = values[d]
+            k //= 2
+            while k:
+                tree[k] = max(tree[2 * k], tree[2 * k + 1])
+                k //= 2
+
+    def _add(self, i: int, need: Need, times: int) -> None:
+        for d in _DIMS:
+            if need[d] == 0:
+                continue
+            tree = self.trees[d]
+            k = self.size + i
+            tree[k] += need[d] * times
+            k //= 2
+            while k:
+                tree[k] = max(tree[2 * k], tree[2 * k + 1])
+                k //= 2
+
+    def _first(self, need: Need) -> int:
+        """The first receiving node with room for ``need`` in every resource, or -1."""
+        checks = [(self.trees[d], need[d]) for d in _DIMS if need[d] > 0]
+        size = self.size
+        stack = [1]
+        pop, push = stack.pop, stack.append
+        while stack:
+            k = pop()
+            for tree, amount in checks:
+                if tree[k] < amount:
+                    break
+            else:
+                if k >= size:
+                    return k - size
+                push(2 * k + 1)
+                push(2 * k)
+        return -1
