@@ -68,14 +68,19 @@ class Room:
         while size < max(1, len(receivers)):
             size *= 2
         self.size = size
-        self.trees = [[GONE] * (2 * size) for _ in _DIMS]
-        for i, n in enumerate(receivers):
-            v = n.vector  # allocatable, reserved, allocated from reservations, allocated otherwise, revocable
-            for d in _DIMS:
-                self.trees[d][size + i] = round((v[d] - v[8 + d] - v[12 + d]) * MICRO)
-        for tree in self.trees:
+        vectors = [n.vector for n in receivers]  # allocatable, reserved, allocated (reserved, not), revocable
+        self.trees: list[list[int]] = []
+        for d in _DIMS:
+            tree = [GONE] * size
+            tree += [round((v[d] - v[8 + d] - v[12 + d]) * MICRO) for v in vectors]
+            tree += [GONE] * (size - len(vectors))
             for k in range(size - 1, 0, -1):
-                tree[k] = max(tree[2 * k], tree[2 * k + 1])
+                left, right = tree[2 * k], tree[2 * k + 1]
+                tree[k] = left if left > right else right
+            self.trees.append(tree)
+        # the first receiver found for a request: room only shrinks while nothing is undone, so no
+        # receiver before it can hold that request later in the run (Room forgets this on an undo)
+        self.hint: dict[Need, int] = {}
         self.moved: dict[int, dict[Need, int]] = {}  # placed request by request
         self.wholes: dict[int, list[Node]] = {}  # nodes whose tasks were placed together
         for node_id in gone:
@@ -118,10 +123,15 @@ class Room:
         """All of the node's tasks onto the first node with room for them together (one search
         instead of one per request: the usual case, a node a few pods busy)."""
         v = node.vector
-        total = [v[8 + d] + v[12 + d] for d in _DIMS]
-        if not all(math.isfinite(x) for x in total):
+        try:
+            need = (
+                max(0, round((v[8] + v[12]) * MICRO)),
+                max(0, round((v[9] + v[13]) * MICRO)),
+                max(0, round((v[10] + v[14]) * MICRO)),
+                max(0, round((v[11] + v[15]) * MICRO)),
+            )
+        except (ValueError, OverflowError):  # a request that is not a finite number: task by task says which
             return False
-        need = need_of(*(max(0.0, x) for x in total))
         if not any(need):
             self.remove(node.id)
             return True
@@ -132,6 +142,7 @@ class Room:
         if j < 0:
             if i is not None:
                 self._set(i, saved)
+                self.hint.clear()
             return False
         self._add(j, need, -1)
         self.wholes.setdefault(j, []).append(node)
@@ -155,6 +166,7 @@ class Room:
                         self._add(k, placed, n)
                     if i is not None:
                         self._set(i, saved)
+                    self.hint.clear()
                     return f"its {describe(need)} pod fits on no remaining node"
                 leaf = self._leaf(j)
                 take = min(count, *(leaf[d] // need[d] for d in _DIMS if need[d] > 0))
@@ -175,40 +187,58 @@ class Room:
 
     def _set(self, i: int, values: Sequence[int]) -> None:
         for d in _DIMS:
-            tree = self.trees[d]
-            k = self.size + i
-            tree[k] = values[d]
-            k //= 2
-            while k:
-                tree[k] = max(tree[2 * k], tree[2 * k + 1])
-                k //= 2
+            self._update(self.trees[d], self.size + i, values[d])
 
     def _add(self, i: int, need: Need, times: int) -> None:
+        k = self.size + i
         for d in _DIMS:
-            if need[d] == 0:
-                continue
-            tree = self.trees[d]
-            k = self.size + i
-            tree[k] += need[d] * times
-            k //= 2
-            while k:
-                tree[k] = max(tree[2 * k], tree[2 * k + 1])
-                k //= 2
+            if need[d]:
+                tree = self.trees[d]
+                self._update(tree, k, tree[k] + need[d] * times)
+
+    @staticmethod
+    def _update(tree: list[int], k: int, value: int) -> None:
+        """Set leaf ``k`` and the maxima above it, as far up as they change."""
+        tree[k] = value
+        while k > 1:
+            left, right = tree[k & ~1], tree[k | 1]
+            top = left if left > right else right
+            k >>= 1
+            if tree[k] == top:
+                return
+            tree[k] = top
 
     def _first(self, need: Need) -> int:
-        """The first receiving node with room for ``need`` in every resource, or -1."""
+        """The first receiving node with room for ``need`` in every resource, or -1: down the
+        left-most branch whose maxima allow it, back up to the next one when a branch does not."""
         checks = [(self.trees[d], need[d]) for d in _DIMS if need[d] > 0]
         size = self.size
-        stack = [1]
-        pop, push = stack.pop, stack.append
-        while stack:
-            k = pop()
+        j = self.hint.get(need)
+        if j is not None:
+            for tree, amount in checks:
+                if tree[size + j] < amount:
+                    break
+            else:
+                return j
+        j = self._search(checks)
+        if j >= 0:
+            self.hint[need] = j
+        return j
+
+    def _search(self, checks: list[tuple[list[int], int]]) -> int:
+        size = self.size
+        later: list[int] = []
+        k = 1
+        while True:
             for tree, amount in checks:
                 if tree[k] < amount:
                     break
             else:
                 if k >= size:
                     return k - size
-                push(2 * k + 1)
-                push(2 * k)
-        return -1
+                later.append(2 * k + 1)
+                k *= 2
+                continue
+            if not later:
+                return -1
+            k = later.pop()
