@@ -56,6 +56,7 @@ class _Choice:
         self.tainted: list[Node] = []
         self._order: list[Node] | None = None
         self._room: Room | None = None
+        self._placed: dict[str, str] = {}  # nodes tainted before this run: "" once their tasks are placed
 
     def removal_order(self) -> list[Node]:
         """Ready nodes that may be tainted, in Clusterman's order (stale groups, past the minimum
@@ -81,6 +82,14 @@ class _Choice:
             pinned = [n for n in self.view.ready if n.usage.pinned]
             receivers = [*pinned, *self.untainted, *reversed(self.removal_order())]
             self._room = Room(receivers, gone=(n.id for n in self.tainted))
+            # work still on nodes tainted earlier needs a home too (it stays demand): placed first,
+            # so a run after a drain sees the room that drain took
+            untainted = {n.id for n in self.untainted}
+            for before in sorted(self.view.tainted, key=lambda n: (n.tainted_at, n.id)):
+                if before.id not in untainted and before.usage.tasks:
+                    self._placed[before.id] = self._room.try_move(before)
+        if node.id in self._placed:
+            return self._placed[node.id]
         return self._room.try_move(node)
 
     def keep(self, node: Node, why: str) -> None:
