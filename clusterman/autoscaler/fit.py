@@ -68,16 +68,11 @@ class Room:
         while size < max(1, len(receivers)):
             size *= 2
         self.size = size
-        vectors = [n.vector for n in receivers]  # allocatable, reserved, allocated (reserved, not), revocable
-        self.trees: list[list[int]] = []
-        for d in _DIMS:
-            tree = [GONE] * size
-            tree += [round((v[d] - v[8 + d] - v[12 + d]) * MICRO) for v in vectors]
-            tree += [GONE] * (size - len(vectors))
-            for k in range(size - 1, 0, -1):
-                left, right = tree[2 * k], tree[2 * k + 1]
-                tree[k] = left if left > right else right
-            self.trees.append(tree)
+        self.vectors = [n.vector for n in receivers]  # allocatable, reserved, allocated (reserved, not), revocable
+        # one max-tree per resource, built when a request first asks for that resource (most pods
+        # ask for no disk and no GPUs); [] until then
+        self.trees: list[list[int]] = [[] for _ in _DIMS]
+        self.gone: set[int] = set()
         # the first receiver found for a request: room only shrinks while nothing is undone, so no
         # receiver before it can hold that request later in the run (Room forgets this on an undo)
         self.hint: dict[Need, int] = {}
@@ -90,7 +85,7 @@ class Room:
         """The node leaves without anything to move (empty, or its tasks were placed already)."""
         i = self.index.get(node_id)
         if i is not None:
-            self._set(i, (GONE,) * len(_DIMS))
+            self._leave(i)
 
     def try_move(self, node: Node) -> str:
         """Remove ``node``, placing its tasks (and what this run moved onto it) on the others; ""
@@ -137,12 +132,11 @@ class Room:
             return True
         saved = self._leaf(i) if i is not None else ()
         if i is not None:
-            self._set(i, (GONE,) * len(_DIMS))
+            self._leave(i)
         j = self._first(need)
         if j < 0:
             if i is not None:
-                self._set(i, saved)
-                self.hint.clear()
+                self._restore(i, saved)
             return False
         self._add(j, need, -1)
         self.wholes.setdefault(j, []).append(node)
@@ -150,10 +144,10 @@ class Room:
 
     def _move_each(self, needs: dict[Need, int], i: int | None) -> str:
         """First fit decreasing, request by request; undone when one does not fit."""
-        saved: tuple[int, ...] = ()
+        saved: tuple[int | None, ...] = ()
         if i is not None:
             saved = self._leaf(i)
-            self._set(i, (GONE,) * len(_DIMS))
+            self._leave(i)
         journal: list[tuple[int, Need, int]] = []
         for need in sorted(needs, reverse=True):
             count = needs[need]
@@ -165,11 +159,11 @@ class Room:
                     for k, placed, n in reversed(journal):
                         self._add(k, placed, n)
                     if i is not None:
-                        self._set(i, saved)
+                        self._restore(i, saved)
                     self.hint.clear()
                     return f"its {describe(need)} pod fits on no remaining node"
-                leaf = self._leaf(j)
-                take = min(count, *(leaf[d] // need[d] for d in _DIMS if need[d] > 0))
+                k = self.size + j
+                take = min(count, *(self.trees[d][k] // need[d] for d in _DIMS if need[d] > 0))
                 self._add(j, need, -take)
                 journal.append((j, need, take))
                 count -= take
@@ -181,13 +175,43 @@ class Room:
             on[need] = on.get(need, 0) + n
         return ""
 
-    def _leaf(self, i: int) -> tuple[int, ...]:
-        k = self.size + i
-        return tuple(tree[k] for tree in self.trees)
+    def _tree(self, d: int) -> list[int]:
+        tree = self.trees[d]
+        if not tree:
+            size, gone = self.size, self.gone
+            tree = [GONE] * size
+            tree += [GONE if i in gone else self._free(i, d) for i in range(len(self.vectors))]
+            tree += [GONE] * (size - len(self.vectors))
+            for k in range(size - 1, 0, -1):
+                left, right = tree[2 * k], tree[2 * k + 1]
+                tree[k] = left if left > right else right
+            self.trees[d] = tree
+        return tree
 
-    def _set(self, i: int, values: Sequence[int]) -> None:
-        for d in _DIMS:
-            self._update(self.trees[d], self.size + i, values[d])
+    def _free(self, i: int, d: int) -> int:
+        v = self.vectors[i]
+        return round((v[d] - v[8 + d] - v[12 + d]) * MICRO)
+
+    def _leaf(self, i: int) -> tuple[int | None, ...]:
+        k = self.size + i
+        return tuple(tree[k] if tree else None for tree in self.trees)
+
+    def _leave(self, i: int) -> None:
+        self.gone.add(i)
+        k = self.size + i
+        for tree in self.trees:
+            if tree:
+                self._update(tree, k, GONE)
+
+    def _restore(self, i: int, saved: tuple[int | None, ...]) -> None:
+        """Undo ``_leave``: a resource whose tree was built since has seen no move onto node ``i``."""
+        self.gone.discard(i)
+        k = self.size + i
+        for d, tree in enumerate(self.trees):
+            if tree:
+                value = saved[d]
+                self._update(tree, k, self._free(i, d) if value is None else value)
+        self.hint.clear()
 
     def _add(self, i: int, need: Need, times: int) -> None:
         k = self.size + i
@@ -211,7 +235,7 @@ class Room:
     def _first(self, need: Need) -> int:
         """The first receiving node with room for ``need`` in every resource, or -1: down the
         left-most branch whose maxima allow it, back up to the next one when a branch does not."""
-        checks = [(self.trees[d], need[d]) for d in _DIMS if need[d] > 0]
+        checks = [(self._tree(d), need[d]) for d in _DIMS if need[d] > 0]
         size = self.size
         j = self.hint.get(need)
         if j is not None:
