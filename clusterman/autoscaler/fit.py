@@ -6,11 +6,14 @@ cluster-autoscaler does, a node is removable only if every task on it can be pla
 that stay: first fit decreasing (largest request first, identical requests placed together) over
 the free allocatable of the remaining nodes, in every resource, counting what earlier removals in
 the same run already moved there. A node that is itself removed later in the run takes those
-moved tasks along.
+moved tasks along. When one node has room for all of a node's tasks together they go there whole
+(one search instead of one per request: the usual case); work still on nodes tainted in earlier
+runs is placed before any choice (node_choice.py).
 
 Amounts are integer millionths (``exact.micro``): exact, and fast in these loops. The free room is
-kept in a max-tree per resource over the receiving nodes, so the first node with room for a
-request is found in a few dozen steps, whatever the pool's size.
+kept in a max-tree per resource over the receiving nodes (built when a request first asks for
+that resource), so the first node with room for a request is found in a few dozen steps,
+whatever the pool's size.
 """
 
 from __future__ import annotations
