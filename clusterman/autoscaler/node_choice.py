@@ -5,9 +5,11 @@ capacity comes back before the cloud is asked for more. Taint where ready capaci
 target, in Clusterman's order (stale groups, nodes past the minimum uptime, idle, fewest batch
 tasks, fewest tasks, then oldest first as Escalator does), never taking the pool's ready capacity
 or a group's below its target, never more than max_weight_to_remove a run, never a node with a
-safe-to-evict=false pod. Terminate orphans past the orphan timeout (or not needed, or in stale
-groups), and tainted nodes once empty after the soft grace period, or within max_tasks_to_kill,
-or regardless after the hard grace period; never when that takes joined capacity below the target.
+safe-to-evict=false pod, never a node whose tasks fit on none of the nodes that stay (fit.py: a
+drained node's pods must not wait while the free room is split). Terminate orphans past the
+orphan timeout (or not needed, or in stale groups), and tainted nodes once empty after the soft
+grace period, or within max_tasks_to_kill when their tasks fit elsewhere, or regardless after the
+hard grace period; never when that takes joined capacity below the target.
 
 Weights are counted in integer millionths (``exact.micro``) in these per-node loops.
 """
