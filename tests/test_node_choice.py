@@ -1,9 +1,14 @@
 """Which nodes a decision untaints, taints and terminates, and when it may not."""
 
 import math
+from dataclasses import replace
+
+import pytest
 
 from clusterman.autoscaler import Action
 from clusterman.cluster.model import NO_TIME
+from clusterman.cluster.model import Task
+from clusterman.resources import Resources
 from tests.scaling_builders import NOW
 from tests.scaling_builders import ORPHAN
 from tests.scaling_builders import TAINTED
@@ -34,7 +39,7 @@ def test_untaint_newest_first_before_asking_the_cloud():
 def test_taint_order_stale_idle_fewest_batch_tasks_fewest_tasks_oldest():
     members = [
         node("busy", tasks=pods(3)),
-        node("batchy", tasks=pods(1, batch=True)),
+        node("batchy", cpus=16, tasks=pods(1, batch=True)),  # room for every other node's pods
         node("one", tasks=pods(1)),
         node("idle-new", launched_at=NOW - 100),
         node("idle-old", launched_at=NOW - 5000),
@@ -45,6 +50,85 @@ def test_taint_order_stale_idle_fewest_batch_tasks_fewest_tasks_oldest():
     assert d.target_capacity == 1
     assert d.taint == ("stale", "idle-old", "idle-new", "one", "busy")  # batch work is kept longest
     assert set(d.terminate) == {"idle-old", "idle-new"}  # empty and the soft grace period is 0
+
+
+def full(node_id, *sizes, cpus=8, mem=32000, **kw):
+    """A node with one pod per size in ``sizes`` (CPUs, 1,000 MB each)."""
+    tasks = tuple(Task(f"{node_id}-p{i}", Resources(cpus=c, mem=1000)) for i, c in enumerate(sizes))
+    return node(node_id, cpus=cpus, mem=mem, tasks=tasks, **kw)
+
+
+# (case, nodes oldest first (8 CPUs unless said), target in nodes, tainted, kept and why)
+FIT_CASES = [
+    (
+        "a 4-CPU pod with 3 free CPUs on each remaining node stays; the next node's small pod goes",
+        [full("big", 4), full("small", 1, cpus=4), full("a", 5), full("b", 5), full("c", 5)],
+        4,
+        ("small",),
+        {"big": "its 4-CPU, 1000 MB mem pod"},
+    ),
+    (
+        "room taken by an earlier choice in the same run counts",
+        [full("x", 3), full("y", 3), full("a", 4), full("b", 6)],
+        2,  # x's pod takes a's room; y's finds none; a and b are too busy to go
+        ("x",),
+        {"y": "its 3-CPU, 1000 MB mem pod", "a": "its 3-CPU, 1000 MB mem pod", "b": "its 6-CPU, 1000 MB mem pod"},
+    ),
+    (
+        "every resource: CPUs to spare but no memory",
+        [full("m", 1, mem=8000), full("a", 1, mem=1500), full("b", 1, mem=1500)],
+        2,  # m's pod finds no node with 1000 MB free; a's goes to m
+        ("a",),
+        {"m": "its 1-CPU, 1000 MB mem pod"},
+    ),
+    (
+        "empty nodes always qualify, however full the rest",
+        [full("e1"), full("e2"), full("a", 8), full("b", 8)],
+        2,
+        ("e1", "e2"),
+        {},
+    ),
+    (
+        "a node that received pods earlier in the run takes them along when it goes",
+        [full("s", 2), full("r", 4), full("a", 6)],
+        1,  # s's pod goes to r (a has no room); r's 4 + 2 CPUs then fit nowhere
+        ("s",),
+        {"r": "its 4-CPU, 1000 MB mem pod", "a": "its 6-CPU, 1000 MB mem pod"},
+    ),
+    (
+        "pods that only several nodes' free CPUs together hold, first fit decreasing",
+        [full("f", 2, 2, 1, 1), full("a", *[1] * 6), full("b", *[1] * 6), full("c", *[1] * 7), full("d", *[1] * 7)],
+        4,
+        ("f",),
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "members", "target", "taint", "kept"), FIT_CASES, ids=[c[0] for c in FIT_CASES])
+def test_a_node_is_tainted_only_when_its_pods_fit_on_the_nodes_that_stay(case, members, target, taint, kept):
+    members = [replace(n, launched_at=NOW - 90000 + i) for i, n in enumerate(members)]  # oldest first
+    cpus = sum(n.allocatable.cpus for n in members)
+    d = run(snapshot(members), request(cpus * 0.7 * target / len(members)), policy(min_capacity=1))
+    assert d.target_capacity == target
+    assert d.taint == taint
+    why = {n: r for n, r in d.node_reasons.items() if r.startswith("kept")}
+    assert why == {n: f"kept: {pod} fits on no remaining node" for n, pod in kept.items()}
+    if kept:
+        first = next(iter(kept))
+        assert f"node {first}" in d.explanation and why[first] in d.explanation
+
+
+def test_a_tainted_node_with_tasks_is_terminated_only_when_they_fit():
+    members = [full("a", 5), full("b", 5), replace(full("t", 4), state=TAINTED, tainted_at=NOW - 90)]
+    pol = policy(soft_delete_grace_period_seconds=60, max_tasks_to_kill=5, hard_delete_grace_period_seconds=600)
+    d = run(snapshot(members, [group("g1", 2)]), request(8), pol)
+    assert d.target_capacity == 2 and d.terminate == ()
+    assert d.node_reasons["t"] == "not terminated: its 4-CPU, 1000 MB mem pod fits on no remaining node"
+    roomy = [full("a", 5), full("b", 3), replace(full("t", 4), state=TAINTED, tainted_at=NOW - 90)]
+    assert run(snapshot(roomy, [group("g1", 2)]), request(8), pol).terminate == ("t",)
+    late = [full("a", 5), full("b", 5), replace(full("t", 4), state=TAINTED, tainted_at=NOW - 700)]
+    assert run(snapshot(late, [group("g1", 2)]), request(8), pol).terminate == ("t",)  # hard: regardless
 
 
 def test_young_nodes_are_tainted_last():

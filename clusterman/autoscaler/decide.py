@@ -111,6 +111,10 @@ def decide(
         breaker = breaker.withdraw()
 
     actions = choose(view, group_targets, policy, now, may_remove=not blocked)
+    if actions.kept:
+        first = actions.kept[0]
+        more = f" (and {len(actions.kept) - 1} more)" if len(actions.kept) > 1 else ""
+        notes.append(f"node {first}{more} {actions.reasons[first]}")
     waiting = achieved - W - actions.untainted_weight + actions.tainted_weight
     if achieved == T and waiting > 0:
         notes.append(f"{show(waiting)} already requested, waiting to join")

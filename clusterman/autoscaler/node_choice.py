@@ -5,9 +5,11 @@ capacity comes back before the cloud is asked for more. Taint where ready capaci
 target, in Clusterman's order (stale groups, nodes past the minimum uptime, idle, fewest batch
 tasks, fewest tasks, then oldest first as Escalator does), never taking the pool's ready capacity
 or a group's below its target, never more than max_weight_to_remove a run, never a node with a
-safe-to-evict=false pod. Terminate orphans past the orphan timeout (or not needed, or in stale
-groups), and tainted nodes once empty after the soft grace period, or within max_tasks_to_kill,
-or regardless after the hard grace period; never when that takes joined capacity below the target.
+safe-to-evict=false pod, never a node whose tasks fit on none of the nodes that stay (fit.py: a
+drained node's pods must not wait while the free room is split). Terminate orphans past the
+orphan timeout (or not needed, or in stale groups), and tainted nodes once empty after the soft
+grace period, or within max_tasks_to_kill when their tasks fit elsewhere, or regardless after the
+hard grace period; never when that takes joined capacity below the target.
 
 Weights are counted in integer millionths (``exact.micro``) in these per-node loops.
 """
@@ -23,6 +25,7 @@ from clusterman.autoscaler.exact import ZERO
 from clusterman.autoscaler.exact import from_micro
 from clusterman.autoscaler.exact import micro
 from clusterman.autoscaler.exact import show
+from clusterman.autoscaler.fit import Room
 from clusterman.autoscaler.policy import ScalingPolicy
 from clusterman.autoscaler.pool_view import PoolView
 from clusterman.cluster.model import NO_TIME
@@ -37,27 +40,7 @@ class NodeActions:
     reasons: dict[str, str] = field(default_factory=dict)
     untainted_weight: Fraction = ZERO
     tainted_weight: Fraction = ZERO
-
-
-@dataclass(frozen=True, slots=True)
-class _Load:
-    """What removing a node would disturb, counted in one pass over its tasks."""
-
-    tasks: int
-    batch: int
-    pinned: bool
-
-    @staticmethod
-    def of(node: Node) -> _Load:
-        tasks = batch = 0
-        pinned = False
-        for t in node.tasks:
-            if t.daemon:
-                continue
-            tasks += 1
-            batch += t.batch
-            pinned = pinned or not t.safe_to_evict
-        return _Load(tasks, batch, pinned)
+    kept: tuple[str, ...] = ()  # would have been removed, but their tasks fit on no remaining node
 
 
 class _Choice:
@@ -69,13 +52,51 @@ class _Choice:
         self.stale = {g.id for g in view.groups.values() if g.stale}
         self.live_target = sum(self.targets[g.id] for g in view.live_groups)
         self.ready = {gid: micro(w) for gid, w in view.ready_weight.items()}
-        self.loads: dict[str, _Load] = {}
         self.reasons: dict[str, str] = {}
+        self.kept: list[str] = []
+        self.untainted: list[Node] = []
+        self.tainted: list[Node] = []
+        self._order: list[Node] | None = None
+        self._room: Room | None = None
+        self._placed: dict[str, str] = {}  # nodes tainted before this run: "" once their tasks are placed
 
-    def load(self, node: Node) -> _Load:
-        if node.id not in self.loads:
-            self.loads[node.id] = _Load.of(node)
-        return self.loads[node.id]
+    def removal_order(self) -> list[Node]:
+        """Ready nodes that may be tainted, in Clusterman's order (stale groups, past the minimum
+        uptime, idle, fewest batch tasks, fewest tasks, oldest)."""
+        if self._order is None:
+            now, min_uptime, stale = self.now, self.policy.min_node_scalein_uptime_seconds, self.stale
+
+            def order(n: Node) -> tuple[bool, bool, bool, int, int, float, str]:
+                u = n.usage
+                young = n.launched_at != NO_TIME and now - n.launched_at < min_uptime
+                return (n.group_id not in stale, young, u.tasks > 0, u.batch_tasks, u.tasks, n.launched_at, n.id)
+
+            self._order = sorted((n for n in self.view.ready if not n.usage.pinned), key=order)
+        return self._order
+
+    def fits_elsewhere(self, node: Node) -> str:
+        """ "" when ``node`` may leave: its tasks fit on the nodes that stay (fit.py); else why not.
+        The room is measured only when a node with tasks is first considered."""
+        if self._room is None:
+            if not node.usage.tasks:
+                return ""
+            # receivers, those least likely to leave first: pinned, untainted now, last in the order
+            pinned = [n for n in self.view.ready if n.usage.pinned]
+            receivers = [*pinned, *self.untainted, *reversed(self.removal_order())]
+            self._room = Room(receivers, gone=(n.id for n in self.tainted))
+            # work still on nodes tainted earlier needs a home too (it stays demand): placed first,
+            # so a run after a drain sees the room that drain took
+            untainted = {n.id for n in self.untainted}
+            for before in sorted(self.view.tainted, key=lambda n: (n.tainted_at, n.id)):
+                if before.id not in untainted and before.usage.tasks:
+                    self._placed[before.id] = self._room.try_move(before)
+        if node.id in self._placed:
+            return self._placed[node.id]
+        return self._room.try_move(node)
+
+    def keep(self, node: Node, why: str) -> None:
+        self.kept.append(node.id)
+        self.reasons[node.id] = why
 
     def untaint(self) -> list[Node]:
         joining = self._joining()
@@ -90,6 +111,7 @@ class _Choice:
                     break
                 w = micro(node.weight)
                 chosen.append(node)
+                self.untainted.append(node)
                 self.ready[g.id] += w
                 short -= w
                 self.reasons[node.id] = (
@@ -101,31 +123,26 @@ class _Choice:
         excess = sum(self.ready.values()) - self.live_target
         if excess <= 0:
             return []
-        now, min_uptime = self.now, self.policy.min_node_scalein_uptime_seconds
-        stale, loads = self.stale, self.loads
-        for node in self.view.ready:
-            loads[node.id] = _Load.of(node)
-
-        def order(n: Node) -> tuple[bool, bool, bool, int, int, float, str]:
-            load = loads[n.id]
-            young = n.launched_at != NO_TIME and now - n.launched_at < min_uptime
-            return (n.group_id not in stale, young, load.tasks > 0, load.batch, load.tasks, n.launched_at, n.id)
-
+        stale = self.stale
         budget = micro(self.policy.max_weight_to_remove)
-        chosen: list[Node] = []
+        chosen = self.tainted
         target_text = show(from_micro(self.live_target))
-        for node in sorted((n for n in self.view.ready if not loads[n.id].pinned), key=order):
+        for node in self.removal_order():
             if excess <= 0:
                 break
             w, g = micro(node.weight), node.group_id
             if w > excess or self.ready[g] - w < self.targets[g] or w > budget:
                 continue
+            stays = self.fits_elsewhere(node)
+            if stays:
+                self.keep(node, f"kept: {stays}")
+                continue
             chosen.append(node)
             self.ready[g] -= w
             excess -= w
             budget -= w
-            load = loads[node.id]
-            why = "stale group" if g in stale else "idle" if not load.tasks else f"{load.tasks} tasks"
+            tasks = node.usage.tasks
+            why = "stale group" if g in stale else "idle" if not tasks else f"{tasks} tasks"
             self.reasons[node.id] = f"taint: ready capacity above target {target_text} ({why})"
         return chosen
 
@@ -161,7 +178,7 @@ class _Choice:
         for node, tainted_at in sorted(nodes, key=lambda p: (p[1] if p[1] != NO_TIME else -math.inf, p[0].id)):
             # a taint of unknown age counts as past the soft grace period, never past the hard one
             age = now - tainted_at if tainted_at != NO_TIME else soft
-            load = self.load(node)
+            load = node.usage
             tasks = 0
             if age >= hard:
                 why = f"tainted {age:g}s ≥ hard_delete_grace_period {hard:g}s"
@@ -176,6 +193,11 @@ class _Choice:
             w = micro(node.weight)
             if joined - w < self.live_target:
                 continue
+            if tasks and tainted_at != now:  # a node tainted in this run has had its tasks placed
+                stays = self.fits_elsewhere(node)
+                if stays:
+                    self.keep(node, f"not terminated: {stays}")
+                    continue
             joined -= w
             killed += tasks
             chosen.append(node.id)
@@ -211,6 +233,7 @@ def choose(
         taint=tuple(n.id for n in tainted),
         terminate=tuple(terminate),
         reasons=c.reasons,
+        kept=tuple(c.kept),
         untainted_weight=from_micro(sum(micro(n.weight) for n in untainted)),
         tainted_weight=from_micro(sum(micro(n.weight) for n in tainted)),
     )
