@@ -17,7 +17,6 @@ from clusterman.cluster.lifecycle import DrainStatus
 from clusterman.cluster.lifecycle import Outcome
 from clusterman.cluster.lifecycle import WithoutDraining
 from clusterman.cluster.lifecycle import unique
-from clusterman.cluster.lifecycle_factory import lifecycle_for_pool
 from clusterman.cluster.mesos import OUR_WINDOW_SIGNATURE_NANOS
 from clusterman.cluster.mesos_lifecycle import NANOS
 from clusterman.cluster.mesos_lifecycle import Machine
@@ -39,6 +38,7 @@ from clusterman.config.model import PoolIdentity
 from clusterman.config.model import ScalingLimits
 from clusterman.config.model import Scheduler
 from clusterman.config.schema import ConfigError
+from clusterman.manager.lifecycles import lifecycle_for_pool
 from clusterman.resources import Resources
 
 CORDON = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": "2024-05-02T07:00:00Z"}

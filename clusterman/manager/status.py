@@ -26,7 +26,6 @@ from clusterman.autoscaler.state import AutoscalerState
 from clusterman.autoscaler.utilisation import measure
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.cloud_view import CloudView
-from clusterman.cluster.factory import connector_for_pool
 from clusterman.cluster.model import NO_TIME
 from clusterman.cluster.model import NodeState
 from clusterman.cluster.model import PoolSnapshot
@@ -38,6 +37,7 @@ from clusterman.events.client import EventClient
 from clusterman.events.exporter import NAMESPACE
 from clusterman.events.record import EventRecord
 from clusterman.events.record import EventType
+from clusterman.manager.connectors import connector_for_pool
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.setup import PoolSetup
 from clusterman.state.carried import StoredState

@@ -31,7 +31,6 @@ from clusterman.cloud.simulated import groups_from_config
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.accounting import account_nodes
 from clusterman.cluster.accounting import pending_demand
-from clusterman.cluster.factory import simulated_connector
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import WithoutDraining
 from clusterman.cluster.model import PoolSnapshot
@@ -43,6 +42,7 @@ from clusterman.config.model import PoolIdentity
 from clusterman.events.publisher import EventPublisher
 from clusterman.events.recorder import Recorder
 from clusterman.events.ring import EventRing
+from clusterman.manager.connectors import simulated_connector
 from clusterman.manager.cycle import Cycle
 from clusterman.manager.cycle import Outcome
 from clusterman.manager.cycle import RunReport

@@ -1,5 +1,8 @@
 """Replay a demand series from a metrics file as a simulated workload, faster than real time.
 
+Wiring between two adapters (a metrics file and the simulated scheduler), used for simulated pools by
+``make run`` as well as by the simulator, so it sits with the rest of the wiring, below both.
+
 The series (e.g. ``cpus_allocated``) is a step function of simulated time; each real second moves
 ``speedup`` simulated seconds, and the series loops when it ends. The demand is run as identical
 tasks (``DemandTrace``): as many as the most demanding resource of the series needs.

@@ -36,7 +36,6 @@ from clusterman.cluster.simulated import WorkItem
 from clusterman.cluster.simulated import Workload
 from clusterman.cluster.simulated import Workloads
 from clusterman.cluster.simulated import node_allocatable
-from clusterman.cluster.simulated_trace import load_trace
 from clusterman.config.loader import pool_config_path
 from clusterman.config.model import ClusterConfig
 from clusterman.config.model import MainConfig
@@ -44,6 +43,7 @@ from clusterman.config.model import PoolConfig
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
 from clusterman.config.schema import ConfigError
+from clusterman.manager.trace_workload import load_trace
 from clusterman.resources import Resources
 
 
