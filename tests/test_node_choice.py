@@ -3,7 +3,7 @@
 import math
 
 from clusterman.autoscaler import Action
-from clusterman.cluster.model import NO_TIME
+from clusterman.core.model import NO_TIME
 from tests.scaling_builders import NOW
 from tests.scaling_builders import ORPHAN
 from tests.scaling_builders import TAINTED

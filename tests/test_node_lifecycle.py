@@ -25,7 +25,6 @@ from clusterman.cluster.mesos_lifecycle import down_machines
 from clusterman.cluster.mesos_lifecycle import scheduled
 from clusterman.cluster.mesos_lifecycle import with_machines
 from clusterman.cluster.mesos_lifecycle import without_machines
-from clusterman.cluster.model import NodeState
 from clusterman.cluster.simulated import SimulatedConnector
 from clusterman.cluster.simulated import SimulatedScheduler
 from clusterman.cluster.simulated import TaskList
@@ -38,8 +37,9 @@ from clusterman.config.model import PoolIdentity
 from clusterman.config.model import ScalingLimits
 from clusterman.config.model import Scheduler
 from clusterman.config.schema import ConfigError
+from clusterman.core.model import NodeState
+from clusterman.core.resources import Resources
 from clusterman.manager.lifecycles import lifecycle_for_pool
-from clusterman.resources import Resources
 
 CORDON = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": "2024-05-02T07:00:00Z"}
 OURS = {"key": SCALE_DOWN_TAINT_KEY, "value": "1714640000", "effect": "NoSchedule"}

@@ -14,12 +14,12 @@ from collections.abc import Iterable
 from collections.abc import Mapping
 
 from clusterman.autoscaler.pool_view import SnapshotError
-from clusterman.cluster.fold import NodeFold
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
-from clusterman.cluster.model import Task
-from clusterman.resources import ResourceRequest
+from clusterman.core.fold import NodeFold
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.model import Task
+from clusterman.core.resources import ResourceRequest
 
 INTERNAL_APP = "__default__"
 

@@ -28,7 +28,6 @@ from collections.abc import Sequence
 
 from clusterman.batch.stopping import stop_on_signals
 from clusterman.cloud.view import GroupsCloudView
-from clusterman.cluster.cloud_view import CloudView
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
 from clusterman.config.loader import default_env_config_path
@@ -40,6 +39,7 @@ from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
 from clusterman.config.schema import ConfigError
+from clusterman.core.cloud_view import CloudView
 from clusterman.manager.connectors import connector_for_pool
 from clusterman.manager.setup import PoolSetup
 from clusterman.manager.wiring import cloud_for

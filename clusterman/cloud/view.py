@@ -19,8 +19,8 @@ from clusterman.cloud.resource_group import Instance
 from clusterman.cloud.resource_group import InstanceState
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.resource_group import read_groups
-from clusterman.cluster.cloud_view import CloudInstance
-from clusterman.cluster.cloud_view import CloudView
+from clusterman.core.cloud_view import CloudInstance
+from clusterman.core.cloud_view import CloudView
 
 Made = dict[str, tuple[Instance, CloudInstance]]  # instance id -> (the Instance, its CloudInstance)
 

@@ -26,15 +26,15 @@ from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.resource_group import TargetChange
 from clusterman.cloud.resource_group import Termination
-from clusterman.cluster.fold import NodeFold
 from clusterman.cluster.lifecycle import DrainResult
 from clusterman.cluster.lifecycle import DrainStatus
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import Outcome
 from clusterman.cluster.lifecycle import Results
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
+from clusterman.core.fold import NodeFold
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
 
 log = logging.getLogger(__name__)
 

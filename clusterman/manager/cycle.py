@@ -41,13 +41,14 @@ from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
-from clusterman.cluster.fold import NodeFold
 from clusterman.cluster.lifecycle import DrainStatus
 from clusterman.cluster.lifecycle import NodeLifecycle
-from clusterman.cluster.model import NO_TIME
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
+from clusterman.core.fold import NodeFold
+from clusterman.core.model import NO_TIME
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.resources import Resources
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.exporter import NodeAction
 from clusterman.events.record import ChangeDetail
@@ -57,7 +58,6 @@ from clusterman.manager.apply import apply
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.demand import Requests
 from clusterman.metrics.store import MetricsError
-from clusterman.resources import Resources
 from clusterman.signals.protocol import SignalError
 from clusterman.state.carried import CorruptState
 from clusterman.state.lease import LeaseStatus

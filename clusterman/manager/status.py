@@ -25,12 +25,12 @@ from clusterman.autoscaler.pool_view import view_of
 from clusterman.autoscaler.state import AutoscalerState
 from clusterman.autoscaler.utilisation import measure
 from clusterman.cloud.view import GroupsCloudView
-from clusterman.cluster.cloud_view import CloudView
-from clusterman.cluster.model import NO_TIME
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
-from clusterman.cluster.model import ResourceGroup
 from clusterman.config.model import PoolIdentity
+from clusterman.core.cloud_view import CloudView
+from clusterman.core.model import NO_TIME
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.model import ResourceGroup
 from clusterman.errors import Reported
 from clusterman.errors import UserError
 from clusterman.events.client import EventClient

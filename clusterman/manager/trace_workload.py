@@ -16,12 +16,12 @@ from pathlib import Path
 from clusterman.cluster.simulated import DemandTrace
 from clusterman.cluster.simulated import WorkItem
 from clusterman.config.schema import ConfigError
+from clusterman.core.resources import RESOURCE_NAMES
+from clusterman.core.resources import Resources
 from clusterman.metrics.datafile import read_metrics_file
 from clusterman.metrics.generate import generate
 from clusterman.metrics.generate import load_design
 from clusterman.metrics.store import split_key
-from clusterman.resources import RESOURCE_NAMES
-from clusterman.resources import Resources
 
 
 class ReplayedTrace:

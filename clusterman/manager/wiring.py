@@ -15,7 +15,7 @@ from clusterman.cloud.discovery import Discovery
 from clusterman.cloud.discovery import discover_groups
 from clusterman.cloud.simulated import SimulatedCloud
 from clusterman.cloud.view import GroupsCloudView
-from clusterman.cluster.model import PoolSnapshot
+from clusterman.core.model import PoolSnapshot
 from clusterman.events.recorder import Recorder
 from clusterman.manager.connectors import connector_for_pool
 from clusterman.manager.cycle import Cycle

@@ -12,20 +12,20 @@ from __future__ import annotations
 
 from collections.abc import Container
 
-from clusterman.cluster.accounting import Accounting
-from clusterman.cluster.accounting import account_nodes
-from clusterman.cluster.accounting import pending_demand
-from clusterman.cluster.fold import NodeFold
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
+from clusterman.core.accounting import Accounting
+from clusterman.core.accounting import account_nodes
+from clusterman.core.accounting import pending_demand
+from clusterman.core.fold import NodeFold
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.resources import RESOURCE_NAMES
 from clusterman.metrics.store import Point
 from clusterman.metrics.store import Value
 from clusterman.metrics.store import system_key
-from clusterman.resources import RESOURCE_NAMES
 
 SYSTEM = MetricType.SYSTEM_METRICS
 METADATA = MetricType.METADATA

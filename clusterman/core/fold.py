@@ -26,7 +26,7 @@ from typing import Generic
 from typing import TypeVar
 
 if TYPE_CHECKING:  # model.py folds its own snapshot counts with this module
-    from clusterman.cluster.model import Node
+    from clusterman.core.model import Node
 
 CHUNK = 32
 GENERATIONS = 3  # node tuples (and calls) remembered: callers alternating over two node sets still hit

@@ -16,8 +16,8 @@ from dataclasses import field
 from functools import cached_property
 from operator import attrgetter
 
-from clusterman.cluster.fold import NodeFold
-from clusterman.resources import Resources
+from clusterman.core.fold import NodeFold
+from clusterman.core.resources import Resources
 
 NO_TIME = -1.0  # "never happened" for a timestamp field (a node that was never tainted)
 
