@@ -31,7 +31,6 @@ from clusterman.cluster.lifecycle import DrainStatus
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import Outcome
 from clusterman.cluster.lifecycle import Results
-from clusterman.core.fold import NodeFold
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
@@ -112,11 +111,8 @@ def _draining(snapshot: PoolSnapshot, report: ApplyReport) -> list[str]:
     """Nodes tainted before this run, plus those tainted now, minus those untainted now."""
     untainted = {n for n, r in report.untainted.items() if r.ok}
     tainted_now = [n for n, r in report.tainted.items() if r.ok]
-    earlier = [node_id for ids in _TAINTED.summaries(snapshot.nodes) for node_id in ids if node_id not in untainted]
+    earlier = [node_id for node_id in snapshot.node_sets.tainted_ids if node_id not in untainted]
     return list(dict.fromkeys([*earlier, *tainted_now]))
-
-
-_TAINTED = NodeFold(lambda chunk, _: tuple(n.id for n in chunk if n.state is NodeState.TAINTED))
 
 
 def _terminate(
