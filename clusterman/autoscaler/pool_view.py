@@ -99,7 +99,7 @@ def view_of(snapshot: PoolSnapshot) -> PoolView:
 
 @dataclass(frozen=True)
 class _Part:
-    """One chunk of a snapshot's nodes sorted into the view's sets (``cluster/fold.py``: a chunk
+    """One chunk of a snapshot's nodes sorted into the view's sets (``core/fold.py``: a chunk
     whose nodes did not change since a recent run is not sorted again)."""
 
     ready: tuple[Node, ...]

@@ -141,7 +141,7 @@ class Termination:
 
 
 class CloudGroup(abc.ABC):
-    """One resource group in the cloud; its state as a value is ``cluster.model.ResourceGroup``.
+    """One resource group in the cloud; its state as a value is ``core.model.ResourceGroup``.
 
     Scaling down is ``terminate_instances``: it lowers the target by the weight of what it
     terminates, so to shrink a group to T, terminate the chosen instances first and then set T (an

@@ -1,4 +1,4 @@
-"""The cloud's view of a pool, read from its resource groups (``cluster.cloud_view.CloudView``).
+"""The cloud's view of a pool, read from its resource groups (``core.cloud_view.CloudView``).
 
 This is how a connector learns which instances are the pool's machines: every group is read; a
 group that cannot be read is reported in ``errors`` and left out, and its machines then look

@@ -110,7 +110,7 @@ class Node:
     ip: str = ""  # private address: how Mesos agents are matched to cloud instances
     usage: NodeUsage = field(init=False, repr=False, compare=False)
     # allocatable, reserved, allocated_reserved, allocated_unreserved, revocable: 4 floats each, so
-    # that pool sums are a transpose and a C-level sum (see cluster.accounting.account_nodes)
+    # that pool sums are a transpose and a C-level sum (see core.accounting.account_nodes)
     vector: tuple[float, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -3,7 +3,7 @@
 Wiring (the same pieces as the autoscaler batch, each simulated):
   resource groups  ``cloud.simulated.groups_from_config`` on the simulation's clock, read through
                    ``cloud.view.GroupsCloudView`` (any resource_groups kind stands for a group)
-  scheduler        ``cluster.factory.simulated_connector``: the demand trace from the metrics files
+  scheduler        ``manager.connectors.simulated_connector``: the demand trace from the metrics files
                    (``workload``) beside the pool's ``simulation.tasks``; nodes join after the join
                    delay; ``SimulatedLifecycle`` taints and drains (``WithoutDraining`` unless
                    ``draining_enabled``)
