@@ -24,6 +24,7 @@ run: venv
 lint: venv
 	$(BIN)/ruff check clusterman clusterman_signals tests itests acceptance bench
 	$(BIN)/ruff format --check clusterman clusterman_signals tests itests acceptance bench
+	$(BIN)/pytest -q -p no:cacheprovider tests/test_layers.py
 
 format: venv
 	$(BIN)/ruff check --fix-only clusterman clusterman_signals tests itests acceptance bench

@@ -19,12 +19,12 @@ from clusterman.autoscaler import ScalingPolicy
 from clusterman.autoscaler import decide
 from clusterman.autoscaler import demand_from_snapshot
 from clusterman.autoscaler.exact import exact
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
-from clusterman.cluster.model import ResourceGroup
-from clusterman.cluster.model import Task
-from clusterman.resources import Resources
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.model import ResourceGroup
+from clusterman.core.model import Task
+from clusterman.core.resources import Resources
 
 PODS_PER_NODE = 30
 NOW = 1_700_000_000.0

@@ -19,12 +19,12 @@ from bench._timing import best_of
 from clusterman.cloud.simulated import SimulatedGroup
 from clusterman.cloud.simulated import SimulatedMarket
 from clusterman.cloud.view import GroupsCloudView
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import PoolSnapshot
 from clusterman.cluster.simulated import DemandTrace
 from clusterman.cluster.simulated import SimulatedConnector
 from clusterman.cluster.simulated import SimulatedScheduler
-from clusterman.resources import Resources
+from clusterman.core.model import Node
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.resources import Resources
 
 NODE = Resources(cpus=4, mem=16000, disk=100000)
 MARKET = SimulatedMarket("m5.xlarge", "us-west-2a", 1.0, NODE)

@@ -11,7 +11,7 @@ from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.resource_group import read_groups
 from clusterman.cloud.spot_fleet import SpotFleetGroup
 from clusterman.config.model import ResourceGroupConfig
-from clusterman.resources import Resources
+from clusterman.core.resources import Resources
 from itests.aws_proxy import Fault
 from itests.aws_proxy import FaultyProxy
 from itests.aws_world import REGION

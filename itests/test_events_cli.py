@@ -10,6 +10,8 @@ import pytest
 
 from clusterman.cli.main import main
 from clusterman.config.model import EventsConfig
+from clusterman.core.resources import ResourceRequest
+from clusterman.core.resources import Resources
 from clusterman.events.client import EventClient
 from clusterman.events.exporter import NodeAction
 from clusterman.events.record import ChangeDetail
@@ -19,8 +21,6 @@ from clusterman.events.record import EventType
 from clusterman.events.service import EventService
 from clusterman.local.moto_server import free_port
 from clusterman.manager.status import last_decisions
-from clusterman.resources import ResourceRequest
-from clusterman.resources import Resources
 
 
 @pytest.fixture

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from clusterman.cluster.model import NodeState
 from clusterman.config.model import EventsConfig
+from clusterman.core.model import NodeState
+from clusterman.core.resources import ResourceRequest
+from clusterman.core.resources import Resources
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.exporter import NodeAction
 from clusterman.events.record import ChangeDetail
 from clusterman.events.service import EventService
-from clusterman.resources import ResourceRequest
-from clusterman.resources import Resources
 from itests.prometheus_server import PrometheusServer
 
 POOL = "web.kubernetes"

@@ -5,16 +5,16 @@ import logging
 
 import pytest
 
-from clusterman.cluster.accounting import account_nodes
-from clusterman.cluster.accounting import pending_demand
-from clusterman.cluster.cloud_view import CloudInstance
-from clusterman.cluster.cloud_view import CloudView
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.kubernetes import KubernetesConnector
 from clusterman.cluster.kubernetes import KubernetesPool
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import ResourceGroup
 from clusterman.config.model import DEFAULT_POD_REQUEST
+from clusterman.core.accounting import account_nodes
+from clusterman.core.accounting import pending_demand
+from clusterman.core.cloud_view import CloudInstance
+from clusterman.core.cloud_view import CloudView
+from clusterman.core.model import NodeState
+from clusterman.core.model import ResourceGroup
 from itests.recorded_api import kubeconfig
 from itests.recorded_api import load
 from itests.recorded_api import recorded_api

@@ -9,7 +9,7 @@ from clusterman.cluster.kubernetes import KubernetesPool
 from clusterman.cluster.kubernetes_lifecycle import KubernetesLifecycle
 from clusterman.cluster.lifecycle import DrainStatus
 from clusterman.cluster.lifecycle import Outcome
-from clusterman.cluster.model import NodeState
+from clusterman.core.model import NodeState
 from clusterman.local.moto_server import free_port
 from itests.recorded_api import kubeconfig
 from itests.recorded_api import load

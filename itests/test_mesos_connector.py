@@ -2,16 +2,16 @@
 
 import pytest
 
-from clusterman.cluster.accounting import account_node
-from clusterman.cluster.accounting import account_nodes
-from clusterman.cluster.cloud_view import CloudInstance
-from clusterman.cluster.cloud_view import CloudView
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.mesos import MesosConnector
 from clusterman.cluster.mesos import MesosPool
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import ResourceGroup
-from clusterman.resources import Resources
+from clusterman.core.accounting import account_node
+from clusterman.core.accounting import account_nodes
+from clusterman.core.cloud_view import CloudInstance
+from clusterman.core.cloud_view import CloudView
+from clusterman.core.model import NodeState
+from clusterman.core.model import ResourceGroup
+from clusterman.core.resources import Resources
 from itests.recorded_api import load
 from itests.recorded_api import recorded_api
 

@@ -188,7 +188,7 @@ def test_the_connector_reads_our_maintenance_window_as_a_taint(master, lifecycle
     """The read side closes the loop: a machine we scheduled is a tainted node since its window start."""
     from clusterman.cluster.mesos import MesosConnector
     from clusterman.cluster.mesos import MesosPool
-    from clusterman.cluster.model import NodeState
+    from clusterman.core.model import NodeState
 
     master.agents[1]["hostname"], master.agents[1]["pid"] = (
         OPERATOR["machine_ids"][0]["hostname"],

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from clusterman.resources import NO_OPINION
-from clusterman.resources import ResourceRequest
+from clusterman.core.resources import NO_OPINION
+from clusterman.core.resources import ResourceRequest
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient
 from clusterman.signals.protocol import SignalError

@@ -11,15 +11,15 @@ from clusterman.autoscaler import Decision
 from clusterman.autoscaler import ScalingPolicy
 from clusterman.autoscaler import decide
 from clusterman.autoscaler.exact import exact
-from clusterman.cluster.model import NO_TIME
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
-from clusterman.cluster.model import ResourceGroup
-from clusterman.cluster.model import Task
-from clusterman.resources import NO_OPINION
-from clusterman.resources import ResourceRequest
-from clusterman.resources import Resources
+from clusterman.core.model import NO_TIME
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.model import ResourceGroup
+from clusterman.core.model import Task
+from clusterman.core.resources import NO_OPINION
+from clusterman.core.resources import ResourceRequest
+from clusterman.core.resources import Resources
 
 READY, TAINTED, CORDONED, ORPHAN = NodeState.READY, NodeState.TAINTED, NodeState.CORDONED, NodeState.ORPHAN
 NOW = 1_700_000_000.0

@@ -1,14 +1,14 @@
 """The slack rules of docs/accounting.md, with its worked examples."""
 
-from clusterman.cluster.accounting import account_node
-from clusterman.cluster.accounting import account_nodes
-from clusterman.cluster.accounting import account_ready
-from clusterman.cluster.accounting import pending_demand
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
-from clusterman.cluster.model import Task
-from clusterman.resources import Resources
+from clusterman.core.accounting import account_node
+from clusterman.core.accounting import account_nodes
+from clusterman.core.accounting import account_ready
+from clusterman.core.accounting import pending_demand
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.model import Task
+from clusterman.core.resources import Resources
 
 
 def cpus(n):

@@ -2,17 +2,17 @@
 
 import pytest
 
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
-from clusterman.cluster.model import ResourceGroup
-from clusterman.cluster.model import Task
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.model import ResourceGroup
+from clusterman.core.model import Task
+from clusterman.core.resources import Resources
 from clusterman.metrics.collector import collect
 from clusterman.metrics.store import InMemoryStore
-from clusterman.resources import Resources
 
 SYSTEM, METADATA = MetricType.SYSTEM_METRICS, MetricType.METADATA
 K8S = PoolIdentity("kube-prod", "default", Scheduler.KUBERNETES)

@@ -9,7 +9,6 @@ from clusterman.autoscaler.policy import ScalingPolicy
 from clusterman.cloud.simulated import SimulatedGroup
 from clusterman.cloud.simulated import SimulatedMarket
 from clusterman.cloud.view import GroupsCloudView
-from clusterman.cluster.model import NodeState
 from clusterman.cluster.simulated import SimulatedConnector
 from clusterman.cluster.simulated import SimulatedScheduler
 from clusterman.cluster.simulated import TaskList
@@ -17,6 +16,8 @@ from clusterman.cluster.simulated import WorkItem
 from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
+from clusterman.core.model import NodeState
+from clusterman.core.resources import Resources
 from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.events.publisher import EventPublisher
 from clusterman.events.recorder import Recorder
@@ -25,7 +26,6 @@ from clusterman.manager.cycle import Cycle
 from clusterman.manager.cycle import Outcome
 from clusterman.manager.demand import InternalDemand
 from clusterman.metrics.store import MetricsError
-from clusterman.resources import Resources
 from clusterman.state.carried import AUTOSCALER_STATE
 from clusterman.state.carried import StoredState
 from clusterman.state.pause import PauseStatus

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from clusterman.autoscaler import Action
 from clusterman.autoscaler import demand_from_snapshot
 from clusterman.autoscaler.policy import EscalatorRemoval
-from clusterman.resources import ResourceRequest
+from clusterman.core.resources import ResourceRequest
 from tests.scaling_builders import NOW
 from tests.scaling_builders import apply
 from tests.scaling_builders import group

@@ -2,7 +2,10 @@ import itertools
 
 import pytest
 
-from clusterman.cluster.model import NodeState
+from clusterman.core.model import NodeState
+from clusterman.core.resources import NO_OPINION
+from clusterman.core.resources import ResourceRequest
+from clusterman.core.resources import Resources
 from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.exporter import NodeAction
@@ -12,9 +15,6 @@ from clusterman.events.record import ChangeType
 from clusterman.events.record import EventType
 from clusterman.events.recorder import Recorder
 from clusterman.events.ring import EventRing
-from clusterman.resources import NO_OPINION
-from clusterman.resources import ResourceRequest
-from clusterman.resources import Resources
 
 POOL = "web.kubernetes"
 NODE_SIZE = Resources(cpus=4, mem=16000, disk=100000, gpus=0)

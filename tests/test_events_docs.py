@@ -3,15 +3,15 @@
 import re
 from pathlib import Path
 
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState as SchedulerNodeState
 from clusterman.config.model import EventsConfig
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState as SchedulerNodeState
+from clusterman.core.resources import ResourceRequest
+from clusterman.core.resources import Resources
 from clusterman.events.record import ChangeDetail
 from clusterman.events.record import EventType
-from clusterman.resources import ResourceRequest
-from clusterman.resources import Resources
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "events.md"
 

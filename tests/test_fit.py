@@ -6,10 +6,10 @@ from hypothesis import strategies as st
 
 from clusterman.autoscaler.exact import MICRO
 from clusterman.autoscaler.fit import Room
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import Task
-from clusterman.resources import Resources
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import Task
+from clusterman.core.resources import Resources
 
 SIZES = st.sampled_from([(0.5, 500.0), (1.0, 1000.0), (2.0, 500.0), (4.0, 4000.0), (1.0, 0.0)])
 

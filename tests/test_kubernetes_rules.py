@@ -13,10 +13,10 @@ from clusterman.cluster.kubernetes import pod_request
 from clusterman.cluster.kubernetes import provider_instance
 from clusterman.cluster.kubernetes import resources_from
 from clusterman.cluster.kubernetes import targets_pool
-from clusterman.cluster.model import NO_TIME
-from clusterman.cluster.model import NodeState
 from clusterman.config.model import DEFAULT_POD_REQUEST
-from clusterman.resources import Resources
+from clusterman.core.model import NO_TIME
+from clusterman.core.model import NodeState
+from clusterman.core.resources import Resources
 
 NO_DEFAULT = Resources()
 POOL = KubernetesPool("default")

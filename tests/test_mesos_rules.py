@@ -2,15 +2,15 @@
 
 import pytest
 
-from clusterman.cluster.accounting import account_node
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.mesos import MesosPool
 from clusterman.cluster.mesos import agent_ip
 from clusterman.cluster.mesos import build_view
 from clusterman.cluster.mesos import master_url
 from clusterman.cluster.mesos import split_resources
-from clusterman.cluster.model import NodeState
-from clusterman.resources import Resources
+from clusterman.core.accounting import account_node
+from clusterman.core.model import NodeState
+from clusterman.core.resources import Resources
 
 
 def test_split_revocable_from_regular_and_skip_ranges():

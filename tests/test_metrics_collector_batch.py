@@ -13,13 +13,13 @@ from clusterman.batch.metrics_collector import load_pools
 from clusterman.batch.metrics_collector import run_forever
 from clusterman.cli.main import main as cli_main
 from clusterman.cluster.connector import ConnectorError
-from clusterman.cluster.model import PoolSnapshot
 from clusterman.cluster.simulated import SimulatedConnector
 from clusterman.config import load_main_config
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
 from clusterman.config.schema import ConfigError
+from clusterman.core.model import PoolSnapshot
 from clusterman.metrics.store import InMemoryStore
 from clusterman.metrics.store import MetricsError
 

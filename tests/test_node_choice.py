@@ -6,9 +6,9 @@ from dataclasses import replace
 import pytest
 
 from clusterman.autoscaler import Action
-from clusterman.cluster.model import NO_TIME
-from clusterman.cluster.model import Task
-from clusterman.resources import Resources
+from clusterman.core.model import NO_TIME
+from clusterman.core.model import Task
+from clusterman.core.resources import Resources
 from tests.scaling_builders import NOW
 from tests.scaling_builders import ORPHAN
 from tests.scaling_builders import TAINTED

@@ -10,16 +10,16 @@ from hypothesis import strategies as st
 
 from clusterman.autoscaler.demand import demand_from_snapshot
 from clusterman.autoscaler.pool_view import view_of
-from clusterman.cluster import fold
-from clusterman.cluster.accounting import account_nodes
-from clusterman.cluster.fold import CHUNK
-from clusterman.cluster.fold import NodeFold
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
-from clusterman.cluster.model import ResourceGroup
-from clusterman.cluster.model import Task
-from clusterman.resources import Resources
+from clusterman.core import fold
+from clusterman.core.accounting import account_nodes
+from clusterman.core.fold import CHUNK
+from clusterman.core.fold import NodeFold
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.model import ResourceGroup
+from clusterman.core.model import Task
+from clusterman.core.resources import Resources
 
 STATES = [NodeState.READY, NodeState.TAINTED, NodeState.ORPHAN, NodeState.CORDONED, NodeState.UNKNOWN]
 

@@ -17,7 +17,6 @@ from clusterman.cluster.lifecycle import DrainStatus
 from clusterman.cluster.lifecycle import Outcome
 from clusterman.cluster.lifecycle import WithoutDraining
 from clusterman.cluster.lifecycle import unique
-from clusterman.cluster.lifecycle_factory import lifecycle_for_pool
 from clusterman.cluster.mesos import OUR_WINDOW_SIGNATURE_NANOS
 from clusterman.cluster.mesos_lifecycle import NANOS
 from clusterman.cluster.mesos_lifecycle import Machine
@@ -26,7 +25,6 @@ from clusterman.cluster.mesos_lifecycle import down_machines
 from clusterman.cluster.mesos_lifecycle import scheduled
 from clusterman.cluster.mesos_lifecycle import with_machines
 from clusterman.cluster.mesos_lifecycle import without_machines
-from clusterman.cluster.model import NodeState
 from clusterman.cluster.simulated import SimulatedConnector
 from clusterman.cluster.simulated import SimulatedScheduler
 from clusterman.cluster.simulated import TaskList
@@ -39,7 +37,9 @@ from clusterman.config.model import PoolIdentity
 from clusterman.config.model import ScalingLimits
 from clusterman.config.model import Scheduler
 from clusterman.config.schema import ConfigError
-from clusterman.resources import Resources
+from clusterman.core.model import NodeState
+from clusterman.core.resources import Resources
+from clusterman.manager.lifecycles import lifecycle_for_pool
 
 CORDON = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": "2024-05-02T07:00:00Z"}
 OURS = {"key": SCALE_DOWN_TAINT_KEY, "value": "1714640000", "effect": "NoSchedule"}

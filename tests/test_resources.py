@@ -2,9 +2,9 @@ import math
 
 import pytest
 
-from clusterman.resources import NO_OPINION
-from clusterman.resources import ResourceRequest
-from clusterman.resources import Resources
+from clusterman.core.resources import NO_OPINION
+from clusterman.core.resources import ResourceRequest
+from clusterman.core.resources import Resources
 
 
 def test_resources_arithmetic():

@@ -15,6 +15,7 @@ from clusterman.config.model import PoolIdentity
 from clusterman.config.model import RequiredMetric
 from clusterman.config.model import Scheduler
 from clusterman.config.model import SignalConfig
+from clusterman.core.resources import ResourceRequest
 from clusterman.manager.cycle import Outcome
 from clusterman.manager.demand import INTERNAL_APP
 from clusterman.manager.demand import InternalDemand
@@ -22,7 +23,6 @@ from clusterman.manager.demand import SignalDemand
 from clusterman.metrics.store import InMemoryStore
 from clusterman.metrics.store import MetricsError
 from clusterman.metrics.store import system_key
-from clusterman.resources import ResourceRequest
 from clusterman.signals.evaluator import SignalEvaluator
 from clusterman.signals.specs import DEFAULT_APP
 from clusterman.signals.specs import SignalSpec
@@ -303,7 +303,7 @@ def test_the_scale_lock_is_a_time_in_the_line():
 
 
 def test_a_terminated_orphan_says_why_in_the_line():
-    from clusterman.cluster.model import NodeState
+    from clusterman.core.model import NodeState
     from tests.scaling_builders import NOW
     from tests.scaling_builders import group
     from tests.scaling_builders import node

@@ -9,10 +9,10 @@ from clusterman.autoscaler import Action
 from clusterman.autoscaler import demand_from_snapshot
 from clusterman.autoscaler.limits import clamp
 from clusterman.autoscaler.policy import EscalatorRemoval
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import Task
-from clusterman.resources import ResourceRequest
-from clusterman.resources import Resources
+from clusterman.core.model import Node
+from clusterman.core.model import Task
+from clusterman.core.resources import ResourceRequest
+from clusterman.core.resources import Resources
 from tests.scaling_builders import CORDONED
 from tests.scaling_builders import NOW
 from tests.scaling_builders import ORPHAN

@@ -6,7 +6,7 @@ from clusterman.cluster.simulated import DemandTrace
 from clusterman.config.model import SimulationConfig
 from clusterman.config.schema import ConfigError
 from clusterman.config.schema import parse
-from clusterman.resources import Resources
+from clusterman.core.resources import Resources
 
 ONE = Resources(cpus=1)
 MIX = [(4, Resources(cpus=0.5)), (4, Resources(cpus=1)), (2, Resources(cpus=2)), (1, Resources(cpus=4))]

@@ -18,7 +18,7 @@ from clusterman.config.model import ResourceGroupConfig
 from clusterman.config.model import Scheduler
 from clusterman.config.schema import ConfigError
 from clusterman.config.schema import parse
-from clusterman.resources import Resources
+from clusterman.core.resources import Resources
 
 SMALL = SimulatedMarket("m5.large", "us-west-2a", 1.0, Resources(cpus=2, mem=8000))
 LARGE = SimulatedMarket("m5.xlarge", "us-west-2b", 2.0, Resources(cpus=4, mem=16000))

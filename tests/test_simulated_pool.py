@@ -13,17 +13,17 @@ from hypothesis import strategies as st
 from clusterman.cloud.simulated import SimulatedGroup
 from clusterman.cloud.simulated import SimulatedMarket
 from clusterman.cloud.view import GroupsCloudView
-from clusterman.cluster.accounting import account_nodes
-from clusterman.cluster.cloud_view import CloudInstance
-from clusterman.cluster.cloud_view import CloudView
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import ResourceGroup
 from clusterman.cluster.simulated import DemandTrace
 from clusterman.cluster.simulated import SimulatedConnector
 from clusterman.cluster.simulated import SimulatedScheduler
 from clusterman.cluster.simulated import TaskList
 from clusterman.cluster.simulated import WorkItem
-from clusterman.resources import Resources
+from clusterman.core.accounting import account_nodes
+from clusterman.core.cloud_view import CloudInstance
+from clusterman.core.cloud_view import CloudView
+from clusterman.core.model import NodeState
+from clusterman.core.model import ResourceGroup
+from clusterman.core.resources import Resources
 
 CPU4 = Resources(cpus=4, mem=16000)
 

@@ -12,11 +12,11 @@ from clusterman.cloud.simulated import default_task
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
+from clusterman.core.resources import NO_OPINION
+from clusterman.core.resources import ResourceRequest
+from clusterman.core.resources import Resources
 from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.metrics.datafile import write_metrics_file
-from clusterman.resources import NO_OPINION
-from clusterman.resources import ResourceRequest
-from clusterman.resources import Resources
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.in_process import InProcessSignal
 from clusterman.signals.protocol import SignalError

@@ -6,9 +6,9 @@ from clusterman.config import PoolConfig
 from clusterman.config import PoolIdentity
 from clusterman.config import Scheduler
 from clusterman.config.schema import parse
+from clusterman.signals.specs import check_version
 from clusterman.tree.environment import SignalProcess
 from clusterman.tree.environment import TreeEnvironmentError
-from clusterman.tree.environment import check_version
 from clusterman.tree.environment import plan_tree
 from clusterman.tree.environment import signal_process
 from clusterman.tree.environment import signal_processes

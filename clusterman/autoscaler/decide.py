@@ -40,8 +40,8 @@ from clusterman.autoscaler.state import AutoscalerState
 from clusterman.autoscaler.target import propose
 from clusterman.autoscaler.utilisation import Utilisation
 from clusterman.autoscaler.utilisation import measure
-from clusterman.cluster.model import PoolSnapshot
-from clusterman.resources import ResourceRequest
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.resources import ResourceRequest
 
 
 def decide(

@@ -14,12 +14,12 @@ from collections.abc import Iterable
 from collections.abc import Mapping
 
 from clusterman.autoscaler.pool_view import SnapshotError
-from clusterman.cluster.fold import NodeFold
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
-from clusterman.cluster.model import Task
-from clusterman.resources import ResourceRequest
+from clusterman.core.fold import NodeFold
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.model import Task
+from clusterman.core.resources import ResourceRequest
 
 INTERNAL_APP = "__default__"
 
@@ -56,8 +56,14 @@ def _chunk_demand(chunk: tuple[Node, ...], known_groups: Hashable) -> tuple[floa
     for node in chunk:
         state = node.state
         if (state is ready or state is tainted) and node.group_id in known_groups:
-            v = node.vector  # allocated_reserved at 8:12, allocated_unreserved at 12:16
-            cpus, mem, disk, gpus = cpus + v[8] + v[12], mem + v[9] + v[13], disk + v[10] + v[14], gpus + v[11] + v[15]
+            usage = node.usage
+            r, u = usage.allocated_reserved, usage.allocated_unreserved
+            cpus, mem, disk, gpus = (
+                cpus + r.cpus + u.cpus,
+                mem + r.mem + u.mem,
+                disk + r.disk + u.disk,
+                gpus + r.gpus + u.gpus,
+            )
     return cpus, mem, disk, gpus
 
 

@@ -19,7 +19,7 @@ from clusterman.autoscaler.exact import ceil
 from clusterman.autoscaler.exact import exact
 from clusterman.autoscaler.exact import from_micro
 from clusterman.autoscaler.exact import micro
-from clusterman.cluster.model import ResourceGroup
+from clusterman.core.model import ResourceGroup
 
 
 def distribute(groups: Iterable[ResourceGroup], target: Fraction) -> dict[str, Fraction]:

@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from collections.abc import Sequence
 
 from clusterman.autoscaler.exact import MICRO
-from clusterman.cluster.model import Node
-from clusterman.resources import RESOURCE_NAMES
+from clusterman.core.model import Node
+from clusterman.core.resources import RESOURCE_NAMES
 
 Need = tuple[int, int, int, int]  # cpus, mem, disk, gpus in millionths of their units
 GONE = -1  # a removed node's room: fits nothing that asks for anything

@@ -28,8 +28,8 @@ from clusterman.autoscaler.exact import show
 from clusterman.autoscaler.fit import Room
 from clusterman.autoscaler.policy import ScalingPolicy
 from clusterman.autoscaler.pool_view import PoolView
-from clusterman.cluster.model import NO_TIME
-from clusterman.cluster.model import Node
+from clusterman.core.model import NO_TIME
+from clusterman.core.model import Node
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from clusterman.config.model import AutoscalingDefaults
 from clusterman.config.model import PoolAutoscaling
 from clusterman.config.model import ScalingLimits
 from clusterman.config.schema import ConfigError
-from clusterman.resources import Resources
+from clusterman.core.resources import Resources
 
 
 @dataclass(frozen=True)

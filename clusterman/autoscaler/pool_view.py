@@ -18,15 +18,15 @@ from fractions import Fraction
 
 from clusterman.autoscaler.exact import ZERO
 from clusterman.autoscaler.exact import exact
-from clusterman.cluster.accounting import account_node
-from clusterman.cluster.fold import NodeFold
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
-from clusterman.cluster.model import ResourceGroup
+from clusterman.core.accounting import account_node
+from clusterman.core.fold import NodeFold
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.model import ResourceGroup
+from clusterman.core.resources import RESOURCE_NAMES
+from clusterman.core.resources import Resources
 from clusterman.errors import UserError
-from clusterman.resources import RESOURCE_NAMES
-from clusterman.resources import Resources
 
 
 class SnapshotError(UserError, ValueError):
@@ -99,7 +99,7 @@ def view_of(snapshot: PoolSnapshot) -> PoolView:
 
 @dataclass(frozen=True)
 class _Part:
-    """One chunk of a snapshot's nodes sorted into the view's sets (``cluster/fold.py``: a chunk
+    """One chunk of a snapshot's nodes sorted into the view's sets (``core/fold.py``: a chunk
     whose nodes did not change since a recent run is not sorted again)."""
 
     ready: tuple[Node, ...]

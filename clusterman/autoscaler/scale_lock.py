@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from clusterman.autoscaler.exact import exact
-from clusterman.cluster.model import NO_TIME
+from clusterman.core.model import NO_TIME
 
 
 @dataclass(frozen=True)

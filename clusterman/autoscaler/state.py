@@ -15,7 +15,7 @@ from typing import Any
 from clusterman.autoscaler.breaker import Breaker
 from clusterman.autoscaler.loss_guard import NodeMemory
 from clusterman.autoscaler.scale_lock import ScaleLock
-from clusterman.cluster.model import NO_TIME
+from clusterman.core.model import NO_TIME
 
 
 @dataclass(frozen=True)

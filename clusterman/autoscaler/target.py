@@ -18,7 +18,7 @@ from clusterman.autoscaler.exact import show
 from clusterman.autoscaler.policy import ScalingPolicy
 from clusterman.autoscaler.pool_view import PoolView
 from clusterman.autoscaler.utilisation import Utilisation
-from clusterman.resources import RESOURCE_NAMES
+from clusterman.core.resources import RESOURCE_NAMES
 
 
 @dataclass(frozen=True)

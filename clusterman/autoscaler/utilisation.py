@@ -14,8 +14,8 @@ from clusterman.autoscaler.exact import ZERO
 from clusterman.autoscaler.exact import exact
 from clusterman.autoscaler.exact import show
 from clusterman.autoscaler.pool_view import PoolView
-from clusterman.resources import RESOURCE_NAMES
-from clusterman.resources import ResourceRequest
+from clusterman.core.resources import RESOURCE_NAMES
+from clusterman.core.resources import ResourceRequest
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clusterman.batch.stopping import stop_on_signals
-from clusterman.cli.common import add_pool_arguments
-from clusterman.cli.common import resolve_pool
 from clusterman.config.loader import default_env_config_path
 from clusterman.errors import Reported
 from clusterman.errors import UserError
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.service import EventService
+from clusterman.manager.arguments import add_pool_arguments
+from clusterman.manager.arguments import resolve_pool
 from clusterman.manager.cycle import Cycle
 from clusterman.manager.cycle import Outcome
 from clusterman.manager.cycle import RunReport

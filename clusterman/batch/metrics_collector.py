@@ -28,10 +28,8 @@ from collections.abc import Sequence
 
 from clusterman.batch.stopping import stop_on_signals
 from clusterman.cloud.view import GroupsCloudView
-from clusterman.cluster.cloud_view import CloudView
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
-from clusterman.cluster.factory import connector_for_pool
 from clusterman.config.loader import default_env_config_path
 from clusterman.config.loader import list_pools
 from clusterman.config.loader import load_main_config
@@ -41,6 +39,8 @@ from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
 from clusterman.config.schema import ConfigError
+from clusterman.core.cloud_view import CloudView
+from clusterman.manager.connectors import connector_for_pool
 from clusterman.manager.setup import PoolSetup
 from clusterman.manager.wiring import cloud_for
 from clusterman.metrics.collector import collect

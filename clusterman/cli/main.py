@@ -60,7 +60,7 @@ COMMANDS: Final = (
     Command("disable", "toggle", "pause a pool's autoscaler"),
     Command("enable", "toggle", "resume a paused pool's autoscaler"),
 )
-NOT_COMMANDS: Final = frozenset({"common", "main"})  # modules of clusterman.cli that register nothing
+NOT_COMMANDS: Final = frozenset({"main", "plan_input"})  # modules of clusterman.cli that register nothing
 
 # One line, exit status 1: errors a person can act on. ValueError is not here: from a library or
 # our own code it is a bug, and its traceback is what finds it.

@@ -15,9 +15,9 @@ import sys
 import time
 
 from clusterman.autoscaler.exact import show
-from clusterman.cli.common import add_pool_arguments
-from clusterman.cli.common import resolve_pool
 from clusterman.errors import reading_input
+from clusterman.manager.arguments import add_pool_arguments
+from clusterman.manager.arguments import resolve_pool
 from clusterman.manager.manual import ManualTarget
 from clusterman.manager.manual import ManualTargetError
 from clusterman.manager.manual import parse_target

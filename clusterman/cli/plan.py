@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from clusterman.autoscaler.decide import decide
-from clusterman.autoscaler.plan_input import PlanInputError
-from clusterman.autoscaler.plan_input import load_plan
+from clusterman.cli.plan_input import PlanInputError
+from clusterman.cli.plan_input import load_plan
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

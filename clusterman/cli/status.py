@@ -12,10 +12,10 @@ import argparse
 import json
 import time
 
-from clusterman.cli.common import add_pool_arguments
-from clusterman.cli.common import resolve_pool
 from clusterman.events.client import EventClient
 from clusterman.events.client import api_url
+from clusterman.manager.arguments import add_pool_arguments
+from clusterman.manager.arguments import resolve_pool
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.status import PoolStatus
 from clusterman.manager.status import Unavailable

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from clusterman.cli.common import add_pool_arguments
-from clusterman.cli.common import resolve_pool
 from clusterman.errors import reading_input
+from clusterman.manager.arguments import add_pool_arguments
+from clusterman.manager.arguments import resolve_pool
 from clusterman.state.factory import open_state_store
 from clusterman.state.pause import parse_until
 from clusterman.state.pause import pause

@@ -43,8 +43,8 @@ from clusterman.cloud.resource_group import plan_termination
 from clusterman.cloud.resource_group import settled
 from clusterman.cloud.resource_group import tag_names_pool
 from clusterman.cloud.resource_group import whole_units
-from clusterman.cluster.model import ResourceGroup
-from clusterman.resources import Resources
+from clusterman.core.model import ResourceGroup
+from clusterman.core.resources import Resources
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from clusterman.cloud.aws_calls import cloud_call
 from clusterman.cloud.resource_group import Instance
 from clusterman.cloud.resource_group import InstanceState
 from clusterman.cloud.resource_group import ResourceGroupError
-from clusterman.cluster.model import NO_TIME
-from clusterman.resources import Resources
+from clusterman.core.model import NO_TIME
+from clusterman.core.resources import Resources
 
 log = logging.getLogger(__name__)
 

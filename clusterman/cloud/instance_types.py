@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from clusterman.resources import Resources
+from clusterman.core.resources import Resources
 
 MB_PER_GIB: Final = 2**30 / 10**6
 DEFAULT_DISK_MB: Final = 20_000.0

@@ -1,7 +1,7 @@
 """The resource-group interface: one group of cloud instances that the autoscaler reads and resizes.
 
 A group is an AWS Auto Scaling group, a Spot Fleet request or a simulated group; the autoscaler
-treats them all alike. It reads a group's state (a ``clusterman.cluster.model.ResourceGroup``
+treats them all alike. It reads a group's state (a ``clusterman.core.model.ResourceGroup``
 value in capacity units, plus the group's instances), sets an absolute target, and terminates the
 instances it chose. Constructors never touch the network. Every cloud failure surfaces as a
 ``ResourceGroupError`` naming the group, so one broken group never stops the others.
@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from clusterman.cluster.model import ResourceGroup
+from clusterman.core.model import ResourceGroup
+from clusterman.core.resources import Resources
 from clusterman.errors import UserError
-from clusterman.resources import Resources
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class Termination:
 
 
 class CloudGroup(abc.ABC):
-    """One resource group in the cloud; its state as a value is ``cluster.model.ResourceGroup``.
+    """One resource group in the cloud; its state as a value is ``core.model.ResourceGroup``.
 
     Scaling down is ``terminate_instances``: it lowers the target by the weight of what it
     terminates, so to shrink a group to T, terminate the chosen instances first and then set T (an

@@ -1,4 +1,4 @@
-"""The cloud's view of a pool, read from its resource groups (``cluster.cloud_view.CloudView``).
+"""The cloud's view of a pool, read from its resource groups (``core.cloud_view.CloudView``).
 
 This is how a connector learns which instances are the pool's machines: every group is read; a
 group that cannot be read is reported in ``errors`` and left out, and its machines then look
@@ -19,8 +19,8 @@ from clusterman.cloud.resource_group import Instance
 from clusterman.cloud.resource_group import InstanceState
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.resource_group import read_groups
-from clusterman.cluster.cloud_view import CloudInstance
-from clusterman.cluster.cloud_view import CloudView
+from clusterman.core.cloud_view import CloudInstance
+from clusterman.core.cloud_view import CloudView
 
 Made = dict[str, tuple[Instance, CloudInstance]]  # instance id -> (the Instance, its CloudInstance)
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
-from clusterman.cluster.cloud_view import CloudViewSource
-from clusterman.cluster.cloud_view import join
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import PoolSnapshot
-from clusterman.cluster.model import Task
+from clusterman.core.cloud_view import CloudViewSource
+from clusterman.core.cloud_view import join
+from clusterman.core.model import Node
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.model import Task
 from clusterman.errors import UserError
 
 

@@ -32,16 +32,16 @@ from typing import Any
 
 import urllib3
 
-from clusterman.cluster.cloud_view import CloudViewSource
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.connector import SchedulerView
-from clusterman.cluster.model import NO_TIME
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import Task
 from clusterman.config.model import DEFAULT_POD_REQUEST
-from clusterman.resources import Resources
+from clusterman.core.cloud_view import CloudViewSource
+from clusterman.core.model import NO_TIME
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import Task
+from clusterman.core.resources import Resources
 
 if TYPE_CHECKING:  # the kubernetes package is an extra: imported where a Kubernetes pool needs it
     import kubernetes.client

@@ -26,16 +26,16 @@ from typing import Any
 
 import requests
 
-from clusterman.cluster.cloud_view import CloudViewSource
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.connector import SchedulerView
-from clusterman.cluster.model import NO_TIME
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import Task
-from clusterman.resources import RESOURCE_NAMES
-from clusterman.resources import Resources
+from clusterman.core.cloud_view import CloudViewSource
+from clusterman.core.model import NO_TIME
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import Task
+from clusterman.core.resources import RESOURCE_NAMES
+from clusterman.core.resources import Resources
 
 log = logging.getLogger(__name__)
 

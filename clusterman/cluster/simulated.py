@@ -26,19 +26,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from clusterman.cluster.cloud_view import CloudInstance
-from clusterman.cluster.cloud_view import CloudView
-from clusterman.cluster.cloud_view import CloudViewSource
-from clusterman.cluster.cloud_view import orphan
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import SchedulerView
-from clusterman.cluster.model import NO_TIME
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
-from clusterman.cluster.model import ResourceGroup
-from clusterman.cluster.model import Task
-from clusterman.resources import Resources
+from clusterman.core.cloud_view import CloudInstance
+from clusterman.core.cloud_view import CloudView
+from clusterman.core.cloud_view import CloudViewSource
+from clusterman.core.cloud_view import orphan
+from clusterman.core.model import NO_TIME
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.model import ResourceGroup
+from clusterman.core.model import Task
+from clusterman.core.resources import Resources
 
 EPSILON = 1e-9
 

@@ -16,9 +16,9 @@ from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import NodeResult
 from clusterman.cluster.lifecycle import Outcome
 from clusterman.cluster.lifecycle import Results
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
 from clusterman.cluster.simulated import SimulatedScheduler
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
 
 
 class SimulatedLifecycle(NodeLifecycle):

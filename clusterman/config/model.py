@@ -22,8 +22,8 @@ from clusterman.config.schema import fraction
 from clusterman.config.schema import non_negative
 from clusterman.config.schema import positive
 from clusterman.config.schema import unit_interval
-from clusterman.resources import RESOURCE_NAMES
-from clusterman.resources import Resources
+from clusterman.core.resources import RESOURCE_NAMES
+from clusterman.core.resources import Resources
 
 
 class Scheduler(enum.Enum):

@@ -10,7 +10,7 @@ Every series carries ``cluster`` and ``pool`` (``<pool>.<scheduler>``, as in the
 store) so one Prometheus can scrape many autoscalers. Each instance owns its registry: no
 process-global state, so tests and the simulator can run several side by side.
 
-Units: resource amounts in ``clusterman.resources`` units (cpus in shares, mem and disk in MB,
+Units: resource amounts in ``clusterman.core.resources`` units (cpus in shares, mem and disk in MB,
 gpus in devices), capacity in resource-group weight units, ratios in 0..1, times in seconds.
 """
 
@@ -31,10 +31,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from clusterman.cluster.model import NodeState
+from clusterman.core.model import NodeState
+from clusterman.core.resources import RESOURCE_NAMES
+from clusterman.core.resources import Resources
 from clusterman.events.publisher import EventPublisher
-from clusterman.resources import RESOURCE_NAMES
-from clusterman.resources import Resources
 
 NAMESPACE: Final = "clusterman"
 SIGNAL_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

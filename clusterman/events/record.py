@@ -7,7 +7,7 @@ positive delta, NONE = nothing measurable changed), and a *change detail* says w
 grouped by type: a detail's value divided by 100 is its type's value, so a detail can only be
 used with its own type (or DETAILS_NONE with any).
 
-Resource amounts carry the units of ``clusterman.resources`` (cpus in shares, mem and disk in
+Resource amounts carry the units of ``clusterman.core.resources`` (cpus in shares, mem and disk in
 MB, gpus in devices) plus ``capacity`` (resource-group weight units, as in target capacity) and
 ``nodes`` (a count). At most ``MAX_RESOURCE_KEYS`` of them per event, which bounds the ring's
 memory per event.

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Final
 
+from clusterman.core.resources import ResourceRequest
+from clusterman.core.resources import Resources
 from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.exporter import NodeAction
@@ -23,8 +25,6 @@ from clusterman.events.record import Event
 from clusterman.events.record import EventType
 from clusterman.events.record import Resource
 from clusterman.events.record import resource
-from clusterman.resources import ResourceRequest
-from clusterman.resources import Resources
 
 _NODE_DETAIL: Final = {
     NodeAction.JOIN: (D.NODE_JOIN, ChangeType.ADD),

@@ -26,15 +26,14 @@ from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.resource_group import TargetChange
 from clusterman.cloud.resource_group import Termination
-from clusterman.cluster.fold import NodeFold
 from clusterman.cluster.lifecycle import DrainResult
 from clusterman.cluster.lifecycle import DrainStatus
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import Outcome
 from clusterman.cluster.lifecycle import Results
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -112,11 +111,8 @@ def _draining(snapshot: PoolSnapshot, report: ApplyReport) -> list[str]:
     """Nodes tainted before this run, plus those tainted now, minus those untainted now."""
     untainted = {n for n, r in report.untainted.items() if r.ok}
     tainted_now = [n for n, r in report.tainted.items() if r.ok]
-    earlier = [node_id for ids in _TAINTED.summaries(snapshot.nodes) for node_id in ids if node_id not in untainted]
+    earlier = [node_id for node_id in snapshot.node_sets.tainted_ids if node_id not in untainted]
     return list(dict.fromkeys([*earlier, *tainted_now]))
-
-
-_TAINTED = NodeFold(lambda chunk, _: tuple(n.id for n in chunk if n.state is NodeState.TAINTED))
 
 
 def _terminate(

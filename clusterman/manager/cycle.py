@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Protocol
 
 from clusterman.autoscaler.decide import decide
@@ -41,13 +40,14 @@ from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
-from clusterman.cluster.fold import NodeFold
 from clusterman.cluster.lifecycle import DrainStatus
 from clusterman.cluster.lifecycle import NodeLifecycle
-from clusterman.cluster.model import NO_TIME
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
+from clusterman.core.model import NO_TIME
+from clusterman.core.model import Node
+from clusterman.core.model import NodeSets
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.resources import Resources
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.exporter import NodeAction
 from clusterman.events.record import ChangeDetail
@@ -57,7 +57,6 @@ from clusterman.manager.apply import apply
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.demand import Requests
 from clusterman.metrics.store import MetricsError
-from clusterman.resources import Resources
 from clusterman.signals.protocol import SignalError
 from clusterman.state.carried import CorruptState
 from clusterman.state.lease import LeaseStatus
@@ -67,9 +66,6 @@ from clusterman.state.pause import PauseStatus
 from clusterman.state.store import StateError
 
 log = logging.getLogger(__name__)
-_JOINED = frozenset((NodeState.READY, NodeState.TAINTED, NodeState.CORDONED))
-_JOINED_IDS = NodeFold(lambda chunk, _: frozenset(n.id for n in chunk if n.state in _JOINED))
-_TASK_COUNTS = NodeFold(lambda chunk, _: sum(map(attrgetter("usage.tasks"), chunk)))  # Node.task_count()
 
 EVENT_REASON: Mapping[Reason, ChangeDetail] = {
     Reason.UTILISATION: ChangeDetail.DECISION_UTILISATION,
@@ -182,7 +178,7 @@ class Cycle:
         self.lease = lease
         self.budget_seconds = budget_seconds
         self.clock = clock  # only to measure how old a run's inputs are; decisions use ``now``
-        self._joined_parts: list[frozenset[str]] | None = None  # joined node ids of the last snapshot, per chunk
+        self._joined_before: NodeSets | None = None  # the last snapshot's node sets, for its joined ids
         self._last_target: float | None = None
 
     @property
@@ -286,7 +282,7 @@ class Cycle:
             self.lease.last = status
         if status.held and not was_held:
             self._loaded = self.keeper is None  # another autoscaler may have changed the kept state
-            self._joined_parts = None
+            self._joined_before = None
             log.info("this autoscaler now holds the pool's lease: the lease %s", status.describe())
         elif was_held and not status.held:
             log.warning("this autoscaler lost the pool's lease: the lease %s", status.describe())
@@ -447,19 +443,15 @@ class Cycle:
     def _record_joins(self, snapshot: PoolSnapshot, now: float) -> None:
         """NODE_JOIN for each node that joined the scheduler since the last run this process saw.
 
-        The joined ids are folded per chunk of nodes (``NodeFold``), so a run where no chunk changed
-        costs a comparison per chunk, not a set of every node (the simulator runs this each minute)."""
-        parts = _JOINED_IDS.summaries(snapshot.nodes)
-        before, self._joined_parts = self._joined_parts, parts
+        A run where no node joined or left costs little (``NodeSets.joined_since``)."""
+        sets = snapshot.node_sets
+        before: NodeSets | frozenset[str] | None
+        before, self._joined_before = self._joined_before, sets
         if before is None:
             if not self.state.memory.joined:
                 return  # the first look: nothing to compare with
-            before = [self.state.memory.joined]  # the kept memory of the run before a restart
-        elif len(parts) == len(before) and all(a is b or a == b for a, b in zip(parts, before, strict=True)):
-            return
-        changed = [p for i, p in enumerate(parts) if i >= len(before) or (p is not before[i] and p != before[i])]
-        candidates = frozenset().union(*changed)
-        new = candidates - frozenset().union(*before) if candidates else candidates
+            before = frozenset(self.state.memory.joined)  # the kept memory of the run before a restart
+        new = sets.joined_since(before)
         for node_id in sorted(new):
             node = snapshot.node(node_id)
             since = now - node.launched_at if node.launched_at != NO_TIME and node.launched_at <= now else None
@@ -474,7 +466,7 @@ class Cycle:
                 g.id, target=g.target_capacity, fulfilled=g.fulfilled_capacity, minimum=g.min_capacity,
                 maximum=min(g.max_capacity, 1e18),
             )  # fmt: skip
-        running = sum(_TASK_COUNTS.summaries(snapshot.nodes))
+        running = snapshot.node_sets.task_count
         metrics.observe_tasks(running=running, pending=len(snapshot.pending))
 
     def _record_signals(self, requests: Requests) -> None:

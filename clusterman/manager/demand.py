@@ -16,12 +16,12 @@ from typing import Protocol
 
 from clusterman.autoscaler.demand import INTERNAL_APP
 from clusterman.autoscaler.demand import demand_from_snapshot
-from clusterman.cluster.model import PoolSnapshot
 from clusterman.config.model import MetricType
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.resources import ResourceRequest
 from clusterman.metrics.store import MetricsStore
 from clusterman.metrics.store import Point
 from clusterman.metrics.store import Series
-from clusterman.resources import ResourceRequest
 from clusterman.signals.evaluator import Evaluation
 from clusterman.signals.evaluator import SignalEvaluator
 

@@ -26,7 +26,7 @@ from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.resource_group import TargetChange
 from clusterman.cloud.resource_group import read_groups
-from clusterman.cluster.model import PoolSnapshot
+from clusterman.core.model import PoolSnapshot
 from clusterman.errors import UserError
 
 

@@ -15,14 +15,14 @@ from clusterman.cloud.discovery import Discovery
 from clusterman.cloud.discovery import discover_groups
 from clusterman.cloud.simulated import SimulatedCloud
 from clusterman.cloud.view import GroupsCloudView
-from clusterman.cluster.factory import connector_for_pool
-from clusterman.cluster.lifecycle_factory import lifecycle_for_pool
-from clusterman.cluster.model import PoolSnapshot
+from clusterman.core.model import PoolSnapshot
 from clusterman.events.recorder import Recorder
+from clusterman.manager.connectors import connector_for_pool
 from clusterman.manager.cycle import Cycle
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.demand import InternalDemand
 from clusterman.manager.demand import SignalDemand
+from clusterman.manager.lifecycles import lifecycle_for_pool
 from clusterman.manager.setup import PoolSetup
 from clusterman.metrics.collector import collect
 from clusterman.metrics.factory import open_store

@@ -12,20 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Container
 
-from clusterman.cluster.accounting import Accounting
-from clusterman.cluster.accounting import account_nodes
-from clusterman.cluster.accounting import pending_demand
-from clusterman.cluster.fold import NodeFold
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
+from clusterman.core.accounting import Accounting
+from clusterman.core.accounting import account_nodes
+from clusterman.core.accounting import pending_demand
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.resources import RESOURCE_NAMES
 from clusterman.metrics.store import Point
 from clusterman.metrics.store import Value
 from clusterman.metrics.store import system_key
-from clusterman.resources import RESOURCE_NAMES
 
 SYSTEM = MetricType.SYSTEM_METRICS
 METADATA = MetricType.METADATA
@@ -83,34 +81,7 @@ def collect(
     if snapshot.groups:  # without the cloud's view there is no target to report, not a target of 0
         add(METADATA, "target_capacity", snapshot.target_capacity)
         if wanted("fulfilled_capacity", "non_orphan_fulfilled_capacity"):
-            by_market, joined = _weights(snapshot)
+            by_market, joined = snapshot.member_weights
             add(METADATA, "fulfilled_capacity", {market_key(*k): w for k, w in by_market.items()})
             add(METADATA, "non_orphan_fulfilled_capacity", joined)
     return points
-
-
-def _weights(snapshot: PoolSnapshot) -> tuple[dict[tuple[str, str], float], float]:
-    """Weight of the group members per (instance type, zone), and of those that joined."""
-    by_market: dict[tuple[str, str], float] = {}
-    joined = 0.0
-    for chunk_markets, chunk_joined in _WEIGHTS.summaries(snapshot.nodes):
-        for key, weight in chunk_markets:
-            by_market[key] = by_market.get(key, 0.0) + weight
-        joined += chunk_joined
-    return by_market, joined
-
-
-def _chunk_weights(chunk: tuple[Node, ...], _: object) -> tuple[tuple[tuple[tuple[str, str], float], ...], float]:
-    by_market: dict[tuple[str, str], float] = {}
-    joined = 0.0
-    orphan, unknown = NodeState.ORPHAN, NodeState.UNKNOWN
-    for node in chunk:
-        if node.group_id:
-            key = (node.instance_type, node.market)
-            by_market[key] = by_market.get(key, 0.0) + node.weight
-            if node.state is not orphan and node.state is not unknown:
-                joined += node.weight
-    return tuple(by_market.items()), joined
-
-
-_WEIGHTS = NodeFold(_chunk_weights)  # cluster/fold.py: chunks whose nodes did not change are not summed again

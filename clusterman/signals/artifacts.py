@@ -41,7 +41,7 @@ from clusterman.signals.signal_venv import check_runs
 from clusterman.signals.signal_venv import export_git_ref
 from clusterman.signals.signal_venv import interpreter_version
 from clusterman.signals.signal_venv import pack
-from clusterman.tree.environment import check_version
+from clusterman.signals.specs import check_version
 
 log = logging.getLogger(__name__)
 

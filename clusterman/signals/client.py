@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from clusterman.resources import ResourceRequest
+from clusterman.core.resources import ResourceRequest
 from clusterman.signals.protocol import ProtocolError
 from clusterman.signals.protocol import SignalError
 from clusterman.signals.protocol import parse_reply

@@ -18,8 +18,8 @@ from typing import Any
 from typing import Protocol
 
 from clusterman.config.model import PoolIdentity
+from clusterman.core.resources import ResourceRequest
 from clusterman.metrics.store import MetricsStore
-from clusterman.resources import ResourceRequest
 from clusterman.signals.client import SignalClient
 from clusterman.signals.metrics_window import read_required_metrics
 from clusterman.signals.protocol import SignalError

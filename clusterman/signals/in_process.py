@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from clusterman.resources import ResourceRequest
+from clusterman.core.resources import ResourceRequest
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.protocol import SignalError
 from clusterman.signals.protocol import parse_reply

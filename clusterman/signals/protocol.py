@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from clusterman.core.resources import NO_OPINION
+from clusterman.core.resources import ResourceRequest
 from clusterman.errors import UserError
-from clusterman.resources import NO_OPINION
-from clusterman.resources import ResourceRequest
 from clusterman_signals import wire
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from clusterman.config.model import MainConfig
@@ -12,6 +13,19 @@ from clusterman.config.schema import ConfigError
 from clusterman.signals.client import SignalAddress
 
 DEFAULT_APP = "__default__"
+
+
+VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+
+
+def check_version(version: str) -> str:
+    """A signal version names an S3 key, a directory and a list entry: no spaces, slashes or dots first."""
+    if not VERSION_PATTERN.fullmatch(version):
+        raise ValueError(
+            f"signal version {version!r} is not usable: use letters, digits and . _ + - "
+            "(at most 128, not starting with . _ + or -)"
+        )
+    return version
 
 
 @dataclass(frozen=True)

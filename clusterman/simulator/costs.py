@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clusterman.cloud.simulated import SimulatedMarket
-from clusterman.cluster.cloud_view import CloudView
-from clusterman.resources import RESOURCE_NAMES
-from clusterman.resources import Resources
+from clusterman.core.cloud_view import CloudView
+from clusterman.core.resources import RESOURCE_NAMES
+from clusterman.core.resources import Resources
 from clusterman.simulator.prices import PriceBook
 
 EPSILON = 1e-9

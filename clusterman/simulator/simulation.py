@@ -3,7 +3,7 @@
 Wiring (the same pieces as the autoscaler batch, each simulated):
   resource groups  ``cloud.simulated.groups_from_config`` on the simulation's clock, read through
                    ``cloud.view.GroupsCloudView`` (any resource_groups kind stands for a group)
-  scheduler        ``cluster.factory.simulated_connector``: the demand trace from the metrics files
+  scheduler        ``manager.connectors.simulated_connector``: the demand trace from the metrics files
                    (``workload``) beside the pool's ``simulation.tasks``; nodes join after the join
                    delay; ``SimulatedLifecycle`` taints and drains (``WithoutDraining`` unless
                    ``draining_enabled``)
@@ -29,20 +29,21 @@ from clusterman.autoscaler.decision import Action
 from clusterman.cloud.simulated import SimulatedGroup
 from clusterman.cloud.simulated import groups_from_config
 from clusterman.cloud.view import GroupsCloudView
-from clusterman.cluster.accounting import account_nodes
-from clusterman.cluster.accounting import pending_demand
-from clusterman.cluster.factory import simulated_connector
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import WithoutDraining
-from clusterman.cluster.model import PoolSnapshot
 from clusterman.cluster.simulated import DemandTrace
 from clusterman.cluster.simulated import SimulatedConnector
 from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
+from clusterman.core.accounting import account_nodes
+from clusterman.core.accounting import pending_demand
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.resources import Resources
 from clusterman.events.publisher import EventPublisher
 from clusterman.events.recorder import Recorder
 from clusterman.events.ring import EventRing
+from clusterman.manager.connectors import simulated_connector
 from clusterman.manager.cycle import Cycle
 from clusterman.manager.cycle import Outcome
 from clusterman.manager.cycle import RunReport
@@ -53,7 +54,6 @@ from clusterman.metrics.collector import collect
 from clusterman.metrics.datafile import MetricsData
 from clusterman.metrics.store import InMemoryStore
 from clusterman.metrics.store import split_key
-from clusterman.resources import Resources
 from clusterman.simulator.clock import SimClock
 from clusterman.simulator.clock import Steps
 from clusterman.simulator.costs import Ledger

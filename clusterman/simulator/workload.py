@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
+from clusterman.core.resources import RESOURCE_NAMES
+from clusterman.core.resources import Resources
 from clusterman.metrics.datafile import MetricsData
 from clusterman.metrics.store import Value
 from clusterman.metrics.store import system_key
-from clusterman.resources import RESOURCE_NAMES
-from clusterman.resources import Resources
 
 FIGURES = ("allocated", "pending")
 

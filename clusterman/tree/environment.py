@@ -16,6 +16,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING
 
 from clusterman.errors import UserError
+from clusterman.signals.specs import check_version
 
 if TYPE_CHECKING:  # the config modules load staticconf and YAML: run_clusterman_signal, which
     # supervisord starts at every signal restart, reads the lists only and stays light
@@ -24,22 +25,11 @@ if TYPE_CHECKING:  # the config modules load staticconf and YAML: run_clusterman
     from clusterman.config.model import PoolIdentity
     from clusterman.signals.specs import SignalSpec
 
-VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 APP_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")
 
 
 class TreeEnvironmentError(UserError, ValueError):
     """The CMAN_* variables a helper program received do not describe its task."""
-
-
-def check_version(version: str) -> str:
-    """A signal version names an S3 key, a directory and a list entry: no spaces, slashes or dots first."""
-    if not VERSION_PATTERN.fullmatch(version):
-        raise ValueError(
-            f"signal version {version!r} is not usable: use letters, digits and . _ + - "
-            "(at most 128, not starting with . _ + or -)"
-        )
-    return version
 
 
 @dataclass(frozen=True)

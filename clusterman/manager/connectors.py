@@ -19,8 +19,6 @@ from clusterman.cloud.simulated import default_task
 from clusterman.cloud.simulated import groups_from_config
 from clusterman.cloud.simulated import markets_from_config
 from clusterman.cloud.view import GroupsCloudView
-from clusterman.cluster.cloud_view import CloudInstance
-from clusterman.cluster.cloud_view import CloudViewSource
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
 from clusterman.cluster.kubernetes import KubernetesConnector
@@ -28,7 +26,6 @@ from clusterman.cluster.kubernetes import KubernetesPool
 from clusterman.cluster.mesos import MesosConnector
 from clusterman.cluster.mesos import MesosPool
 from clusterman.cluster.mesos import master_url
-from clusterman.cluster.model import ResourceGroup
 from clusterman.cluster.simulated import SimulatedConnector
 from clusterman.cluster.simulated import SimulatedScheduler
 from clusterman.cluster.simulated import TaskList
@@ -36,7 +33,6 @@ from clusterman.cluster.simulated import WorkItem
 from clusterman.cluster.simulated import Workload
 from clusterman.cluster.simulated import Workloads
 from clusterman.cluster.simulated import node_allocatable
-from clusterman.cluster.simulated_trace import load_trace
 from clusterman.config.loader import pool_config_path
 from clusterman.config.model import ClusterConfig
 from clusterman.config.model import MainConfig
@@ -44,7 +40,11 @@ from clusterman.config.model import PoolConfig
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
 from clusterman.config.schema import ConfigError
-from clusterman.resources import Resources
+from clusterman.core.cloud_view import CloudInstance
+from clusterman.core.cloud_view import CloudViewSource
+from clusterman.core.model import ResourceGroup
+from clusterman.core.resources import Resources
+from clusterman.manager.trace_workload import load_trace
 
 
 def connector_for_pool(

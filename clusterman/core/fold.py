@@ -13,7 +13,8 @@ Chunks are matched by value (``Node`` equality, identity first) once per snapsho
 (``chunk_tokens``). Summaries must be immutable values computed from the nodes' values alone (a
 summary that keeps nodes may hold nodes equal to the snapshot's rather than the very same
 objects). The memo is module state shared by every caller; it only ever returns what summarizing
-the chunk again would.
+the chunk again would. Folds live in the core only (tests/test_layers.py checks it): readers outside
+take per-snapshot values (``PoolSnapshot.node_sets``, ``member_weights``, ``account_nodes``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Generic
 from typing import TypeVar
 
 if TYPE_CHECKING:  # model.py folds its own snapshot counts with this module
-    from clusterman.cluster.model import Node
+    from clusterman.core.model import Node
 
 CHUNK = 32
 GENERATIONS = 3  # node tuples (and calls) remembered: callers alternating over two node sets still hit

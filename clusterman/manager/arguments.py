@@ -1,4 +1,5 @@
-"""Arguments and lookups shared by the subcommands that act on one pool."""
+"""Arguments and lookups shared by the programs that act on one pool: the CLI's subcommands and the
+autoscaler batch (here, below both, so that neither program imports the other)."""
 
 from __future__ import annotations
 

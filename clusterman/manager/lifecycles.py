@@ -1,6 +1,6 @@
 """Build a pool's node lifecycle from its srv-configs (no network: lifecycles connect on use).
 
-The scheduler is the pool file's suffix, as for connectors (``factory.py``). A simulated pool's
+The scheduler is the pool file's suffix, as for connectors (``connectors.py``). A simulated pool's
 lifecycle acts on the scheduler inside its connector, so that connector is passed in. A pool with
 ``draining_enabled: false`` (the default, as in Clusterman) terminates nodes without draining them.
 """
@@ -8,7 +8,6 @@ lifecycle acts on the scheduler inside its connector, so that connector is passe
 from __future__ import annotations
 
 from clusterman.cluster.connector import ClusterConnector
-from clusterman.cluster.factory import _cluster
 from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
 from clusterman.cluster.kubernetes_lifecycle import KubernetesLifecycle
 from clusterman.cluster.lifecycle import NodeLifecycle
@@ -22,6 +21,7 @@ from clusterman.config.model import PoolConfig
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
 from clusterman.config.schema import ConfigError
+from clusterman.manager.connectors import _cluster
 
 
 def lifecycle_for_pool(

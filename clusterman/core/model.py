@@ -16,8 +16,8 @@ from dataclasses import field
 from functools import cached_property
 from operator import attrgetter
 
-from clusterman.cluster.fold import NodeFold
-from clusterman.resources import Resources
+from clusterman.core.fold import NodeFold
+from clusterman.core.resources import Resources
 
 NO_TIME = -1.0  # "never happened" for a timestamp field (a node that was never tainted)
 
@@ -110,7 +110,7 @@ class Node:
     ip: str = ""  # private address: how Mesos agents are matched to cloud instances
     usage: NodeUsage = field(init=False, repr=False, compare=False)
     # allocatable, reserved, allocated_reserved, allocated_unreserved, revocable: 4 floats each, so
-    # that pool sums are a transpose and a C-level sum (see cluster.accounting.account_nodes)
+    # that pool sums are a transpose and a C-level sum (see core.accounting.account_nodes)
     vector: tuple[float, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -164,11 +164,88 @@ class ResourceGroup:
     node_resources: Resources = Resources()  # allocatable of one weight unit, when known
 
 
-def _count_states(chunk: tuple[Node, ...], _: object) -> tuple[tuple[NodeState, int], ...]:
-    return tuple(Counter(map(attrgetter("state"), chunk)).items())
+_JOINED = frozenset((NodeState.READY, NodeState.TAINTED, NodeState.CORDONED))
 
 
-_STATE_COUNTS = NodeFold(_count_states)
+@dataclass(frozen=True, slots=True)
+class _ChunkNodes:
+    """One chunk of nodes, summarized for ``NodeSets``."""
+
+    states: tuple[tuple[NodeState, int], ...]
+    tainted: tuple[str, ...]
+    joined: frozenset[str]
+    tasks: int
+
+
+def _summarize(chunk: tuple[Node, ...], _: object) -> _ChunkNodes:
+    return _ChunkNodes(
+        states=tuple(Counter(map(attrgetter("state"), chunk)).items()),
+        tainted=tuple(n.id for n in chunk if n.state is NodeState.TAINTED),
+        joined=frozenset(n.id for n in chunk if n.state in _JOINED),
+        tasks=sum(map(attrgetter("usage.tasks"), chunk)),
+    )
+
+
+_CHUNKS = NodeFold(_summarize)
+
+
+def _chunk_weights(chunk: tuple[Node, ...], _: object) -> tuple[tuple[tuple[tuple[str, str], float], ...], float]:
+    """Group members' weight per (instance type, zone), then the weight of those that joined the scheduler."""
+    by_market: dict[tuple[str, str], float] = {}
+    joined = 0.0
+    orphan, unknown = NodeState.ORPHAN, NodeState.UNKNOWN
+    for node in chunk:
+        if node.group_id:
+            key = (node.instance_type, node.market)
+            by_market[key] = by_market.get(key, 0.0) + node.weight
+            if node.state is not orphan and node.state is not unknown:
+                joined += node.weight
+    return tuple(by_market.items()), joined
+
+
+_WEIGHTS = NodeFold(_chunk_weights)
+
+
+@dataclass(frozen=True)
+class NodeSets:
+    """A snapshot's node counts and id sets, worked out once per snapshot (``PoolSnapshot.node_sets``).
+
+    Readers (the cycle, the apply step, the collector, the metrics) take plain values from here; the
+    chunked memo behind it (``fold.py``) stays in the core, so a run costs what changed since the
+    last snapshot, not the whole pool, without any reader knowing.
+    """
+
+    counts_by_state: dict[NodeState, int]
+    tainted_ids: tuple[str, ...]  # in node order
+    task_count: int  # daemons excluded, as Node.task_count()
+    _joined: tuple[frozenset[str], ...]  # joined (ready, tainted, cordoned) ids, per chunk
+
+    @staticmethod
+    def of(nodes: tuple[Node, ...]) -> NodeSets:
+        chunks = _CHUNKS.summaries(nodes)
+        counts = dict.fromkeys(NodeState, 0)
+        for chunk in chunks:
+            for state, count in chunk.states:
+                counts[state] += count
+        tainted = tuple(node_id for chunk in chunks for node_id in chunk.tainted)
+        return NodeSets(counts, tainted, sum(c.tasks for c in chunks), tuple(c.joined for c in chunks))
+
+    @property
+    def joined_ids(self) -> frozenset[str]:
+        return frozenset().union(*self._joined)
+
+    def joined_since(self, before: NodeSets | frozenset[str]) -> frozenset[str]:
+        """Ids joined now and not ``before`` (an earlier snapshot's sets, or remembered ids). Against an
+        earlier snapshot only the chunks that changed are looked at: nothing changed costs a
+        comparison per chunk, not a set of every node (the simulator asks each simulated minute)."""
+        if isinstance(before, frozenset):
+            return self.joined_ids - before
+        parts, earlier = self._joined, before._joined
+        if len(parts) == len(earlier) and all(a is b or a == b for a, b in zip(parts, earlier, strict=True)):
+            return frozenset()
+        changed = [p for i, p in enumerate(parts) if i >= len(earlier) or (p is not earlier[i] and p != earlier[i])]
+        candidates = frozenset().union(*changed)
+        return candidates - frozenset().union(*earlier) if candidates else candidates
 
 
 @dataclass(frozen=True)
@@ -188,12 +265,24 @@ class PoolSnapshot:
         return [n for n in self.nodes if n.state in states]
 
     @cached_property
+    def node_sets(self) -> NodeSets:
+        return NodeSets.of(self.nodes)
+
+    @property
     def counts_by_state(self) -> dict[NodeState, int]:
-        counts = dict.fromkeys(NodeState, 0)
-        for chunk_counts in _STATE_COUNTS.summaries(self.nodes):
-            for state, count in chunk_counts:
-                counts[state] += count
-        return counts
+        return self.node_sets.counts_by_state
+
+    @cached_property
+    def member_weights(self) -> tuple[dict[tuple[str, str], float], float]:
+        """Weight (capacity units) of the groups' members per (instance type, zone), and of those that
+        joined the scheduler: the collector's fulfilled capacity figures."""
+        by_market: dict[tuple[str, str], float] = {}
+        joined = 0.0
+        for chunk_markets, chunk_joined in _WEIGHTS.summaries(self.nodes):
+            for key, weight in chunk_markets:
+                by_market[key] = by_market.get(key, 0.0) + weight
+            joined += chunk_joined
+        return by_market, joined
 
     def group(self, group_id: str) -> ResourceGroup:
         for g in self.groups:

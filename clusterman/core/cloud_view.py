@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from dataclasses import replace
 from typing import Protocol
 
-from clusterman.cluster.model import NO_TIME
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import ResourceGroup
-from clusterman.resources import Resources
+from clusterman.core.model import NO_TIME
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import ResourceGroup
+from clusterman.core.resources import Resources
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,8 @@
 """Replay a demand series from a metrics file as a simulated workload, faster than real time.
 
+Wiring between two adapters (a metrics file and the simulated scheduler), used for simulated pools by
+``make run`` as well as by the simulator, so it sits with the rest of the wiring, below both.
+
 The series (e.g. ``cpus_allocated``) is a step function of simulated time; each real second moves
 ``speedup`` simulated seconds, and the series loops when it ends. The demand is run as identical
 tasks (``DemandTrace``): as many as the most demanding resource of the series needs.
@@ -13,12 +16,12 @@ from pathlib import Path
 from clusterman.cluster.simulated import DemandTrace
 from clusterman.cluster.simulated import WorkItem
 from clusterman.config.schema import ConfigError
+from clusterman.core.resources import RESOURCE_NAMES
+from clusterman.core.resources import Resources
 from clusterman.metrics.datafile import read_metrics_file
 from clusterman.metrics.generate import generate
 from clusterman.metrics.generate import load_design
 from clusterman.metrics.store import split_key
-from clusterman.resources import RESOURCE_NAMES
-from clusterman.resources import Resources
 
 
 class ReplayedTrace:

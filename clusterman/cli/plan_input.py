@@ -21,12 +21,6 @@ from clusterman.autoscaler.loss_guard import NodeMemory
 from clusterman.autoscaler.policy import ScalingPolicy
 from clusterman.autoscaler.scale_lock import ScaleLock
 from clusterman.autoscaler.state import AutoscalerState
-from clusterman.cluster.model import NO_TIME
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
-from clusterman.cluster.model import ResourceGroup
-from clusterman.cluster.model import Task
 from clusterman.config.model import PoolAutoscaling
 from clusterman.config.model import ScalingLimits
 from clusterman.config.schema import Check
@@ -38,12 +32,18 @@ from clusterman.config.schema import describe
 from clusterman.config.schema import non_negative
 from clusterman.config.schema import parse
 from clusterman.config.schema import positive
+from clusterman.core.model import NO_TIME
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.model import ResourceGroup
+from clusterman.core.model import Task
+from clusterman.core.resources import NO_OPINION
+from clusterman.core.resources import RESOURCE_NAMES
+from clusterman.core.resources import Amount
+from clusterman.core.resources import ResourceRequest
+from clusterman.core.resources import Resources
 from clusterman.errors import UserError
-from clusterman.resources import NO_OPINION
-from clusterman.resources import RESOURCE_NAMES
-from clusterman.resources import Amount
-from clusterman.resources import ResourceRequest
-from clusterman.resources import Resources
 
 
 class PlanInputError(UserError, ValueError):

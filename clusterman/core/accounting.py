@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from clusterman.cluster.fold import NodeFold
-from clusterman.cluster.model import Node
-from clusterman.cluster.model import NodeState
-from clusterman.cluster.model import PoolSnapshot
-from clusterman.resources import Resources
+from clusterman.core.fold import NodeFold
+from clusterman.core.model import Node
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.resources import Resources
 
 
 @dataclass(frozen=True, slots=True)
