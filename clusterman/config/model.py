@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import math
-import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from clusterman.config.schema import fraction
 from clusterman.config.schema import non_negative
 from clusterman.config.schema import positive
 from clusterman.config.schema import unit_interval
+from clusterman.core.durations import parse_duration
 from clusterman.core.resources import RESOURCE_NAMES
 from clusterman.core.resources import Resources
 
@@ -306,30 +306,9 @@ def percent(value: float) -> float:
     return value / 100
 
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def duration_seconds(value: Any) -> float:
-    """Seconds, from a number of seconds or a Go duration such as Escalator's ``2m`` or ``1h30m``."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected seconds or a duration such as 2m, got {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        try:
-            seconds = float(text)
-        except ValueError:
-            parts = _DURATION_PART.findall(text)
-            if not parts or "".join(n + u for n, u in parts) != text:
-                raise ValueError(f"expected seconds or a duration such as 90s, 2m or 1h30m, got {value!r}") from None
-            seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
-    else:
-        raise ValueError(f"expected seconds or a duration such as 2m, got {value!r}")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"expected a finite duration >= 0, got {value!r}")
-    return seconds
+    """Seconds, from a number of seconds or a duration such as Escalator's ``2m`` or ``1h30m``."""
+    return parse_duration(value)
 
 
 def tasks_limit(value: Any) -> float:

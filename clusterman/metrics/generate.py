@@ -33,7 +33,6 @@ import datetime
 import math
 import os
 import random
-import re
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from clusterman.config.schema import field
 from clusterman.config.schema import non_negative
 from clusterman.config.schema import parse
 from clusterman.config.schema import positive
+from clusterman.core import durations
 from clusterman.metrics.datafile import MetricsData
 from clusterman.metrics.store import Series
 from clusterman.metrics.store import Value
@@ -61,20 +61,10 @@ BYTES_PER_POINT = 280
 BYTES_PER_MARKET = 130
 MAX_GENERATE_BYTES = 2 * 1024**3
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
 
 def parse_duration(value: Any) -> int:
-    """``90`` (seconds), ``"90s"``, ``"15m"``, ``"1h30m"``, ``"2d"`` -> whole seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value)
-    if isinstance(value, str):
-        text = value.strip().lower()
-        parts = _DURATION_PART.findall(text)
-        if parts and _DURATION_PART.sub("", text).strip() == "":
-            return int(sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
-    raise ValueError(f"expected a duration such as 90s, 15m, 6h, 2d or 1h30m, got {value!r}")
+    """Whole seconds, in the one duration grammar (``clusterman.core.durations``)."""
+    return int(durations.parse_duration(value))
 
 
 def parse_time(value: Any) -> int:

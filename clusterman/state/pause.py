@@ -6,18 +6,17 @@ Stored as Clusterman stores it: state ``autoscaler_paused``, entity
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import UTC
 from datetime import datetime
 
 from clusterman.config.model import PoolIdentity
+from clusterman.core.durations import parse_duration
 from clusterman.state.store import NO_EXPIRY
 from clusterman.state.store import StateItem
 from clusterman.state.store import StateStore
 
 AUTOSCALER_PAUSED = "autoscaler_paused"
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 @dataclass(frozen=True)
@@ -46,16 +45,18 @@ def parse_until(text: str, now: float) -> int:
     text = text.strip().lower()
     if text in ("never", "forever", "0"):
         return NO_EXPIRY
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([smhdw]?)", text)
-    if parts and re.fullmatch(r"(\s*\d+(?:\.\d+)?\s*[smhdw]?\s*)+", text):
-        seconds = sum(float(n) * UNITS[u or "s"] for n, u in parts)
+    try:
+        seconds = parse_duration(text)
+    except ValueError:
+        pass  # not a duration: an ISO time, below
+    else:
         if seconds <= 0:
             raise ValueError(f"--until {text!r}: the duration must be positive")
         return int(now + seconds)
     try:
         moment = datetime.fromisoformat(text.upper() if "t" in text else text)
     except ValueError:
-        raise ValueError(f"--until {text!r}: expected a duration such as 30m, 2h, 1d, or an ISO time") from None
+        raise ValueError(f"--until {text!r}: expected a duration such as 30m, 2h, 1d 12h, or an ISO time") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     until = int(moment.timestamp())

@@ -1,0 +1,38 @@
+"""One duration grammar for every place a person writes one (srv-configs, metric designs, pauses).
+
+A number is seconds (``90``, ``1.5``). Otherwise a sequence of ``<number><unit>`` parts, spaces
+allowed between them: Go's units as Escalator writes them (``ns``, ``us``/``µs``, ``ms``, ``s``,
+``m``, ``h``) plus ``d`` and ``w`` (``90s``, ``2m``, ``1h30m``, ``1d 12h``, ``2w``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+UNIT_SECONDS = {
+    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0,
+}  # fmt: skip
+_PART = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ns|us|µs|ms|s|m|h|d|w)\s*")
+EXAMPLES = "90s, 2m, 1h30m, 1d 12h or 90 (seconds)"
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds (finite, >= 0), or ValueError naming the grammar."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"expected a duration such as {EXAMPLES}, got {value!r}")
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            parts = list(_PART.finditer(text))
+            if not parts or "".join(p.group(0) for p in parts) != text:
+                raise ValueError(f"expected a duration such as {EXAMPLES}, got {value!r}") from None
+            seconds = sum(float(p.group(1)) * UNIT_SECONDS[p.group(2)] for p in parts)
+    else:
+        seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"expected a finite duration >= 0, got {value!r}")
+    return seconds

@@ -1,0 +1,36 @@
+"""One duration grammar, read the same by the srv-configs, metric designs and pauses."""
+
+import pytest
+
+from clusterman.config.model import duration_seconds
+from clusterman.core.durations import parse_duration
+from clusterman.metrics.generate import parse_duration as design_duration
+from clusterman.state.pause import parse_until
+
+NOW = 1_700_000_000
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90", 90), ("90s", 90), ("2m", 120), ("1h30m", 5400), ("1d 12h", 129600), ("2w", 1209600), (" 1.5h ", 5400),
+     ("500ms", 0.5), ("1m30s", 90)],
+)  # fmt: skip
+def test_every_reader_understands_the_same_durations(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+    assert duration_seconds(text) == pytest.approx(seconds)
+    assert design_duration(text) == int(seconds)
+    if seconds >= 1:
+        assert parse_until(text, NOW) == int(NOW + seconds)
+
+
+@pytest.mark.parametrize("text", ["", "m", "2x", "1h 2", "-5m", "1e400", "nan", "two minutes"])
+def test_every_reader_refuses_the_same_non_durations(text):
+    for reader in (parse_duration, duration_seconds, design_duration):
+        with pytest.raises(ValueError, match="duration"):
+            reader(text)
+
+
+def test_a_pause_takes_an_iso_time_when_it_is_not_a_duration():
+    assert parse_until("2023-11-15T00:00:00", NOW) == 1_700_006_400
+    with pytest.raises(ValueError, match="expected a duration such as 30m"):
+        parse_until("soon", NOW)
