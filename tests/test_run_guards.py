@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import threading
 
 from clusterman.batch.autoscaler import run_forever
 from clusterman.batch.autoscaler import write_heartbeat
@@ -32,6 +31,8 @@ from clusterman.state.lease import PoolLease
 from clusterman.state.pause import PauseStatus
 from clusterman.state.store import SqliteStateStore
 from clusterman.state.store import StateError
+from tests.test_autoscaler_loop import FakeClock
+from tests.test_autoscaler_loop import SleepyStop
 from tests.test_cycle import T0
 from tests.test_cycle import limits
 from tests.test_cycle import pools  # noqa: F401 - the fixture
@@ -140,27 +141,9 @@ def test_a_run_never_acts_on_a_snapshot_older_than_its_budget(pools):  # noqa: F
     assert pool.minute().outcome is Outcome.ACTED and pool.groups[0].read().group.target_capacity == 4
 
 
-class SteppingClock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
-class Stop(threading.Event):
-    def __init__(self, clock):
-        super().__init__()
-        self.clock = clock
-
-    def wait(self, timeout=None):
-        self.clock.now += timeout or 0
-        return self.is_set()
-
-
 def test_the_loop_records_an_overrun_and_writes_the_heartbeat(pools, tmp_path):  # noqa: F811
     pool = pools(work(2))
-    clock = SteppingClock()
+    clock = FakeClock()
     run_once = pool.cycle.run_once
 
     def slow_run(now):
@@ -170,7 +153,7 @@ def test_the_loop_records_an_overrun_and_writes_the_heartbeat(pools, tmp_path): 
     pool.cycle.run_once = slow_run
     lines, beats = [], []
     runs = run_forever(
-        pool.cycle, 30, 0, Stop(clock), clock=clock, max_runs=2, budget_seconds=30,
+        pool.cycle, 30, 0, SleepyStop(clock), clock=clock, max_runs=2, budget_seconds=30,
         heartbeat=beats.append, on_overrun=lines.append,
     )  # fmt: skip
     assert runs == 2 and len(beats) == 2 and beats[0] == 1020.0 + 45
@@ -189,13 +172,13 @@ def test_the_heartbeat_file_is_replaced_whole(tmp_path):
 
 def test_the_lease_is_renewed_while_waiting_between_runs(pools):  # noqa: F811
     pool = pools(work(2))
-    clock = SteppingClock()
+    clock = FakeClock()
     renewals = []
 
     def keep(now):
         renewals.append(now)
 
-    run_forever(pool.cycle, 60, 0, Stop(clock), clock=clock, max_runs=2, keep_lease=keep, lease_seconds=30)
+    run_forever(pool.cycle, 60, 0, SleepyStop(clock), clock=clock, max_runs=2, keep_lease=keep, lease_seconds=30)
     # every third of the TTL while waiting; the run itself claims the lease at its start
     assert len(renewals) >= 4 and all(b - a <= 10 for a, b in itertools.pairwise(renewals[1:]))
 

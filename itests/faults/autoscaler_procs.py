@@ -18,6 +18,7 @@ from clusterman.signals.client import SignalAddress
 from itests.aws_world import REGION
 from itests.aws_world import TAG_KEY
 from itests.conftest import wait_listening
+from itests.test_state_dynamodb import make_table
 
 POOL = "web"
 
@@ -82,16 +83,7 @@ def start_runner(path: Path, namespace: str, app: str) -> subprocess.Popen[bytes
 
 
 def make_state_table(url: str, name: str) -> None:
-    client = boto3.client("dynamodb", endpoint_url=url, region_name=REGION)
-    client.create_table(
-        TableName=name,
-        KeySchema=[{"AttributeName": "state", "KeyType": "HASH"}, {"AttributeName": "entity", "KeyType": "RANGE"}],
-        AttributeDefinitions=[
-            {"AttributeName": "state", "AttributeType": "S"},
-            {"AttributeName": "entity", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    make_table(boto3.client("dynamodb", endpoint_url=url, region_name=REGION), name)
 
 
 class Autoscaler:
