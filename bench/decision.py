@@ -14,17 +14,17 @@ import gc
 from typing import Any
 
 from bench._timing import best_of
-from clusterman.autoscaler import AutoscalerState
-from clusterman.autoscaler import ScalingPolicy
-from clusterman.autoscaler import decide
-from clusterman.autoscaler import demand_from_snapshot
-from clusterman.autoscaler.exact import exact
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.model import ResourceGroup
 from clusterman.core.model import Task
 from clusterman.core.resources import Resources
+from clusterman.decision import AutoscalerState
+from clusterman.decision import ScalingPolicy
+from clusterman.decision import decide
+from clusterman.decision import demand_from_snapshot
+from clusterman.decision.exact import exact
 
 PODS_PER_NODE = 30
 NOW = 1_700_000_000.0

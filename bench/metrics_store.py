@@ -22,13 +22,13 @@ from typing import Any
 from clusterman.aws.session import AwsSettings
 from clusterman.config.model import DynamoDBMetricsConfig
 from clusterman.config.model import MetricType
+from clusterman.datastore.dynamodb import DynamoDBStore
+from clusterman.datastore.sqlite import SqliteStore
+from clusterman.datastore.store import MetricsStore
+from clusterman.datastore.store import Point
+from clusterman.datastore.store import system_key
 from clusterman.local.moto_server import FAKE_CREDENTIALS
 from clusterman.local.moto_server import MotoServer
-from clusterman.metrics.dynamodb import DynamoDBStore
-from clusterman.metrics.sqlite import SqliteStore
-from clusterman.metrics.store import MetricsStore
-from clusterman.metrics.store import Point
-from clusterman.metrics.store import system_key
 
 SYS = MetricType.SYSTEM_METRICS
 START = 1_700_000_000

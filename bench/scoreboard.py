@@ -35,8 +35,8 @@ from bench._traces import TRACES
 from bench._traces import trace
 from clusterman.config.loader import load_main_config
 from clusterman.config.model import MetricType
-from clusterman.metrics.datafile import write_metrics_file
-from clusterman.metrics.store import system_key
+from clusterman.datastore.datafile import write_metrics_file
+from clusterman.datastore.store import system_key
 from clusterman.simulator.inputs import Request
 from clusterman.simulator.inputs import load_scenario
 from clusterman.simulator.plot import write_plot

@@ -33,9 +33,9 @@ from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import RequiredMetric
 from clusterman.config.model import Scheduler
-from clusterman.metrics.sqlite import SqliteStore
-from clusterman.metrics.store import Point
-from clusterman.metrics.store import system_key
+from clusterman.datastore.sqlite import SqliteStore
+from clusterman.datastore.store import Point
+from clusterman.datastore.store import system_key
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient
 from clusterman.signals.metrics_window import read_required_metrics

@@ -16,12 +16,12 @@ from itertools import islice
 from typing import Any
 
 from bench._timing import best_of
-from clusterman.cloud.simulated import SimulatedGroup
-from clusterman.cloud.simulated import SimulatedMarket
+from clusterman.cloud.simulated_group import SimulatedGroup
+from clusterman.cloud.simulated_group import SimulatedMarket
 from clusterman.cloud.view import GroupsCloudView
-from clusterman.cluster.simulated import DemandTrace
-from clusterman.cluster.simulated import SimulatedConnector
-from clusterman.cluster.simulated import SimulatedScheduler
+from clusterman.cluster.simulated_scheduler import DemandTrace
+from clusterman.cluster.simulated_scheduler import SimulatedConnector
+from clusterman.cluster.simulated_scheduler import SimulatedScheduler
 from clusterman.core.model import Node
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.resources import Resources

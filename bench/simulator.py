@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from clusterman.config.loader import load_main_config
-from clusterman.metrics.datafile import write_metrics_file
-from clusterman.metrics.generate import generate
-from clusterman.metrics.generate import parse_design
+from clusterman.datastore.datafile import write_metrics_file
+from clusterman.datastore.generate import generate
+from clusterman.datastore.generate import parse_design
 from clusterman.simulator.inputs import Request
 from clusterman.simulator.inputs import load_scenario
 from clusterman.simulator.report import summary

@@ -6,11 +6,6 @@ import math
 from dataclasses import replace
 from fractions import Fraction
 
-from clusterman.autoscaler import AutoscalerState
-from clusterman.autoscaler import Decision
-from clusterman.autoscaler import ScalingPolicy
-from clusterman.autoscaler import decide
-from clusterman.autoscaler.exact import exact
 from clusterman.core.model import NO_TIME
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
@@ -20,6 +15,11 @@ from clusterman.core.model import Task
 from clusterman.core.resources import NO_OPINION
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
+from clusterman.decision import AutoscalerState
+from clusterman.decision import Decision
+from clusterman.decision import ScalingPolicy
+from clusterman.decision import decide
+from clusterman.decision.exact import exact
 
 READY, TAINTED, CORDONED, ORPHAN = NodeState.READY, NodeState.TAINTED, NodeState.CORDONED, NodeState.ORPHAN
 NOW = 1_700_000_000.0

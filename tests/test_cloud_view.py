@@ -2,8 +2,8 @@
 
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import ResourceGroupError
-from clusterman.cloud.simulated import SimulatedGroup
-from clusterman.cloud.simulated import SimulatedMarket
+from clusterman.cloud.simulated_group import SimulatedGroup
+from clusterman.cloud.simulated_group import SimulatedMarket
 from clusterman.cloud.view import GroupsCloudView
 
 

@@ -11,8 +11,8 @@ from clusterman.core.model import PoolSnapshot
 from clusterman.core.model import ResourceGroup
 from clusterman.core.model import Task
 from clusterman.core.resources import Resources
-from clusterman.metrics.collector import collect
-from clusterman.metrics.store import InMemoryStore
+from clusterman.datastore.collector import collect
+from clusterman.datastore.store import InMemoryStore
 
 SYSTEM, METADATA = MetricType.SYSTEM_METRICS, MetricType.METADATA
 K8S = PoolIdentity("kube-prod", "default", Scheduler.KUBERNETES)

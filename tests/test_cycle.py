@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from clusterman.autoscaler.exact import exact
-from clusterman.autoscaler.policy import ScalingPolicy
-from clusterman.cloud.simulated import SimulatedGroup
-from clusterman.cloud.simulated import SimulatedMarket
+from clusterman.cloud.simulated_group import SimulatedGroup
+from clusterman.cloud.simulated_group import SimulatedMarket
 from clusterman.cloud.view import GroupsCloudView
-from clusterman.cluster.simulated import SimulatedConnector
-from clusterman.cluster.simulated import SimulatedScheduler
-from clusterman.cluster.simulated import TaskList
-from clusterman.cluster.simulated import WorkItem
 from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
+from clusterman.cluster.simulated_scheduler import SimulatedConnector
+from clusterman.cluster.simulated_scheduler import SimulatedScheduler
+from clusterman.cluster.simulated_scheduler import TaskList
+from clusterman.cluster.simulated_scheduler import WorkItem
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
 from clusterman.core.model import NodeState
 from clusterman.core.resources import Resources
+from clusterman.datastore.store import MetricsError
+from clusterman.decision.exact import exact
+from clusterman.decision.policy import ScalingPolicy
 from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.events.publisher import EventPublisher
 from clusterman.events.recorder import Recorder
@@ -25,7 +26,6 @@ from clusterman.events.ring import EventRing
 from clusterman.manager.cycle import Cycle
 from clusterman.manager.cycle import Outcome
 from clusterman.manager.demand import InternalDemand
-from clusterman.metrics.store import MetricsError
 from clusterman.state.carried import AUTOSCALER_STATE
 from clusterman.state.carried import StoredState
 from clusterman.state.pause import PauseStatus
@@ -182,8 +182,8 @@ def test_an_unreachable_metrics_store_keeps_the_target_with_the_real_signal_path
     from clusterman.config.model import RequiredMetric
     from clusterman.config.model import Scheduler
     from clusterman.config.model import SignalConfig
+    from clusterman.datastore.sqlite import SqliteStore
     from clusterman.manager.demand import SignalDemand
-    from clusterman.metrics.sqlite import SqliteStore
     from clusterman.signals.evaluator import SignalEvaluator
     from clusterman.signals.specs import SignalSpec
 

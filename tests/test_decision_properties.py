@@ -8,10 +8,10 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from clusterman.autoscaler import Action
-from clusterman.autoscaler import demand_from_snapshot
-from clusterman.autoscaler.policy import EscalatorRemoval
 from clusterman.core.resources import ResourceRequest
+from clusterman.decision import Action
+from clusterman.decision import demand_from_snapshot
+from clusterman.decision.policy import EscalatorRemoval
 from tests.scaling_builders import NOW
 from tests.scaling_builders import apply
 from tests.scaling_builders import group

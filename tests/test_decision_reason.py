@@ -1,8 +1,8 @@
 """The decision says, as a value, what decided it: events and metrics group decisions by it."""
 
-from clusterman.autoscaler import AutoscalerState
-from clusterman.autoscaler import Reason
-from clusterman.autoscaler import decide
+from clusterman.decision import AutoscalerState
+from clusterman.decision import Reason
+from clusterman.decision import decide
 from tests.scaling_builders import NOW
 from tests.scaling_builders import node
 from tests.scaling_builders import nodes

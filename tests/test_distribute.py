@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import pytest
 
-from clusterman.autoscaler.distribute import distribute
+from clusterman.decision.distribute import distribute
 from tests.scaling_builders import group
 from tests.scaling_builders import nodes
 from tests.scaling_builders import request

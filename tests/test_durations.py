@@ -4,7 +4,7 @@ import pytest
 
 from clusterman.config.model import duration_seconds
 from clusterman.core.durations import parse_duration
-from clusterman.metrics.generate import parse_duration as design_duration
+from clusterman.datastore.generate import parse_duration as design_duration
 from clusterman.state.pause import parse_until
 
 NOW = 1_700_000_000

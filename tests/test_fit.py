@@ -1,15 +1,15 @@
-"""Room on the nodes that stay (clusterman/autoscaler/fit.py), checked against brute force."""
+"""Room on the nodes that stay (clusterman/decision/fit.py), checked against brute force."""
 
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from clusterman.autoscaler.exact import MICRO
-from clusterman.autoscaler.fit import Room
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
 from clusterman.core.model import Task
 from clusterman.core.resources import Resources
+from clusterman.decision.exact import MICRO
+from clusterman.decision.fit import Room
 
 SIZES = st.sampled_from([(0.5, 500.0), (1.0, 1000.0), (2.0, 500.0), (4.0, 4000.0), (1.0, 0.0)])
 

@@ -31,7 +31,7 @@ LAYER_OF_PREFIX: dict[str, str] = {
     "clusterman_signals": SDK,
     # The core: value types and pure decision.
     "clusterman.core": CORE,
-    "clusterman.autoscaler": CORE,
+    "clusterman.decision": CORE,
     "clusterman.errors": CORE,
     # The typed srv-config values and their checks (not the loader, which reads YAML files).
     "clusterman.config.model": CORE,
@@ -307,16 +307,16 @@ def test_the_checker_catches_a_broken_rule(tmp_path: Path) -> None:
     """A core module that imports a program and a socket is reported twice."""
     path = tmp_path / "probe.py"
     path.write_text("import socket\nfrom clusterman.cli import main\n")
-    MODULES["clusterman.autoscaler.probe"] = path
-    IMPORTS["clusterman.autoscaler.probe"] = imports_of("clusterman.autoscaler.probe")
+    MODULES["clusterman.decision.probe"] = path
+    IMPORTS["clusterman.decision.probe"] = imports_of("clusterman.decision.probe")
     try:
-        broken = {v for v in layer_violations() if v.startswith("clusterman.autoscaler.probe")}
+        broken = {v for v in layer_violations() if v.startswith("clusterman.decision.probe")}
     finally:
-        del MODULES["clusterman.autoscaler.probe"]
-        del IMPORTS["clusterman.autoscaler.probe"]
+        del MODULES["clusterman.decision.probe"]
+        del IMPORTS["clusterman.decision.probe"]
     assert broken == {
-        "clusterman.autoscaler.probe imports socket (the core does no I/O)",
-        "clusterman.autoscaler.probe imports clusterman.cli.main (the core imports no program)",
+        "clusterman.decision.probe imports socket (the core does no I/O)",
+        "clusterman.decision.probe imports clusterman.cli.main (the core imports no program)",
     }
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from clusterman.cli.main import main
 from clusterman.config.model import MetricType
-from clusterman.metrics.datafile import read_metrics_file
-from clusterman.metrics.sqlite import SqliteStore
+from clusterman.datastore.datafile import read_metrics_file
+from clusterman.datastore.sqlite import SqliteStore
 
 REPO = Path(__file__).resolve().parents[1]
 DESIGN = REPO / "config" / "metrics-designs" / "diurnal-service.yaml"

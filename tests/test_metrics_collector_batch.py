@@ -13,15 +13,15 @@ from clusterman.batch.metrics_collector import load_pools
 from clusterman.batch.metrics_collector import run_forever
 from clusterman.cli.main import main as cli_main
 from clusterman.cluster.connector import ConnectorError
-from clusterman.cluster.simulated import SimulatedConnector
+from clusterman.cluster.simulated_scheduler import SimulatedConnector
 from clusterman.config import load_main_config
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
 from clusterman.config.schema import ConfigError
 from clusterman.core.model import PoolSnapshot
-from clusterman.metrics.store import InMemoryStore
-from clusterman.metrics.store import MetricsError
+from clusterman.datastore.store import InMemoryStore
+from clusterman.datastore.store import MetricsError
 
 GOOD = PoolIdentity("c1", "good", Scheduler.SIMULATED)
 DOWN = PoolIdentity("c1", "down", Scheduler.KUBERNETES)
@@ -72,7 +72,7 @@ def test_one_pool_failing_does_not_stop_the_others(caplog):
 def test_a_store_failure_is_a_failed_pool():
     class Broken(InMemoryStore):
         def write(self, points):
-            raise MetricsError("sqlite /var/lib/clusterman/metrics.db: disk full")
+            raise MetricsError("sqlite /var/lib/clusterman/datastore.db: disk full")
 
     assert collect_once([(GOOD, Scripted("ok"))], Broken(), clock=lambda: 0.0) == 1
 

@@ -14,11 +14,11 @@ from clusterman.config import load_pool_config
 from clusterman.config.model import MetricsBackend
 from clusterman.config.model import MetricType
 from clusterman.config.model import PrometheusQueries
-from clusterman.metrics.dynamodb import DynamoDBStore
-from clusterman.metrics.factory import open_store
-from clusterman.metrics.prometheus import PrometheusStore
-from clusterman.metrics.sqlite import SqliteStore
-from clusterman.metrics.store import MetricsError
+from clusterman.datastore.dynamodb import DynamoDBStore
+from clusterman.datastore.factory import open_store
+from clusterman.datastore.prometheus import PrometheusStore
+from clusterman.datastore.sqlite import SqliteStore
+from clusterman.datastore.store import MetricsError
 
 REPO = Path(__file__).resolve().parents[1]
 LIMITS = "scaling_limits: {min_capacity: 1, max_capacity: 10, max_weight_to_add: 5, max_weight_to_remove: 5}\n"

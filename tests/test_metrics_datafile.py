@@ -8,10 +8,10 @@ import json
 import pytest
 
 from clusterman.config.model import MetricType
-from clusterman.metrics.datafile import points_of
-from clusterman.metrics.datafile import read_metrics_file
-from clusterman.metrics.datafile import write_metrics_file
-from clusterman.metrics.store import InMemoryStore
+from clusterman.datastore.datafile import points_of
+from clusterman.datastore.datafile import read_metrics_file
+from clusterman.datastore.datafile import write_metrics_file
+from clusterman.datastore.store import InMemoryStore
 
 SYS, META = MetricType.SYSTEM_METRICS, MetricType.METADATA
 CPUS = "cpus_allocated|cluster=local-dev,pool=default.mesos"

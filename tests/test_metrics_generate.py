@@ -9,10 +9,10 @@ import pytest
 
 from clusterman.config.model import MetricType
 from clusterman.config.schema import ConfigError
-from clusterman.metrics.generate import generate
-from clusterman.metrics.generate import parse_design
-from clusterman.metrics.generate import parse_duration
-from clusterman.metrics.generate import parse_time
+from clusterman.datastore.generate import generate
+from clusterman.datastore.generate import parse_design
+from clusterman.datastore.generate import parse_duration
+from clusterman.datastore.generate import parse_time
 
 START = 1_709_510_400  # 2024-03-04T00:00:00Z
 SYS = MetricType.SYSTEM_METRICS

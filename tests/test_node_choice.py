@@ -5,10 +5,10 @@ from dataclasses import replace
 
 import pytest
 
-from clusterman.autoscaler import Action
 from clusterman.core.model import NO_TIME
 from clusterman.core.model import Task
 from clusterman.core.resources import Resources
+from clusterman.decision import Action
 from tests.scaling_builders import NOW
 from tests.scaling_builders import ORPHAN
 from tests.scaling_builders import TAINTED

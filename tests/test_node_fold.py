@@ -8,8 +8,6 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from clusterman.autoscaler.demand import demand_from_snapshot
-from clusterman.autoscaler.pool_view import view_of
 from clusterman.core import fold
 from clusterman.core.accounting import account_nodes
 from clusterman.core.fold import CHUNK
@@ -20,6 +18,8 @@ from clusterman.core.model import PoolSnapshot
 from clusterman.core.model import ResourceGroup
 from clusterman.core.model import Task
 from clusterman.core.resources import Resources
+from clusterman.decision.demand import demand_from_snapshot
+from clusterman.decision.pool_view import view_of
 
 STATES = [NodeState.READY, NodeState.TAINTED, NodeState.ORPHAN, NodeState.CORDONED, NodeState.UNKNOWN]
 

@@ -4,8 +4,8 @@ import copy
 
 import pytest
 
-from clusterman.cloud.simulated import SimulatedGroup
-from clusterman.cloud.simulated import SimulatedMarket
+from clusterman.cloud.simulated_group import SimulatedGroup
+from clusterman.cloud.simulated_group import SimulatedMarket
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEY
 from clusterman.cluster.kubernetes_lifecycle import KubernetesLifecycle
@@ -25,11 +25,11 @@ from clusterman.cluster.mesos_lifecycle import down_machines
 from clusterman.cluster.mesos_lifecycle import scheduled
 from clusterman.cluster.mesos_lifecycle import with_machines
 from clusterman.cluster.mesos_lifecycle import without_machines
-from clusterman.cluster.simulated import SimulatedConnector
-from clusterman.cluster.simulated import SimulatedScheduler
-from clusterman.cluster.simulated import TaskList
-from clusterman.cluster.simulated import WorkItem
 from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
+from clusterman.cluster.simulated_scheduler import SimulatedConnector
+from clusterman.cluster.simulated_scheduler import SimulatedScheduler
+from clusterman.cluster.simulated_scheduler import TaskList
+from clusterman.cluster.simulated_scheduler import WorkItem
 from clusterman.config.model import ClusterConfig
 from clusterman.config.model import MainConfig
 from clusterman.config.model import PoolConfig

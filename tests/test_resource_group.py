@@ -12,8 +12,8 @@ from clusterman.cloud.resource_group import clamp_target
 from clusterman.cloud.resource_group import plan_termination
 from clusterman.cloud.resource_group import tag_names_pool
 from clusterman.cloud.resource_group import whole_units
-from clusterman.cloud.simulated import SimulatedGroup
-from clusterman.cloud.simulated import SimulatedMarket
+from clusterman.cloud.simulated_group import SimulatedGroup
+from clusterman.cloud.simulated_group import SimulatedMarket
 
 
 def client_error(code, status=400, message="m"):

@@ -15,13 +15,13 @@ from clusterman.config.model import RequiredMetric
 from clusterman.config.model import Scheduler
 from clusterman.config.model import SignalConfig
 from clusterman.core.resources import ResourceRequest
+from clusterman.datastore.store import InMemoryStore
+from clusterman.datastore.store import MetricsError
+from clusterman.datastore.store import system_key
 from clusterman.manager.cycle import Outcome
 from clusterman.manager.demand import INTERNAL_APP
 from clusterman.manager.demand import InternalDemand
 from clusterman.manager.demand import SignalDemand
-from clusterman.metrics.store import InMemoryStore
-from clusterman.metrics.store import MetricsError
-from clusterman.metrics.store import system_key
 from clusterman.signals.evaluator import SignalEvaluator
 from clusterman.signals.specs import DEFAULT_APP
 from clusterman.signals.specs import SignalSpec

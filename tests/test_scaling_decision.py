@@ -5,14 +5,14 @@ from fractions import Fraction
 
 import pytest
 
-from clusterman.autoscaler import Action
-from clusterman.autoscaler import demand_from_snapshot
-from clusterman.autoscaler.limits import clamp
-from clusterman.autoscaler.policy import EscalatorRemoval
 from clusterman.core.model import Node
 from clusterman.core.model import Task
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
+from clusterman.decision import Action
+from clusterman.decision import demand_from_snapshot
+from clusterman.decision.limits import clamp
+from clusterman.decision.policy import EscalatorRemoval
 from tests.scaling_builders import CORDONED
 from tests.scaling_builders import NOW
 from tests.scaling_builders import ORPHAN

@@ -30,7 +30,7 @@ def test_the_stage_order_in_the_doc_is_the_order_decide_runs_them():
     import importlib
     import inspect
 
-    decide_module = importlib.import_module("clusterman.autoscaler.decide")  # the package exports the function
+    decide_module = importlib.import_module("clusterman.decision.decide")  # the package exports the function
 
     chain = re.search(r"The stages, each a module.*?:\n(.*?)\.", DOC.read_text(), re.DOTALL)
     assert chain is not None

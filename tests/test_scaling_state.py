@@ -2,8 +2,8 @@
 
 import pytest
 
-from clusterman.autoscaler import Action
-from clusterman.autoscaler import AutoscalerState
+from clusterman.decision import Action
+from clusterman.decision import AutoscalerState
 from tests.scaling_builders import NOW
 from tests.scaling_builders import TAINTED
 from tests.scaling_builders import apply

@@ -8,11 +8,11 @@ from clusterman.config.model import RequiredMetric
 from clusterman.config.model import Scheduler
 from clusterman.config.model import SignalConfig
 from clusterman.core.resources import ResourceRequest
-from clusterman.metrics.store import InMemoryStore
-from clusterman.metrics.store import Point
-from clusterman.metrics.store import app_key
-from clusterman.metrics.store import split_key
-from clusterman.metrics.store import system_key
+from clusterman.datastore.store import InMemoryStore
+from clusterman.datastore.store import Point
+from clusterman.datastore.store import app_key
+from clusterman.datastore.store import split_key
+from clusterman.datastore.store import system_key
 from clusterman.signals.evaluator import SignalEvaluator
 from clusterman.signals.metrics_window import read_required_metrics
 from clusterman.signals.protocol import SignalError

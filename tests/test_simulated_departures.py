@@ -2,7 +2,7 @@
 
 import pytest
 
-from clusterman.cluster.simulated import DemandTrace
+from clusterman.cluster.simulated_scheduler import DemandTrace
 from clusterman.config.model import SimulationConfig
 from clusterman.config.schema import ConfigError
 from clusterman.config.schema import parse

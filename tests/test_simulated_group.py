@@ -8,10 +8,10 @@ from clusterman.cloud.resource_group import DEFAULT_TAG_KEY
 from clusterman.cloud.resource_group import InstanceState
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.resource_group import read_groups
-from clusterman.cloud.simulated import SimulatedCloud
-from clusterman.cloud.simulated import SimulatedGroup
-from clusterman.cloud.simulated import SimulatedMarket
-from clusterman.cloud.simulated import groups_from_config
+from clusterman.cloud.simulated_group import SimulatedCloud
+from clusterman.cloud.simulated_group import SimulatedGroup
+from clusterman.cloud.simulated_group import SimulatedMarket
+from clusterman.cloud.simulated_group import groups_from_config
 from clusterman.config.model import PoolConfig
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import ResourceGroupConfig

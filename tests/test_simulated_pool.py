@@ -10,14 +10,14 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from clusterman.cloud.simulated import SimulatedGroup
-from clusterman.cloud.simulated import SimulatedMarket
+from clusterman.cloud.simulated_group import SimulatedGroup
+from clusterman.cloud.simulated_group import SimulatedMarket
 from clusterman.cloud.view import GroupsCloudView
-from clusterman.cluster.simulated import DemandTrace
-from clusterman.cluster.simulated import SimulatedConnector
-from clusterman.cluster.simulated import SimulatedScheduler
-from clusterman.cluster.simulated import TaskList
-from clusterman.cluster.simulated import WorkItem
+from clusterman.cluster.simulated_scheduler import DemandTrace
+from clusterman.cluster.simulated_scheduler import SimulatedConnector
+from clusterman.cluster.simulated_scheduler import SimulatedScheduler
+from clusterman.cluster.simulated_scheduler import TaskList
+from clusterman.cluster.simulated_scheduler import WorkItem
 from clusterman.core.accounting import account_nodes
 from clusterman.core.cloud_view import CloudInstance
 from clusterman.core.cloud_view import CloudView

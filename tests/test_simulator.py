@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from clusterman.autoscaler.decide import decide
-from clusterman.autoscaler.state import AutoscalerState
 from clusterman.cli.main import main
 from clusterman.config.loader import load_main_config
 from clusterman.config.model import MetricType
+from clusterman.datastore.datafile import write_metrics_file
+from clusterman.decision.decide import decide
+from clusterman.decision.state import AutoscalerState
 from clusterman.manager.cycle import Outcome
-from clusterman.metrics.datafile import write_metrics_file
 from clusterman.simulator.inputs import Request
 from clusterman.simulator.inputs import load_scenario
 from clusterman.simulator.simulation import simulate

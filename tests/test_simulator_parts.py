@@ -7,16 +7,16 @@ import io
 
 import pytest
 
-from clusterman.cloud.simulated import SimulatedMarket
-from clusterman.cloud.simulated import default_task
+from clusterman.cloud.simulated_group import SimulatedMarket
+from clusterman.cloud.simulated_group import default_task
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
 from clusterman.core.resources import NO_OPINION
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
+from clusterman.datastore.datafile import write_metrics_file
 from clusterman.events.exporter import AutoscalerMetrics
-from clusterman.metrics.datafile import write_metrics_file
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.in_process import InProcessSignal
 from clusterman.signals.protocol import SignalError

@@ -1,7 +1,7 @@
 """``python -m clusterman.batch.metrics_collector``: write every pool's system metrics on a timer.
 
 Every ``batches.cluster_metrics.run_interval_seconds`` it takes each pool's snapshot from its
-cluster connector and writes ``clusterman.metrics.collector.collect``'s points to the metrics
+cluster connector and writes ``clusterman.datastore.collector.collect``'s points to the metrics
 store. A pool that fails (scheduler unreachable, store down, a bug) is logged and skipped; the next
 run tries again: one failing run never ends the loop. ``--once`` runs once and exits 1 if any pool
 failed. ``clusterman collect-metrics`` is the same program.
@@ -40,17 +40,17 @@ from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
 from clusterman.config.schema import ConfigError
 from clusterman.core.cloud_view import CloudView
+from clusterman.datastore.collector import collect
+from clusterman.datastore.factory import open_store as open_configured_store
+from clusterman.datastore.store import InMemoryStore
+from clusterman.datastore.store import MetricsError
+from clusterman.datastore.store import MetricsStore
+from clusterman.datastore.store import Point
+from clusterman.datastore.store import RetentionPass
+from clusterman.datastore.store import Series
 from clusterman.manager.connectors import connector_for_pool
 from clusterman.manager.setup import PoolSetup
 from clusterman.manager.wiring import cloud_for
-from clusterman.metrics.collector import collect
-from clusterman.metrics.factory import open_store as open_configured_store
-from clusterman.metrics.store import InMemoryStore
-from clusterman.metrics.store import MetricsError
-from clusterman.metrics.store import MetricsStore
-from clusterman.metrics.store import Point
-from clusterman.metrics.store import RetentionPass
-from clusterman.metrics.store import Series
 
 log = logging.getLogger(__name__)
 

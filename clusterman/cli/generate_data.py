@@ -6,11 +6,11 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from clusterman.datastore.datafile import count_points
+from clusterman.datastore.datafile import write_metrics_file
+from clusterman.datastore.generate import generate
+from clusterman.datastore.generate import load_design
 from clusterman.errors import reading_input
-from clusterman.metrics.datafile import count_points
-from clusterman.metrics.datafile import write_metrics_file
-from clusterman.metrics.generate import generate
-from clusterman.metrics.generate import load_design
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

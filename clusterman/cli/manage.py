@@ -14,7 +14,7 @@ import socket
 import sys
 import time
 
-from clusterman.autoscaler.exact import show
+from clusterman.decision.exact import show
 from clusterman.errors import reading_input
 from clusterman.manager.arguments import add_pool_arguments
 from clusterman.manager.arguments import resolve_pool

@@ -19,16 +19,16 @@ from clusterman.config.loader import parse_scheduler
 from clusterman.config.model import MetricsBackend
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
+from clusterman.datastore.datafile import count_points
+from clusterman.datastore.datafile import points_of
+from clusterman.datastore.datafile import read_metrics_file
+from clusterman.datastore.factory import open_store
+from clusterman.datastore.sqlite import SqliteStore
+from clusterman.datastore.store import MetricsStore
+from clusterman.datastore.store import Point
+from clusterman.datastore.store import Value
+from clusterman.datastore.store import split_key
 from clusterman.errors import reading_input
-from clusterman.metrics.datafile import count_points
-from clusterman.metrics.datafile import points_of
-from clusterman.metrics.datafile import read_metrics_file
-from clusterman.metrics.factory import open_store
-from clusterman.metrics.sqlite import SqliteStore
-from clusterman.metrics.store import MetricsStore
-from clusterman.metrics.store import Point
-from clusterman.metrics.store import Value
-from clusterman.metrics.store import split_key
 
 WRITE_CHUNK = 10_000
 TYPES = [t.value for t in MetricType]

@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from clusterman.autoscaler.decide import decide
 from clusterman.cli.plan_input import PlanInputError
 from clusterman.cli.plan_input import load_plan
+from clusterman.decision.decide import decide
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -14,13 +14,6 @@ from dataclasses import dataclass
 from dataclasses import replace
 from typing import Any
 
-from clusterman.autoscaler.breaker import Breaker
-from clusterman.autoscaler.demand import INTERNAL_APP
-from clusterman.autoscaler.demand import demand_from_snapshot
-from clusterman.autoscaler.loss_guard import NodeMemory
-from clusterman.autoscaler.policy import ScalingPolicy
-from clusterman.autoscaler.scale_lock import ScaleLock
-from clusterman.autoscaler.state import AutoscalerState
 from clusterman.config.model import PoolAutoscaling
 from clusterman.config.model import ScalingLimits
 from clusterman.config.schema import Check
@@ -43,6 +36,13 @@ from clusterman.core.resources import RESOURCE_NAMES
 from clusterman.core.resources import Amount
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
+from clusterman.decision.breaker import Breaker
+from clusterman.decision.demand import INTERNAL_APP
+from clusterman.decision.demand import demand_from_snapshot
+from clusterman.decision.loss_guard import NodeMemory
+from clusterman.decision.policy import ScalingPolicy
+from clusterman.decision.scale_lock import ScaleLock
+from clusterman.decision.state import AutoscalerState
 from clusterman.errors import UserError
 
 

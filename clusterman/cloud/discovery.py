@@ -22,7 +22,7 @@ from clusterman.cloud.ec2_instances import InstanceTypeCatalog
 from clusterman.cloud.resource_group import DEFAULT_TAG_KEY
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import ResourceGroupError
-from clusterman.cloud.simulated import SimulatedCloud
+from clusterman.cloud.simulated_group import SimulatedCloud
 from clusterman.cloud.spot_fleet import SpotFleetGroup
 from clusterman.cloud.spot_fleet import find_fleets
 from clusterman.config.model import ResourceGroupConfig

@@ -1,4 +1,4 @@
-"""Node lifecycle on the simulated scheduler (``simulated.py``), for the simulator and the local stack.
+"""Node lifecycle on the simulated scheduler (``simulated_scheduler.py``), for the simulator and the local stack.
 
 A thin wrapper: taints and untaints are the scheduler's own; a drain moves the node's tasks back to
 pending at once (the next step places them on ready nodes, as evicted pods are rescheduled), so it
@@ -16,7 +16,7 @@ from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import NodeResult
 from clusterman.cluster.lifecycle import Outcome
 from clusterman.cluster.lifecycle import Results
-from clusterman.cluster.simulated import SimulatedScheduler
+from clusterman.cluster.simulated_scheduler import SimulatedScheduler
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
 

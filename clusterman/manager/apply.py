@@ -20,8 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 
-from clusterman.autoscaler.decision import Decision
-from clusterman.autoscaler.exact import number
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.resource_group import TargetChange
@@ -34,6 +32,8 @@ from clusterman.cluster.lifecycle import Results
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
+from clusterman.decision.decision import Decision
+from clusterman.decision.exact import number
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from collections.abc import Iterable
 from pathlib import Path
 
-from clusterman.cloud.simulated import SimulatedGroup
-from clusterman.cloud.simulated import SimulatedMarket
-from clusterman.cloud.simulated import default_task
-from clusterman.cloud.simulated import groups_from_config
-from clusterman.cloud.simulated import markets_from_config
+from clusterman.cloud.simulated_group import SimulatedGroup
+from clusterman.cloud.simulated_group import SimulatedMarket
+from clusterman.cloud.simulated_group import default_task
+from clusterman.cloud.simulated_group import groups_from_config
+from clusterman.cloud.simulated_group import markets_from_config
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
@@ -26,13 +26,13 @@ from clusterman.cluster.kubernetes import KubernetesPool
 from clusterman.cluster.mesos import MesosConnector
 from clusterman.cluster.mesos import MesosPool
 from clusterman.cluster.mesos import master_url
-from clusterman.cluster.simulated import SimulatedConnector
-from clusterman.cluster.simulated import SimulatedScheduler
-from clusterman.cluster.simulated import TaskList
-from clusterman.cluster.simulated import WorkItem
-from clusterman.cluster.simulated import Workload
-from clusterman.cluster.simulated import Workloads
-from clusterman.cluster.simulated import node_allocatable
+from clusterman.cluster.simulated_scheduler import SimulatedConnector
+from clusterman.cluster.simulated_scheduler import SimulatedScheduler
+from clusterman.cluster.simulated_scheduler import TaskList
+from clusterman.cluster.simulated_scheduler import WorkItem
+from clusterman.cluster.simulated_scheduler import Workload
+from clusterman.cluster.simulated_scheduler import Workloads
+from clusterman.cluster.simulated_scheduler import node_allocatable
 from clusterman.config.loader import pool_config_path
 from clusterman.config.model import ClusterConfig
 from clusterman.config.model import MainConfig

@@ -29,13 +29,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from clusterman.autoscaler.decide import decide
-from clusterman.autoscaler.decision import Decision
-from clusterman.autoscaler.decision import Reason
-from clusterman.autoscaler.exact import number
-from clusterman.autoscaler.policy import ScalingPolicy
-from clusterman.autoscaler.pool_view import SnapshotError
-from clusterman.autoscaler.state import AutoscalerState
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.connector import ClusterConnector
@@ -48,6 +41,14 @@ from clusterman.core.model import NodeSets
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.resources import Resources
+from clusterman.datastore.store import MetricsError
+from clusterman.decision.decide import decide
+from clusterman.decision.decision import Decision
+from clusterman.decision.decision import Reason
+from clusterman.decision.exact import number
+from clusterman.decision.policy import ScalingPolicy
+from clusterman.decision.pool_view import SnapshotError
+from clusterman.decision.state import AutoscalerState
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.exporter import NodeAction
 from clusterman.events.record import ChangeDetail
@@ -56,7 +57,6 @@ from clusterman.manager.apply import ApplyReport
 from clusterman.manager.apply import apply
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.demand import Requests
-from clusterman.metrics.store import MetricsError
 from clusterman.signals.protocol import SignalError
 from clusterman.state.carried import CorruptState
 from clusterman.state.lease import LeaseStatus

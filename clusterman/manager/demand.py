@@ -14,14 +14,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from clusterman.autoscaler.demand import INTERNAL_APP
-from clusterman.autoscaler.demand import demand_from_snapshot
 from clusterman.config.model import MetricType
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.resources import ResourceRequest
-from clusterman.metrics.store import MetricsStore
-from clusterman.metrics.store import Point
-from clusterman.metrics.store import Series
+from clusterman.datastore.store import MetricsStore
+from clusterman.datastore.store import Point
+from clusterman.datastore.store import Series
+from clusterman.decision.demand import INTERNAL_APP
+from clusterman.decision.demand import demand_from_snapshot
 from clusterman.signals.evaluator import Evaluation
 from clusterman.signals.evaluator import SignalEvaluator
 

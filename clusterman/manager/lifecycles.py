@@ -14,8 +14,8 @@ from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import WithoutDraining
 from clusterman.cluster.mesos import master_url
 from clusterman.cluster.mesos_lifecycle import MesosLifecycle
-from clusterman.cluster.simulated import SimulatedConnector
 from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
+from clusterman.cluster.simulated_scheduler import SimulatedConnector
 from clusterman.config.model import MainConfig
 from clusterman.config.model import PoolConfig
 from clusterman.config.model import PoolIdentity

@@ -14,19 +14,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from clusterman.autoscaler.distribute import distribute
-from clusterman.autoscaler.exact import ZERO
-from clusterman.autoscaler.exact import exact
-from clusterman.autoscaler.exact import number
-from clusterman.autoscaler.exact import show
-from clusterman.autoscaler.limits import clamp
-from clusterman.autoscaler.policy import ScalingPolicy
-from clusterman.autoscaler.pool_view import view_of
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.resource_group import TargetChange
 from clusterman.cloud.resource_group import read_groups
 from clusterman.core.model import PoolSnapshot
+from clusterman.decision.distribute import distribute
+from clusterman.decision.exact import ZERO
+from clusterman.decision.exact import exact
+from clusterman.decision.exact import number
+from clusterman.decision.exact import show
+from clusterman.decision.limits import clamp
+from clusterman.decision.policy import ScalingPolicy
+from clusterman.decision.pool_view import view_of
 from clusterman.errors import UserError
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clusterman.autoscaler.policy import ScalingPolicy
 from clusterman.config.model import MainConfig
 from clusterman.config.model import PoolConfig
 from clusterman.config.model import PoolIdentity
+from clusterman.decision.policy import ScalingPolicy
 
 
 @dataclass(frozen=True)

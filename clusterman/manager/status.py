@@ -20,10 +20,6 @@ from typing import TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from clusterman.autoscaler.demand import total_request
-from clusterman.autoscaler.pool_view import view_of
-from clusterman.autoscaler.state import AutoscalerState
-from clusterman.autoscaler.utilisation import measure
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.config.model import PoolIdentity
 from clusterman.core.cloud_view import CloudView
@@ -31,6 +27,10 @@ from clusterman.core.model import NO_TIME
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.model import ResourceGroup
+from clusterman.decision.demand import total_request
+from clusterman.decision.pool_view import view_of
+from clusterman.decision.state import AutoscalerState
+from clusterman.decision.utilisation import measure
 from clusterman.errors import Reported
 from clusterman.errors import UserError
 from clusterman.events.client import EventClient

@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from clusterman.cluster.simulated import DemandTrace
-from clusterman.cluster.simulated import WorkItem
+from clusterman.cluster.simulated_scheduler import DemandTrace
+from clusterman.cluster.simulated_scheduler import WorkItem
 from clusterman.config.schema import ConfigError
 from clusterman.core.resources import RESOURCE_NAMES
 from clusterman.core.resources import Resources
-from clusterman.metrics.datafile import read_metrics_file
-from clusterman.metrics.generate import generate
-from clusterman.metrics.generate import load_design
-from clusterman.metrics.store import split_key
+from clusterman.datastore.datafile import read_metrics_file
+from clusterman.datastore.generate import generate
+from clusterman.datastore.generate import load_design
+from clusterman.datastore.store import split_key
 
 
 class ReplayedTrace:

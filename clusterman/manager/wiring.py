@@ -13,9 +13,13 @@ from clusterman.aws.session import AwsSettings
 from clusterman.cloud.clients import AwsClients
 from clusterman.cloud.discovery import Discovery
 from clusterman.cloud.discovery import discover_groups
-from clusterman.cloud.simulated import SimulatedCloud
+from clusterman.cloud.simulated_group import SimulatedCloud
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.core.model import PoolSnapshot
+from clusterman.datastore.collector import collect
+from clusterman.datastore.factory import open_store
+from clusterman.datastore.store import MetricsStore
+from clusterman.datastore.store import RetentionPass
 from clusterman.events.recorder import Recorder
 from clusterman.manager.connectors import connector_for_pool
 from clusterman.manager.cycle import Cycle
@@ -24,10 +28,6 @@ from clusterman.manager.demand import InternalDemand
 from clusterman.manager.demand import SignalDemand
 from clusterman.manager.lifecycles import lifecycle_for_pool
 from clusterman.manager.setup import PoolSetup
-from clusterman.metrics.collector import collect
-from clusterman.metrics.factory import open_store
-from clusterman.metrics.store import MetricsStore
-from clusterman.metrics.store import RetentionPass
 from clusterman.signals.client import SignalClient
 from clusterman.signals.client import allowed_uids_from_env
 from clusterman.signals.evaluator import SignalEvaluator

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from clusterman.config.model import PoolIdentity
 from clusterman.core.resources import ResourceRequest
-from clusterman.metrics.store import MetricsStore
+from clusterman.datastore.store import MetricsStore
 from clusterman.signals.client import SignalClient
 from clusterman.signals.metrics_window import read_required_metrics
 from clusterman.signals.protocol import SignalError

@@ -13,10 +13,10 @@ from typing import Any
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import RequiredMetric
-from clusterman.metrics.store import MetricsStore
-from clusterman.metrics.store import app_key
-from clusterman.metrics.store import split_key
-from clusterman.metrics.store import system_key
+from clusterman.datastore.store import MetricsStore
+from clusterman.datastore.store import app_key
+from clusterman.datastore.store import split_key
+from clusterman.datastore.store import system_key
 from clusterman_signals.wire import gc_paused
 
 Window = dict[str, Sequence[Sequence[Any]]]

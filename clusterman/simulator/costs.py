@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clusterman.cloud.simulated import SimulatedMarket
+from clusterman.cloud.simulated_group import SimulatedMarket
 from clusterman.core.cloud_view import CloudView
 from clusterman.core.resources import RESOURCE_NAMES
 from clusterman.core.resources import Resources

@@ -17,9 +17,9 @@ import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
-from clusterman.cloud.simulated import default_task
-from clusterman.cloud.simulated import groups_from_config
-from clusterman.cloud.simulated import markets_from_config
+from clusterman.cloud.simulated_group import default_task
+from clusterman.cloud.simulated_group import groups_from_config
+from clusterman.cloud.simulated_group import markets_from_config
 from clusterman.config.loader import parse_scheduler
 from clusterman.config.loader import read_yaml
 from clusterman.config.model import MainConfig
@@ -28,12 +28,12 @@ from clusterman.config.model import PoolConfig
 from clusterman.config.model import PoolIdentity
 from clusterman.config.model import Scheduler
 from clusterman.config.schema import parse
+from clusterman.datastore.datafile import MetricsData
+from clusterman.datastore.datafile import read_metrics_file
+from clusterman.datastore.generate import parse_time
+from clusterman.datastore.store import split_key
 from clusterman.errors import UserError
 from clusterman.manager.setup import PoolSetup
-from clusterman.metrics.datafile import MetricsData
-from clusterman.metrics.datafile import read_metrics_file
-from clusterman.metrics.generate import parse_time
-from clusterman.metrics.store import split_key
 from clusterman.signals.specs import default_signal_spec
 from clusterman.simulator.clock import STEP_SECONDS
 from clusterman.simulator.clock import Steps

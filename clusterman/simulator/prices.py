@@ -1,6 +1,6 @@
 """What an instance costs per hour at a given time: its market's price, or the spot price series.
 
-A market's ``price`` (``cloud.simulated.SimulatedMarket``) is its on-demand price (the catalog's
+A market's ``price`` (``cloud.simulated_group.SimulatedMarket``) is its on-demand price (the catalog's
 unless the pool file gives one). A spot market (``spot: true``, or any market of an ``sfr``
 group) follows the metrics file's ``spot_prices|aws_availability_zone=<zone>,aws_instance_type=
 <type>`` series where the file has one (any metric type; Clusterman files keep it in metadata):
@@ -14,9 +14,9 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
-from clusterman.cloud.simulated import SimulatedMarket
-from clusterman.metrics.datafile import MetricsData
-from clusterman.metrics.store import split_key
+from clusterman.cloud.simulated_group import SimulatedMarket
+from clusterman.datastore.datafile import MetricsData
+from clusterman.datastore.store import split_key
 
 SPOT_PRICES = "spot_prices"
 Market = tuple[str, str]  # (instance type, availability zone)

@@ -22,9 +22,9 @@ import uuid
 
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
+from clusterman.datastore.store import MetricsStore
 from clusterman.manager.demand import SignalDemand
 from clusterman.manager.setup import PoolSetup
-from clusterman.metrics.store import MetricsStore
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient
 from clusterman.signals.evaluator import Signal

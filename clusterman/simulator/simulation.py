@@ -1,7 +1,7 @@
 """One simulation: the real autoscaling cycle over simulated adapters, one minute at a time.
 
 Wiring (the same pieces as the autoscaler batch, each simulated):
-  resource groups  ``cloud.simulated.groups_from_config`` on the simulation's clock, read through
+  resource groups  ``cloud.simulated_group.groups_from_config`` on the simulation's clock, read through
                    ``cloud.view.GroupsCloudView`` (any resource_groups kind stands for a group)
   scheduler        ``manager.connectors.simulated_connector``: the demand trace from the metrics files
                    (``workload``) beside the pool's ``simulation.tasks``; nodes join after the join
@@ -25,21 +25,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
 
-from clusterman.autoscaler.decision import Action
-from clusterman.cloud.simulated import SimulatedGroup
-from clusterman.cloud.simulated import groups_from_config
+from clusterman.cloud.simulated_group import SimulatedGroup
+from clusterman.cloud.simulated_group import groups_from_config
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import WithoutDraining
-from clusterman.cluster.simulated import DemandTrace
-from clusterman.cluster.simulated import SimulatedConnector
 from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
+from clusterman.cluster.simulated_scheduler import DemandTrace
+from clusterman.cluster.simulated_scheduler import SimulatedConnector
 from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.core.accounting import account_nodes
 from clusterman.core.accounting import pending_demand
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.resources import Resources
+from clusterman.datastore.collector import collect
+from clusterman.datastore.datafile import MetricsData
+from clusterman.datastore.store import InMemoryStore
+from clusterman.datastore.store import split_key
+from clusterman.decision.decision import Action
 from clusterman.events.publisher import EventPublisher
 from clusterman.events.recorder import Recorder
 from clusterman.events.ring import EventRing
@@ -50,10 +54,6 @@ from clusterman.manager.cycle import RunReport
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.demand import InternalDemand
 from clusterman.manager.setup import PoolSetup
-from clusterman.metrics.collector import collect
-from clusterman.metrics.datafile import MetricsData
-from clusterman.metrics.store import InMemoryStore
-from clusterman.metrics.store import split_key
 from clusterman.simulator.clock import SimClock
 from clusterman.simulator.clock import Steps
 from clusterman.simulator.costs import Ledger
@@ -178,7 +178,7 @@ def wire(scenario: Scenario, clock: SimClock) -> Wiring:
 
 def demand_trace(scenario: Scenario) -> DemandTrace:
     """The files' demand as tasks, of the pool's ``demand_task`` or ``demand_mix``, leaving as
-    ``departures`` says (``cluster/simulated.py``)."""
+    ``departures`` says (``cluster/simulated_scheduler.py``)."""
     sim = scenario.setup.pool.simulation
     return DemandTrace(
         scenario.demand,

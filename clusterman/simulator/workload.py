@@ -16,9 +16,9 @@ from clusterman.config.model import MetricType
 from clusterman.config.model import PoolIdentity
 from clusterman.core.resources import RESOURCE_NAMES
 from clusterman.core.resources import Resources
-from clusterman.metrics.datafile import MetricsData
-from clusterman.metrics.store import Value
-from clusterman.metrics.store import system_key
+from clusterman.datastore.datafile import MetricsData
+from clusterman.datastore.store import Value
+from clusterman.datastore.store import system_key
 
 FIGURES = ("allocated", "pending")
 

@@ -8,8 +8,8 @@ request joined) or a capacity loss it just saw (and shrink the pool right after 
 
 from __future__ import annotations
 
-from clusterman.autoscaler.state import AutoscalerState
 from clusterman.config.model import PoolIdentity
+from clusterman.decision.state import AutoscalerState
 from clusterman.state.pause import entity
 from clusterman.state.store import StateError
 from clusterman.state.store import StateItem

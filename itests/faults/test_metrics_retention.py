@@ -109,9 +109,9 @@ def test_the_collectors_retention_pass_goes_by_the_wall_clock(tmp_path):
 
 def test_a_failed_retention_pass_loses_nothing_and_runs_again_later(tmp_path, caplog):
     from clusterman.config.model import MetricType
-    from clusterman.metrics.sqlite import SqliteStore
-    from clusterman.metrics.store import Point
-    from clusterman.metrics.store import RetentionPass
+    from clusterman.datastore.sqlite import SqliteStore
+    from clusterman.datastore.store import Point
+    from clusterman.datastore.store import RetentionPass
 
     now = time.time()
     store = SqliteStore(tmp_path / "m.sqlite3", retention_days=1, busy_timeout_seconds=0.2)

@@ -13,9 +13,9 @@ import time
 import uuid
 
 from clusterman.config.model import MetricType
-from clusterman.metrics.sqlite import SqliteStore
-from clusterman.metrics.store import Point
-from clusterman.metrics.store import system_key
+from clusterman.datastore.sqlite import SqliteStore
+from clusterman.datastore.store import Point
+from clusterman.datastore.store import system_key
 from itests.aws_world import REGION
 from itests.aws_world import World
 from itests.faults.autoscaler_procs import POOL

@@ -1,0 +1,87 @@
+"""The pool's system metrics, from one snapshot (pure: the batch does the I/O).
+
+Names, types and keys are Yelp Clusterman's where it has them, so signals and dashboards read
+the same series (``name|cluster=<cluster>,pool=<pool>.<scheduler>``); docs/collector.md lists
+them. Figures that move with the load are ``system_metrics`` (signals read them); figures that
+describe the pool's shape are ``metadata``, as Clusterman files ``{r}_total`` and capacities.
+Totals and allocations are over every node the scheduler reports (orphans add nothing), as
+Clusterman counts them; the decision narrows to ready nodes itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+
+from clusterman.config.model import MetricType
+from clusterman.config.model import PoolIdentity
+from clusterman.config.model import Scheduler
+from clusterman.core.accounting import Accounting
+from clusterman.core.accounting import account_nodes
+from clusterman.core.accounting import pending_demand
+from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.resources import RESOURCE_NAMES
+from clusterman.datastore.store import Point
+from clusterman.datastore.store import Value
+from clusterman.datastore.store import system_key
+
+SYSTEM = MetricType.SYSTEM_METRICS
+METADATA = MetricType.METADATA
+# Schedulers that report work they could not place (Mesos has no such queue to read).
+REPORTS_PENDING = frozenset({Scheduler.KUBERNETES, Scheduler.SIMULATED})
+
+
+def market_key(instance_type: str, market: str) -> str:
+    """Clusterman's key for a market in ``fulfilled_capacity``: ``<m5.large, us-west-2a>``."""
+    return f"<{instance_type}, {market}>"
+
+
+def collect(
+    snapshot: PoolSnapshot,
+    identity: PoolIdentity,
+    accounting: Accounting | None = None,
+    names: Container[str] | None = None,
+) -> list[Point]:
+    """``accounting``: the snapshot's ``account_nodes``, when the caller already has it; ``names``:
+    only these metrics (the simulator writes what the pool's signals read, every simulated minute)."""
+    timestamp = int(snapshot.taken_at)
+    points: list[Point] = []
+
+    def wanted(*candidates: str) -> bool:
+        return names is None or any(name in names for name in candidates)
+
+    def add(metric_type: MetricType, name: str, value: Value) -> None:
+        if names is None or name in names:
+            key = system_key(name, identity.cluster, identity.pool_with_scheduler)
+            points.append(Point(metric_type, key, timestamp, value))
+
+    if accounting is None:
+        accounting = account_nodes(snapshot.nodes)
+    figures = {
+        "allocated": (SYSTEM, accounting.allocated),
+        "reserved": (SYSTEM, accounting.reserved),
+        "slack": (SYSTEM, accounting.slack),
+        "revocable": (SYSTEM, accounting.revocable_in_use),
+        "total": (METADATA, accounting.capacity),
+    }
+    if identity.scheduler in REPORTS_PENDING:
+        if wanted(*(f"{r}_pending" for r in RESOURCE_NAMES)):
+            figures["pending"] = (SYSTEM, pending_demand(snapshot))
+        if wanted("unschedulable_pods"):
+            add(SYSTEM, "unschedulable_pods", sum(1 for t in snapshot.pending if not t.daemon and not t.revocable))
+    for figure, (metric_type, amounts) in figures.items():
+        for resource in RESOURCE_NAMES:
+            add(metric_type, f"{resource}_{figure}", amounts[resource])
+
+    if wanted(*(f"{state.value}_nodes" for state in NodeState)):
+        counts = snapshot.counts_by_state
+        for state in NodeState:
+            add(METADATA, f"{state.value}_nodes", counts[state])
+
+    if snapshot.groups:  # without the cloud's view there is no target to report, not a target of 0
+        add(METADATA, "target_capacity", snapshot.target_capacity)
+        if wanted("fulfilled_capacity", "non_orphan_fulfilled_capacity"):
+            by_market, joined = snapshot.member_weights
+            add(METADATA, "fulfilled_capacity", {market_key(*k): w for k, w in by_market.items()})
+            add(METADATA, "non_orphan_fulfilled_capacity", joined)
+    return points

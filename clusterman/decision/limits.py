@@ -1,0 +1,56 @@
+"""Clusterman's scaling limits, applied to the change of the pool's target (docs/scaling.md, "Limits").
+
+Δ = proposed − T; toward the bounds first (Δ > 0: at most max_capacity − T; Δ < 0: at least
+min_capacity − T, which can turn a decrease into an increase when T is below the minimum); then the
+step limits (max_weight_to_add, max_weight_to_remove); then, while scale-down is blocked, Δ ≥ 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from clusterman.decision.decision import Reason
+from clusterman.decision.exact import show
+from clusterman.decision.policy import ScalingPolicy
+
+
+@dataclass(frozen=True)
+class Clamped:
+    target: Fraction
+    notes: tuple[str, ...]  # which limits changed the proposal, for the explanation
+    reason: Reason = Reason.UTILISATION  # the first limit that changed it, if any
+
+
+def clamp(
+    current: Fraction,
+    proposed: Fraction,
+    policy: ScalingPolicy,
+    block_scale_down: str = "",
+    block_reason: Reason = Reason.CAPACITY_LOSS,
+) -> Clamped:
+    """``block_scale_down`` names why scale-down is blocked this run ("" when it is not)."""
+    notes = []
+    reasons = []
+    delta = proposed - current
+    if delta > 0 and current + delta > policy.max_capacity:
+        delta = policy.max_capacity - current
+        notes.append(f"max_capacity {show(policy.max_capacity)}")
+        reasons.append(Reason.MAX_CAPACITY)
+    elif delta < 0 and current + delta < policy.min_capacity:
+        delta = policy.min_capacity - current
+        notes.append(f"min_capacity {show(policy.min_capacity)}")
+        reasons.append(Reason.MIN_CAPACITY)
+    if delta > policy.max_weight_to_add:
+        delta = policy.max_weight_to_add
+        notes.append(f"max_weight_to_add {show(policy.max_weight_to_add)}")
+        reasons.append(Reason.STEP_LIMIT)
+    elif delta < -policy.max_weight_to_remove:
+        delta = -policy.max_weight_to_remove
+        notes.append(f"max_weight_to_remove {show(policy.max_weight_to_remove)}")
+        reasons.append(Reason.STEP_LIMIT)
+    if block_scale_down and delta < 0:
+        delta = Fraction(0)
+        notes.append(block_scale_down)
+        reasons.append(block_reason)
+    return Clamped(current + delta, tuple(notes), reasons[0] if reasons else Reason.UTILISATION)

@@ -1,0 +1,114 @@
+"""The settings one pool's decision uses, resolved from its config file over the main file's defaults.
+
+A value, built once per config load and passed to ``decide``: capacities in weight units and
+fractions exact (``Fraction``), times in seconds, ``math.inf`` for "never" and "no limit".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from clusterman.config.model import AutoscalingDefaults
+from clusterman.config.model import PoolAutoscaling
+from clusterman.config.model import ScalingLimits
+from clusterman.config.schema import ConfigError
+from clusterman.core.resources import Resources
+from clusterman.decision.exact import exact
+
+
+@dataclass(frozen=True)
+class EscalatorRemoval:
+    """Escalator's scale-down: below ``upper`` utilisation remove ``slow`` weight units a run, below
+    ``lower`` remove ``fast`` (never past what keeps utilisation at or under the setpoint)."""
+
+    lower: Fraction
+    upper: Fraction
+    slow: Fraction
+    fast: Fraction
+
+
+@dataclass(frozen=True)
+class ScalingPolicy:
+    min_capacity: Fraction
+    max_capacity: Fraction
+    max_weight_to_add: Fraction
+    max_weight_to_remove: Fraction
+    setpoint: Fraction = Fraction(7, 10)
+    target_capacity_margin: Fraction = Fraction(1, 10)
+    max_tasks_to_kill: float = 0  # math.inf: no limit
+    min_node_scalein_uptime_seconds: float = 0.0
+    excluded_resources: frozenset[str] = frozenset()
+    # None: the default scale-down (the target follows utilisation down to the setpoint)
+    escalator_removal: EscalatorRemoval | None = None
+    soft_delete_grace_period_seconds: float = 0.0
+    hard_delete_grace_period_seconds: float = math.inf
+    orphan_instance_uptime_threshold_seconds: float = 1800.0
+    scale_up_cool_down_period_seconds: float = 0.0
+    scale_up_failure_threshold: int = 0  # 0: no breaker
+    scale_up_failure_cooldown_seconds: float = 300.0
+    prevent_scale_down_after_capacity_loss: bool = False
+    instance_loss_threshold: int = 0
+    # resources of one weight unit, for sizing a pool with no ready nodes when the groups do not say
+    unit_resources: Resources = Resources()
+
+    @staticmethod
+    def from_config(
+        limits: ScalingLimits,
+        autoscaling: PoolAutoscaling,
+        defaults: AutoscalingDefaults | None = None,
+        source: str = "pool config",
+    ) -> ScalingPolicy:
+        """Resolve the pool's blocks over the main file's ``autoscaling`` defaults.
+
+        Raises ConfigError for a combination only visible after merging (a taint threshold above
+        a setpoint that comes from the main file).
+        """
+        d = defaults or AutoscalingDefaults()
+        a = autoscaling
+        setpoint = exact(a.setpoint if a.setpoint is not None else d.setpoint)
+        removal = None
+        if a.taint_upper_capacity_threshold is not None:
+            assert a.taint_lower_capacity_threshold is not None  # PoolAutoscaling checks all four
+            assert a.slow_node_removal_rate is not None and a.fast_node_removal_rate is not None
+            removal = EscalatorRemoval(
+                lower=exact(a.taint_lower_capacity_threshold),
+                upper=exact(a.taint_upper_capacity_threshold),
+                slow=exact(a.slow_node_removal_rate),
+                fast=exact(a.fast_node_removal_rate),
+            )
+            if not removal.upper < setpoint:
+                raise ConfigError(
+                    source,
+                    "autoscaling.taint_upper_capacity_threshold",
+                    f"must be below the setpoint ({float(setpoint):g}), got {float(removal.upper):g}",
+                )
+        hard = a.hard_delete_grace_period_seconds
+        return ScalingPolicy(
+            min_capacity=exact(limits.min_capacity),
+            max_capacity=exact(limits.max_capacity),
+            max_weight_to_add=exact(limits.max_weight_to_add),
+            max_weight_to_remove=exact(limits.max_weight_to_remove),
+            setpoint=setpoint,
+            target_capacity_margin=exact(
+                a.target_capacity_margin if a.target_capacity_margin is not None else d.target_capacity_margin
+            ),
+            max_tasks_to_kill=limits.max_tasks_to_kill,
+            min_node_scalein_uptime_seconds=float(limits.min_node_scalein_uptime_seconds),
+            excluded_resources=frozenset(
+                a.excluded_resources if a.excluded_resources is not None else d.excluded_resources
+            ),
+            escalator_removal=removal,
+            soft_delete_grace_period_seconds=a.soft_delete_grace_period_seconds,
+            hard_delete_grace_period_seconds=math.inf if hard is None else hard,
+            orphan_instance_uptime_threshold_seconds=float(a.orphan_instance_uptime_threshold_seconds),
+            scale_up_cool_down_period_seconds=a.scale_up_cool_down_period_seconds,
+            scale_up_failure_threshold=a.scale_up_failure_threshold,
+            scale_up_failure_cooldown_seconds=a.scale_up_failure_cooldown_seconds,
+            prevent_scale_down_after_capacity_loss=a.prevent_scale_down_after_capacity_loss,
+            instance_loss_threshold=(
+                a.instance_loss_threshold if a.instance_loss_threshold is not None else d.instance_loss_threshold
+            ),
+            unit_resources=Resources(cpus=d.cpus_per_weight or 0.0),
+        )
