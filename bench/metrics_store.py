@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from clusterman.aws.session import AwsSettings
-from clusterman.config.model import DynamoDBMetricsConfig
-from clusterman.config.model import MetricType
+from clusterman.core.config import DynamoDBMetricsConfig
+from clusterman.core.config import MetricType
 from clusterman.datastore.dynamodb import DynamoDBStore
 from clusterman.datastore.sqlite import SqliteStore
 from clusterman.datastore.store import MetricsStore

@@ -34,7 +34,7 @@ from bench._timing import median_of
 from bench._traces import TRACES
 from bench._traces import trace
 from clusterman.config.loader import load_main_config
-from clusterman.config.model import MetricType
+from clusterman.core.config import MetricType
 from clusterman.datastore.datafile import write_metrics_file
 from clusterman.datastore.store import system_key
 from clusterman.simulator.inputs import Request

@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from bench._timing import best_of
-from clusterman.config.model import MetricType
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import RequiredMetric
-from clusterman.config.model import Scheduler
+from clusterman.core.config import MetricType
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import RequiredMetric
+from clusterman.core.config import Scheduler
 from clusterman.datastore.sqlite import SqliteStore
 from clusterman.datastore.store import Point
 from clusterman.datastore.store import system_key

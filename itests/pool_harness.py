@@ -21,8 +21,8 @@ import yaml
 from clusterman.config.loader import load_main_config
 from clusterman.config.loader import load_pool_config
 from clusterman.config.loader import parse_scheduler
-from clusterman.config.model import EventsConfig
-from clusterman.config.model import PoolIdentity
+from clusterman.core.config import EventsConfig
+from clusterman.core.config import PoolIdentity
 from clusterman.events.record import EventRecord
 from clusterman.events.service import EventService
 from clusterman.manager.cycle import Cycle

@@ -10,7 +10,7 @@ from clusterman.cloud.discovery import discover_groups
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.resource_group import read_groups
 from clusterman.cloud.spot_fleet import SpotFleetGroup
-from clusterman.config.model import ResourceGroupConfig
+from clusterman.core.config import ResourceGroupConfig
 from clusterman.core.resources import Resources
 from itests.aws_proxy import Fault
 from itests.aws_proxy import FaultyProxy

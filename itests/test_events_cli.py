@@ -9,7 +9,7 @@ import time
 import pytest
 
 from clusterman.cli.main import main
-from clusterman.config.model import EventsConfig
+from clusterman.core.config import EventsConfig
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
 from clusterman.events.client import EventClient

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from clusterman.config.model import EventsConfig
+from clusterman.core.config import EventsConfig
 from clusterman.events.client import EventClient
 from clusterman.events.client import Heartbeat
 from clusterman.events.client import StreamEnded

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterman.config.model import EventsConfig
+from clusterman.core.config import EventsConfig
 from clusterman.core.model import NodeState
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources

@@ -8,11 +8,11 @@ import pytest
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.kubernetes import KubernetesConnector
 from clusterman.cluster.kubernetes import KubernetesPool
-from clusterman.config.model import DEFAULT_POD_REQUEST
 from clusterman.core.accounting import account_nodes
 from clusterman.core.accounting import pending_demand
 from clusterman.core.cloud_view import CloudInstance
 from clusterman.core.cloud_view import CloudView
+from clusterman.core.config import DEFAULT_POD_REQUEST
 from clusterman.core.model import NodeState
 from clusterman.core.model import ResourceGroup
 from itests.recorded_api import kubeconfig

@@ -3,8 +3,8 @@
 import boto3
 import pytest
 
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import Scheduler
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import Scheduler
 from clusterman.state.pause import pause
 from clusterman.state.pause import pause_status
 from clusterman.state.pause import resume

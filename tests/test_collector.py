@@ -2,9 +2,9 @@
 
 import pytest
 
-from clusterman.config.model import MetricType
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import Scheduler
+from clusterman.core.config import MetricType
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import Scheduler
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot

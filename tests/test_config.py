@@ -10,7 +10,7 @@ from clusterman.config import list_pools
 from clusterman.config import load_main_config
 from clusterman.config import load_pool_config
 from clusterman.config.loader import read_yaml
-from clusterman.config.model import ClusterConfig
+from clusterman.core.config import ClusterConfig
 
 REPO = Path(__file__).resolve().parents[1]
 LOCAL_DEV = PoolIdentity("local-dev", "default", Scheduler.SIMULATED)

@@ -12,8 +12,8 @@ from clusterman.cluster.simulated_scheduler import SimulatedConnector
 from clusterman.cluster.simulated_scheduler import SimulatedScheduler
 from clusterman.cluster.simulated_scheduler import TaskList
 from clusterman.cluster.simulated_scheduler import WorkItem
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import Scheduler
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import Scheduler
 from clusterman.core.model import NodeState
 from clusterman.core.resources import Resources
 from clusterman.datastore.store import MetricsError
@@ -177,11 +177,11 @@ def test_an_unreadable_group_holds_scale_down_and_the_other_group_still_grows(po
 
 def test_an_unreachable_metrics_store_keeps_the_target_with_the_real_signal_path(pools, tmp_path):
     """The real SignalDemand over a SQLite store that cannot be opened: MetricsError, target kept."""
-    from clusterman.config.model import MetricType
-    from clusterman.config.model import PoolIdentity
-    from clusterman.config.model import RequiredMetric
-    from clusterman.config.model import Scheduler
-    from clusterman.config.model import SignalConfig
+    from clusterman.core.config import MetricType
+    from clusterman.core.config import PoolIdentity
+    from clusterman.core.config import RequiredMetric
+    from clusterman.core.config import Scheduler
+    from clusterman.core.config import SignalConfig
     from clusterman.datastore.sqlite import SqliteStore
     from clusterman.manager.demand import SignalDemand
     from clusterman.signals.evaluator import SignalEvaluator

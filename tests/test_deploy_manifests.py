@@ -23,7 +23,7 @@ import yaml
 from clusterman.batch.autoscaler_bootstrap import BootstrapSettings
 from clusterman.batch.autoscaler_bootstrap import build_parser
 from clusterman.batch.autoscaler_bootstrap import load
-from clusterman.config.model import EventsConfig
+from clusterman.core.config import EventsConfig
 from clusterman.data import supervisor_config
 
 REPO = Path(__file__).resolve().parents[1]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from clusterman.config.model import duration_seconds
+from clusterman.core.config import duration_seconds
 from clusterman.core.durations import parse_duration
 from clusterman.datastore.generate import parse_duration as design_duration
 from clusterman.state.pause import parse_until

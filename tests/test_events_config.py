@@ -2,7 +2,7 @@ import pytest
 
 from clusterman.config import ConfigError
 from clusterman.config import load_main_config
-from clusterman.config.model import EventsConfig
+from clusterman.core.config import EventsConfig
 from clusterman.events.record import ChangeDetail
 from clusterman.events.record import ChangeType
 from clusterman.events.record import Event

@@ -3,9 +3,9 @@
 import re
 from pathlib import Path
 
-from clusterman.config.model import EventsConfig
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import Scheduler
+from clusterman.core.config import EventsConfig
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import Scheduler
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState as SchedulerNodeState
 from clusterman.core.resources import ResourceRequest

@@ -13,7 +13,7 @@ from clusterman.cluster.kubernetes import pod_request
 from clusterman.cluster.kubernetes import provider_instance
 from clusterman.cluster.kubernetes import resources_from
 from clusterman.cluster.kubernetes import targets_pool
-from clusterman.config.model import DEFAULT_POD_REQUEST
+from clusterman.core.config import DEFAULT_POD_REQUEST
 from clusterman.core.model import NO_TIME
 from clusterman.core.model import NodeState
 from clusterman.core.resources import Resources

@@ -33,9 +33,6 @@ LAYER_OF_PREFIX: dict[str, str] = {
     "clusterman.core": CORE,
     "clusterman.decision": CORE,
     "clusterman.errors": CORE,
-    # The typed srv-config values and their checks (not the loader, which reads YAML files).
-    "clusterman.config.model": CORE,
-    "clusterman.config.schema": CORE,
     # Programs: they wire adapters to the core.
     "clusterman.__main__": PROGRAM,
     "clusterman.cli": PROGRAM,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from clusterman.cli.main import main
-from clusterman.config.model import MetricType
+from clusterman.core.config import MetricType
 from clusterman.datastore.datafile import read_metrics_file
 from clusterman.datastore.sqlite import SqliteStore
 

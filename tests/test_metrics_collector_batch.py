@@ -15,10 +15,10 @@ from clusterman.cli.main import main as cli_main
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.simulated_scheduler import SimulatedConnector
 from clusterman.config import load_main_config
-from clusterman.config.model import MetricType
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import Scheduler
-from clusterman.config.schema import ConfigError
+from clusterman.core.config import MetricType
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import Scheduler
+from clusterman.core.config_schema import ConfigError
 from clusterman.core.model import PoolSnapshot
 from clusterman.datastore.store import InMemoryStore
 from clusterman.datastore.store import MetricsError

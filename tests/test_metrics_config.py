@@ -11,9 +11,9 @@ from clusterman.config import PoolIdentity
 from clusterman.config import Scheduler
 from clusterman.config import load_main_config
 from clusterman.config import load_pool_config
-from clusterman.config.model import MetricsBackend
-from clusterman.config.model import MetricType
-from clusterman.config.model import PrometheusQueries
+from clusterman.core.config import MetricsBackend
+from clusterman.core.config import MetricType
+from clusterman.core.config import PrometheusQueries
 from clusterman.datastore.dynamodb import DynamoDBStore
 from clusterman.datastore.factory import open_store
 from clusterman.datastore.prometheus import PrometheusStore

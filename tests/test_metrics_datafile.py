@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from clusterman.config.model import MetricType
+from clusterman.core.config import MetricType
 from clusterman.datastore.datafile import points_of
 from clusterman.datastore.datafile import read_metrics_file
 from clusterman.datastore.datafile import write_metrics_file

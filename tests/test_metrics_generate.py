@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from clusterman.config.model import MetricType
-from clusterman.config.schema import ConfigError
+from clusterman.core.config import MetricType
+from clusterman.core.config_schema import ConfigError
 from clusterman.datastore.generate import generate
 from clusterman.datastore.generate import parse_design
 from clusterman.datastore.generate import parse_duration

@@ -4,8 +4,8 @@ from fractions import Fraction
 
 import pytest
 
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import Scheduler
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import Scheduler
 from clusterman.errors import UserError
 from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.manager.manual import parse_target

@@ -1,7 +1,7 @@
 import pytest
 
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import Scheduler
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import Scheduler
 from clusterman.state.pause import AUTOSCALER_PAUSED
 from clusterman.state.pause import parse_until
 from clusterman.state.pause import pause

@@ -147,10 +147,10 @@ def test_a_number_too_long_for_python_is_named(tmp_path, capsys, old, field):
 
 
 def test_plan_and_pool_files_word_a_problem_alike(tmp_path, capsys):
-    """One validator's wording for both readers (config/schema.py): the same bad value, the same words."""
-    from clusterman.config.model import PoolAutoscaling
-    from clusterman.config.schema import ConfigError
-    from clusterman.config.schema import parse
+    """One validator's wording for both readers (core/config_schema.py): the same bad value, the same words."""
+    from clusterman.core.config import PoolAutoscaling
+    from clusterman.core.config_schema import ConfigError
+    from clusterman.core.config_schema import parse
 
     with pytest.raises(ConfigError) as yaml_err:
         parse(PoolAutoscaling, {"prevent_scale_down_after_capacity_loss": None}, "web.kubernetes", "autoscaling")

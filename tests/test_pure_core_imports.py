@@ -20,5 +20,5 @@ def test_the_config_package_still_offers_its_names():
     from clusterman import config
 
     assert config.load_main_config.__module__ == "clusterman.config.loader"
-    assert config.ConfigError.__module__ == "clusterman.config.schema"
+    assert config.ConfigError.__module__ == "clusterman.core.config_schema"
     assert sorted(config.__all__) == sorted(n for n in config.__all__ if hasattr(config, n))

@@ -9,11 +9,11 @@ import math
 
 from clusterman.batch.autoscaler import run_forever
 from clusterman.batch.autoscaler import write_heartbeat
-from clusterman.config.model import MetricType
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import RequiredMetric
-from clusterman.config.model import Scheduler
-from clusterman.config.model import SignalConfig
+from clusterman.core.config import MetricType
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import RequiredMetric
+from clusterman.core.config import Scheduler
+from clusterman.core.config import SignalConfig
 from clusterman.core.resources import ResourceRequest
 from clusterman.datastore.store import InMemoryStore
 from clusterman.datastore.store import MetricsError

@@ -6,11 +6,11 @@ from fractions import Fraction
 import pytest
 
 from clusterman.config import ConfigError
-from clusterman.config.model import AutoscalingDefaults
-from clusterman.config.model import PoolAutoscaling
-from clusterman.config.model import ScalingLimits
-from clusterman.config.model import duration_seconds
-from clusterman.config.schema import parse
+from clusterman.core.config import AutoscalingDefaults
+from clusterman.core.config import PoolAutoscaling
+from clusterman.core.config import ScalingLimits
+from clusterman.core.config import duration_seconds
+from clusterman.core.config_schema import parse
 from clusterman.decision import ScalingPolicy
 
 LIMITS = {"min_capacity": 1, "max_capacity": 30, "max_weight_to_add": 5, "max_weight_to_remove": 2}

@@ -3,9 +3,9 @@
 import pytest
 
 from clusterman.cluster.simulated_scheduler import DemandTrace
-from clusterman.config.model import SimulationConfig
-from clusterman.config.schema import ConfigError
-from clusterman.config.schema import parse
+from clusterman.core.config import SimulationConfig
+from clusterman.core.config_schema import ConfigError
+from clusterman.core.config_schema import parse
 from clusterman.core.resources import Resources
 
 ONE = Resources(cpus=1)

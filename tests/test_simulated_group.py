@@ -12,12 +12,12 @@ from clusterman.cloud.simulated_group import SimulatedCloud
 from clusterman.cloud.simulated_group import SimulatedGroup
 from clusterman.cloud.simulated_group import SimulatedMarket
 from clusterman.cloud.simulated_group import groups_from_config
-from clusterman.config.model import PoolConfig
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import ResourceGroupConfig
-from clusterman.config.model import Scheduler
-from clusterman.config.schema import ConfigError
-from clusterman.config.schema import parse
+from clusterman.core.config import PoolConfig
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import ResourceGroupConfig
+from clusterman.core.config import Scheduler
+from clusterman.core.config_schema import ConfigError
+from clusterman.core.config_schema import parse
 from clusterman.core.resources import Resources
 
 SMALL = SimulatedMarket("m5.large", "us-west-2a", 1.0, Resources(cpus=2, mem=8000))

@@ -12,7 +12,7 @@ import pytest
 
 from clusterman.cli.main import main
 from clusterman.config.loader import load_main_config
-from clusterman.config.model import MetricType
+from clusterman.core.config import MetricType
 from clusterman.datastore.datafile import write_metrics_file
 from clusterman.decision.decide import decide
 from clusterman.decision.state import AutoscalerState

@@ -9,9 +9,9 @@ import pytest
 
 from clusterman.cloud.simulated_group import SimulatedMarket
 from clusterman.cloud.simulated_group import default_task
-from clusterman.config.model import MetricType
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import Scheduler
+from clusterman.core.config import MetricType
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import Scheduler
 from clusterman.core.resources import NO_OPINION
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources

@@ -5,7 +5,7 @@ from clusterman.config import MainConfig
 from clusterman.config import PoolConfig
 from clusterman.config import PoolIdentity
 from clusterman.config import Scheduler
-from clusterman.config.schema import parse
+from clusterman.core.config_schema import parse
 from clusterman.signals.specs import check_version
 from clusterman.tree.environment import SignalProcess
 from clusterman.tree.environment import TreeEnvironmentError

@@ -4,8 +4,8 @@ import yaml
 
 from clusterman.config.loader import load_main_config
 from clusterman.config.loader import load_pool_config
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import Scheduler
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import Scheduler
 from clusterman.tree.snapshot import take_snapshot
 
 

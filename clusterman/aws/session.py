@@ -16,7 +16,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from clusterman.config.model import AwsConfig
+from clusterman.core.config import AwsConfig
 from clusterman.errors import UserError
 
 

@@ -45,9 +45,9 @@ from clusterman.config.loader import load_main_config
 from clusterman.config.loader import load_pool_config
 from clusterman.config.loader import parse_scheduler
 from clusterman.config.loader import pool_config_path
-from clusterman.config.model import MainConfig
-from clusterman.config.model import PoolIdentity
-from clusterman.config.schema import ConfigError
+from clusterman.core.config import MainConfig
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config_schema import ConfigError
 from clusterman.data import supervisor_config
 from clusterman.signals.artifacts import default_codename
 from clusterman.signals.client import parse_uids

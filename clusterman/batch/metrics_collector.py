@@ -34,12 +34,12 @@ from clusterman.config.loader import default_env_config_path
 from clusterman.config.loader import list_pools
 from clusterman.config.loader import load_main_config
 from clusterman.config.loader import load_pool_config
-from clusterman.config.model import MainConfig
-from clusterman.config.model import MetricType
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import Scheduler
-from clusterman.config.schema import ConfigError
 from clusterman.core.cloud_view import CloudView
+from clusterman.core.config import MainConfig
+from clusterman.core.config import MetricType
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import Scheduler
+from clusterman.core.config_schema import ConfigError
 from clusterman.datastore.collector import collect
 from clusterman.datastore.factory import open_store as open_configured_store
 from clusterman.datastore.store import InMemoryStore

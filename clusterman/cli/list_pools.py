@@ -13,8 +13,8 @@ import os
 from clusterman.config.loader import list_clusters
 from clusterman.config.loader import list_pools
 from clusterman.config.loader import parse_scheduler
-from clusterman.config.model import Scheduler
-from clusterman.config.schema import ConfigError
+from clusterman.core.config import Scheduler
+from clusterman.core.config_schema import ConfigError
 from clusterman.manager.arguments import cluster_config_directory
 from clusterman.manager.arguments import load_main
 

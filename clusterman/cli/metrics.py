@@ -16,9 +16,9 @@ from typing import Any
 from clusterman.config.loader import load_main_config
 from clusterman.config.loader import load_pool_config
 from clusterman.config.loader import parse_scheduler
-from clusterman.config.model import MetricsBackend
-from clusterman.config.model import MetricType
-from clusterman.config.model import PoolIdentity
+from clusterman.core.config import MetricsBackend
+from clusterman.core.config import MetricType
+from clusterman.core.config import PoolIdentity
 from clusterman.datastore.datafile import count_points
 from clusterman.datastore.datafile import points_of
 from clusterman.datastore.datafile import read_metrics_file

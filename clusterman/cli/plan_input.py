@@ -14,17 +14,17 @@ from dataclasses import dataclass
 from dataclasses import replace
 from typing import Any
 
-from clusterman.config.model import PoolAutoscaling
-from clusterman.config.model import ScalingLimits
-from clusterman.config.schema import Check
-from clusterman.config.schema import TooLongNumber
-from clusterman.config.schema import as_flag
-from clusterman.config.schema import as_number
-from clusterman.config.schema import checked
-from clusterman.config.schema import describe
-from clusterman.config.schema import non_negative
-from clusterman.config.schema import parse
-from clusterman.config.schema import positive
+from clusterman.core.config import PoolAutoscaling
+from clusterman.core.config import ScalingLimits
+from clusterman.core.config_schema import Check
+from clusterman.core.config_schema import TooLongNumber
+from clusterman.core.config_schema import as_flag
+from clusterman.core.config_schema import as_number
+from clusterman.core.config_schema import checked
+from clusterman.core.config_schema import describe
+from clusterman.core.config_schema import non_negative
+from clusterman.core.config_schema import parse
+from clusterman.core.config_schema import positive
 from clusterman.core.model import NO_TIME
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
@@ -140,7 +140,7 @@ def parse_plan(doc: Any, source: str, default_now: float) -> PlanInput:
 
 
 class _Reader:
-    """The schema's value checks (config/schema.py), with the file and the field's path in every message."""
+    """The schema's value checks (core/config_schema.py), with the file and the field's path in every message."""
 
     def __init__(self, source: str) -> None:
         self.source = source

@@ -25,7 +25,7 @@ from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.simulated_group import SimulatedCloud
 from clusterman.cloud.spot_fleet import SpotFleetGroup
 from clusterman.cloud.spot_fleet import find_fleets
-from clusterman.config.model import ResourceGroupConfig
+from clusterman.core.config import ResourceGroupConfig
 
 log = logging.getLogger(__name__)
 

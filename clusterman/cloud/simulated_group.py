@@ -39,10 +39,10 @@ from clusterman.cloud.resource_group import Termination
 from clusterman.cloud.resource_group import clamp_target
 from clusterman.cloud.resource_group import plan_termination
 from clusterman.cloud.resource_group import tag_names_pool
-from clusterman.config.model import PoolConfig
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import SimulationConfig
-from clusterman.config.schema import ConfigError
+from clusterman.core.config import PoolConfig
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import SimulationConfig
+from clusterman.core.config_schema import ConfigError
 from clusterman.core.model import ResourceGroup
 from clusterman.core.resources import Resources
 

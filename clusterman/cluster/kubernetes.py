@@ -35,8 +35,8 @@ import urllib3
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.connector import SchedulerView
-from clusterman.config.model import DEFAULT_POD_REQUEST
 from clusterman.core.cloud_view import CloudViewSource
+from clusterman.core.config import DEFAULT_POD_REQUEST
 from clusterman.core.model import NO_TIME
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState

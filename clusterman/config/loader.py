@@ -15,12 +15,12 @@ from typing import Any
 
 import yaml
 
-from clusterman.config.model import MainConfig
-from clusterman.config.model import PoolConfig
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import Scheduler
-from clusterman.config.schema import ConfigError
-from clusterman.config.schema import parse
+from clusterman.core.config import MainConfig
+from clusterman.core.config import PoolConfig
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import Scheduler
+from clusterman.core.config_schema import ConfigError
+from clusterman.core.config_schema import parse
 from clusterman.data import default_main_config
 
 DEFAULT_ENV_CONFIG_PATH = "/nail/srv/configs/clusterman.yaml"

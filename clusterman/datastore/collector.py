@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Container
 
-from clusterman.config.model import MetricType
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import Scheduler
 from clusterman.core.accounting import Accounting
 from clusterman.core.accounting import account_nodes
 from clusterman.core.accounting import pending_demand
+from clusterman.core.config import MetricType
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import Scheduler
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.resources import RESOURCE_NAMES

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from clusterman.config.model import MetricType
+from clusterman.core.config import MetricType
 from clusterman.datastore.store import Point
 from clusterman.datastore.store import Series
 from clusterman.datastore.store import check_value

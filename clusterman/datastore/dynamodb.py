@@ -34,8 +34,8 @@ from botocore.exceptions import ClientError
 from clusterman.aws.session import AwsCredentialsError
 from clusterman.aws.session import AwsSettings
 from clusterman.aws.session import client as aws_client
-from clusterman.config.model import DynamoDBMetricsConfig
-from clusterman.config.model import MetricType
+from clusterman.core.config import DynamoDBMetricsConfig
+from clusterman.core.config import MetricType
 from clusterman.datastore.store import MetricsError
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import Point

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from clusterman.aws.session import AwsSettings
-from clusterman.config.model import MainConfig
-from clusterman.config.model import MetricsBackend
-from clusterman.config.model import PoolConfig
-from clusterman.config.model import PoolIdentity
+from clusterman.core.config import MainConfig
+from clusterman.core.config import MetricsBackend
+from clusterman.core.config import PoolConfig
+from clusterman.core.config import PoolIdentity
 from clusterman.datastore.dynamodb import DynamoDBStore
 from clusterman.datastore.prometheus import PrometheusStore
 from clusterman.datastore.sqlite import SqliteStore

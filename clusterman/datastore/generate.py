@@ -40,14 +40,14 @@ from typing import Any
 
 import yaml
 
-from clusterman.config.model import MetricType
-from clusterman.config.model import Scheduler
-from clusterman.config.schema import ConfigError
-from clusterman.config.schema import field
-from clusterman.config.schema import non_negative
-from clusterman.config.schema import parse
-from clusterman.config.schema import positive
 from clusterman.core import durations
+from clusterman.core.config import MetricType
+from clusterman.core.config import Scheduler
+from clusterman.core.config_schema import ConfigError
+from clusterman.core.config_schema import field
+from clusterman.core.config_schema import non_negative
+from clusterman.core.config_schema import parse
+from clusterman.core.config_schema import positive
 from clusterman.datastore.datafile import MetricsData
 from clusterman.datastore.store import Series
 from clusterman.datastore.store import Value

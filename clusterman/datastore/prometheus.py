@@ -18,10 +18,10 @@ from typing import Any
 
 import requests
 
-from clusterman.config.model import MetricType
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import PrometheusQueries
-from clusterman.config.model import Scheduler
+from clusterman.core.config import MetricType
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import PrometheusQueries
+from clusterman.core.config import Scheduler
 from clusterman.datastore.store import MetricsError
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import Point

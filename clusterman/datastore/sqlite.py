@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 from typing import TypeVar
 
-from clusterman.config.model import MetricType
+from clusterman.core.config import MetricType
 from clusterman.datastore.store import MetricsError
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import Point

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clusterman.config.model import MetricType
+from clusterman.core.config import MetricType
 from clusterman.errors import UserError
 
 Value = float | dict[str, float]

@@ -10,10 +10,10 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from clusterman.config.model import AutoscalingDefaults
-from clusterman.config.model import PoolAutoscaling
-from clusterman.config.model import ScalingLimits
-from clusterman.config.schema import ConfigError
+from clusterman.core.config import AutoscalingDefaults
+from clusterman.core.config import PoolAutoscaling
+from clusterman.core.config import ScalingLimits
+from clusterman.core.config_schema import ConfigError
 from clusterman.core.resources import Resources
 from clusterman.decision.exact import exact
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from http.client import HTTPResponse
 from typing import Any
 
-from clusterman.config.model import EventsConfig
+from clusterman.core.config import EventsConfig
 from clusterman.errors import OperationalError
 from clusterman.events.http import BATCH_PATH
 from clusterman.events.http import STREAM_PATH

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from clusterman.config.model import EventsConfig
+from clusterman.core.config import EventsConfig
 from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.events.http import EventServer
 from clusterman.events.http import StreamLimits

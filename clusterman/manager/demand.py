@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from clusterman.config.model import MetricType
+from clusterman.core.config import MetricType
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.resources import ResourceRequest
 from clusterman.datastore.store import MetricsStore

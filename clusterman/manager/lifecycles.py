@@ -16,11 +16,11 @@ from clusterman.cluster.mesos import master_url
 from clusterman.cluster.mesos_lifecycle import MesosLifecycle
 from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
 from clusterman.cluster.simulated_scheduler import SimulatedConnector
-from clusterman.config.model import MainConfig
-from clusterman.config.model import PoolConfig
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import Scheduler
-from clusterman.config.schema import ConfigError
+from clusterman.core.config import MainConfig
+from clusterman.core.config import PoolConfig
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import Scheduler
+from clusterman.core.config_schema import ConfigError
 from clusterman.manager.connectors import _cluster
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clusterman.config.model import MainConfig
-from clusterman.config.model import PoolConfig
-from clusterman.config.model import PoolIdentity
+from clusterman.core.config import MainConfig
+from clusterman.core.config import PoolConfig
+from clusterman.core.config import PoolIdentity
 from clusterman.decision.policy import ScalingPolicy
 
 

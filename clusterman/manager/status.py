@@ -21,8 +21,8 @@ from typing import TypeVar
 from prometheus_client.parser import text_string_to_metric_families
 
 from clusterman.cloud.view import GroupsCloudView
-from clusterman.config.model import PoolIdentity
 from clusterman.core.cloud_view import CloudView
+from clusterman.core.config import PoolIdentity
 from clusterman.core.model import NO_TIME
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot

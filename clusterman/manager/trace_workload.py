@@ -15,7 +15,7 @@ from pathlib import Path
 
 from clusterman.cluster.simulated_scheduler import DemandTrace
 from clusterman.cluster.simulated_scheduler import WorkItem
-from clusterman.config.schema import ConfigError
+from clusterman.core.config_schema import ConfigError
 from clusterman.core.resources import RESOURCE_NAMES
 from clusterman.core.resources import Resources
 from clusterman.datastore.datafile import read_metrics_file

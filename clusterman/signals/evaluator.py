@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from typing import Protocol
 
-from clusterman.config.model import PoolIdentity
+from clusterman.core.config import PoolIdentity
 from clusterman.core.resources import ResourceRequest
 from clusterman.datastore.store import MetricsStore
 from clusterman.signals.client import SignalClient

@@ -10,9 +10,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from clusterman.config.model import MetricType
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import RequiredMetric
+from clusterman.core.config import MetricType
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import RequiredMetric
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import app_key
 from clusterman.datastore.store import split_key

@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from clusterman.config.model import MainConfig
-from clusterman.config.model import PoolConfig
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import SignalConfig
-from clusterman.config.schema import ConfigError
+from clusterman.core.config import MainConfig
+from clusterman.core.config import PoolConfig
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import SignalConfig
+from clusterman.core.config_schema import ConfigError
 from clusterman.signals.client import SignalAddress
 
 DEFAULT_APP = "__default__"

@@ -20,8 +20,8 @@ import subprocess
 import sys
 import uuid
 
-from clusterman.config.model import MetricType
-from clusterman.config.model import PoolIdentity
+from clusterman.core.config import MetricType
+from clusterman.core.config import PoolIdentity
 from clusterman.datastore.store import MetricsStore
 from clusterman.manager.demand import SignalDemand
 from clusterman.manager.setup import PoolSetup

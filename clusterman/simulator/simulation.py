@@ -33,10 +33,10 @@ from clusterman.cluster.lifecycle import WithoutDraining
 from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
 from clusterman.cluster.simulated_scheduler import DemandTrace
 from clusterman.cluster.simulated_scheduler import SimulatedConnector
-from clusterman.config.model import MetricType
-from clusterman.config.model import PoolIdentity
 from clusterman.core.accounting import account_nodes
 from clusterman.core.accounting import pending_demand
+from clusterman.core.config import MetricType
+from clusterman.core.config import PoolIdentity
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.resources import Resources
 from clusterman.datastore.collector import collect

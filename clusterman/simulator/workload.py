@@ -12,8 +12,8 @@ to the demand and costs more steps to place.
 
 from __future__ import annotations
 
-from clusterman.config.model import MetricType
-from clusterman.config.model import PoolIdentity
+from clusterman.core.config import MetricType
+from clusterman.core.config import PoolIdentity
 from clusterman.core.resources import RESOURCE_NAMES
 from clusterman.core.resources import Resources
 from clusterman.datastore.datafile import MetricsData

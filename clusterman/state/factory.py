@@ -6,8 +6,8 @@ from pathlib import Path
 
 from clusterman.aws.session import AwsSettings
 from clusterman.aws.session import client
-from clusterman.config.model import MainConfig
-from clusterman.config.model import StateBackend
+from clusterman.core.config import MainConfig
+from clusterman.core.config import StateBackend
 from clusterman.state.store import DynamoStateStore
 from clusterman.state.store import SqliteStateStore
 from clusterman.state.store import StateStore

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC
 from datetime import datetime
 
-from clusterman.config.model import PoolIdentity
+from clusterman.core.config import PoolIdentity
 from clusterman.state.pause import entity
 from clusterman.state.store import StateItem
 from clusterman.state.store import StateStore

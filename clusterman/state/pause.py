@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC
 from datetime import datetime
 
-from clusterman.config.model import PoolIdentity
+from clusterman.core.config import PoolIdentity
 from clusterman.core.durations import parse_duration
 from clusterman.state.store import NO_EXPIRY
 from clusterman.state.store import StateItem

@@ -20,9 +20,9 @@ from clusterman.signals.specs import check_version
 
 if TYPE_CHECKING:  # the config modules load staticconf and YAML: run_clusterman_signal, which
     # supervisord starts at every signal restart, reads the lists only and stays light
-    from clusterman.config.model import MainConfig
-    from clusterman.config.model import PoolConfig
-    from clusterman.config.model import PoolIdentity
+    from clusterman.core.config import MainConfig
+    from clusterman.core.config import PoolConfig
+    from clusterman.core.config import PoolIdentity
     from clusterman.signals.specs import SignalSpec
 
 APP_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")
@@ -82,7 +82,7 @@ def plan_tree(
     main: MainConfig, main_source: str, pool: PoolConfig, pool_source: str, identity: PoolIdentity, args: str = ""
 ) -> TreePlan:
     """The default signal first, then the pool's own signal and its ``app_signals``, each checked."""
-    from clusterman.config.schema import ConfigError
+    from clusterman.core.config_schema import ConfigError
     from clusterman.signals.specs import app_signal_specs
     from clusterman.signals.specs import default_signal_spec
 
@@ -105,7 +105,7 @@ def plan_tree(
 
 
 def _checked(spec: SignalSpec, source: str, key: str) -> SignalProcess:
-    from clusterman.config.schema import ConfigError
+    from clusterman.core.config_schema import ConfigError
 
     for field_name, value in (("namespace", spec.namespace), ("name", spec.name)):
         if not value.isidentifier():

@@ -22,7 +22,7 @@ from clusterman.aws.session import AwsSettings
 from clusterman.aws.session import client
 from clusterman.config.loader import default_env_config_path
 from clusterman.config.loader import load_main_config
-from clusterman.config.schema import ConfigError
+from clusterman.core.config_schema import ConfigError
 from clusterman.signals.artifacts import ArtifactError
 from clusterman.signals.artifacts import ArtifactLocation
 from clusterman.signals.artifacts import default_codename

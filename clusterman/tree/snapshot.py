@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from clusterman.config.model import MainConfig
-from clusterman.config.model import PoolIdentity
+from clusterman.core.config import MainConfig
+from clusterman.core.config import PoolIdentity
 
 KEY_FILE = "aws-access-key.json"
 

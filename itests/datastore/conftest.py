@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from clusterman.aws.session import AwsSettings
-from clusterman.config.model import DynamoDBMetricsConfig
-from clusterman.config.model import MetricType
-from clusterman.config.model import PoolIdentity
-from clusterman.config.model import PrometheusQueries
-from clusterman.config.model import Scheduler
+from clusterman.core.config import DynamoDBMetricsConfig
+from clusterman.core.config import MetricType
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import PrometheusQueries
+from clusterman.core.config import Scheduler
 from clusterman.datastore.dynamodb import DynamoDBStore
 from clusterman.datastore.prometheus import PrometheusStore
 from clusterman.datastore.sqlite import SqliteStore

@@ -11,7 +11,7 @@ import json
 import sys
 import time
 
-from clusterman.config.model import MetricType
+from clusterman.core.config import MetricType
 from clusterman.datastore.sqlite import SqliteStore
 from clusterman.datastore.store import MetricsError
 from clusterman.datastore.store import Point

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from clusterman.aws.session import AwsSettings
-from clusterman.config.model import PrometheusQueries
+from clusterman.core.config import PrometheusQueries
 from clusterman.datastore.dynamodb import DynamoDBStore
 from clusterman.datastore.prometheus import PrometheusStore
 from clusterman.datastore.sqlite import SqliteStore

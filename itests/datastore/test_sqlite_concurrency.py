@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from clusterman.config.model import MetricType
+from clusterman.core.config import MetricType
 from clusterman.datastore.sqlite import SqliteStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def test_one_writer_and_three_readers_at_once(tmp_path):
 def test_processes_racing_to_create_the_file_all_succeed(tmp_path):
     path = tmp_path / "new" / "metrics.sqlite3"
     code = (
-        "import sys; from clusterman.config.model import MetricType;"
+        "import sys; from clusterman.core.config import MetricType;"
         "from clusterman.datastore.sqlite import SqliteStore;"
         "from clusterman.datastore.store import Point;"
         "SqliteStore(sys.argv[1]).write([Point(MetricType.APP_METRICS, 'a,' + sys.argv[2], 1, 1.0)])"

@@ -108,7 +108,7 @@ def test_the_collectors_retention_pass_goes_by_the_wall_clock(tmp_path):
 
 
 def test_a_failed_retention_pass_loses_nothing_and_runs_again_later(tmp_path, caplog):
-    from clusterman.config.model import MetricType
+    from clusterman.core.config import MetricType
     from clusterman.datastore.sqlite import SqliteStore
     from clusterman.datastore.store import Point
     from clusterman.datastore.store import RetentionPass

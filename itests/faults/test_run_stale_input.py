@@ -12,7 +12,7 @@ import sqlite3
 import time
 import uuid
 
-from clusterman.config.model import MetricType
+from clusterman.core.config import MetricType
 from clusterman.datastore.sqlite import SqliteStore
 from clusterman.datastore.store import Point
 from clusterman.datastore.store import system_key

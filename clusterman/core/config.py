@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 from typing import ClassVar
 
-from clusterman.config.schema import Check
-from clusterman.config.schema import field
-from clusterman.config.schema import fraction
-from clusterman.config.schema import non_negative
-from clusterman.config.schema import positive
-from clusterman.config.schema import unit_interval
+from clusterman.core.config_schema import Check
+from clusterman.core.config_schema import field
+from clusterman.core.config_schema import fraction
+from clusterman.core.config_schema import non_negative
+from clusterman.core.config_schema import positive
+from clusterman.core.config_schema import unit_interval
 from clusterman.core.durations import parse_duration
 from clusterman.core.resources import RESOURCE_NAMES
 from clusterman.core.resources import Resources
