@@ -42,6 +42,7 @@ from clusterman.core.model import Node
 from clusterman.core.model import NodeState
 from clusterman.core.model import Task
 from clusterman.core.resources import Resources
+from clusterman.core.timestamps import parse_time
 
 if TYPE_CHECKING:  # the kubernetes package is an extra: imported where a Kubernetes pool needs it
     import kubernetes.client
@@ -255,7 +256,7 @@ def task_from(pod: Mapping[str, Any], request: Resources, pool: KubernetesPool, 
 
 def unix_time(text: Any, where: str) -> float:
     try:
-        return datetime.fromisoformat(str(text)).timestamp()
+        return parse_time(text if isinstance(text, datetime) else str(text))
     except ValueError:
         raise ConnectorError(f"{where}: {text!r} is not an RFC 3339 time") from None
 
