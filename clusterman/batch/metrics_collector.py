@@ -214,11 +214,15 @@ def run(args: argparse.Namespace) -> int:
         store.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m clusterman.batch.metrics_collector", description=__doc__)
     add_program_arguments(parser)
     add_arguments(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
     try:
         return run(args)
