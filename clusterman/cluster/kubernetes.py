@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -267,8 +266,8 @@ def taint_time(taint: Mapping[str, Any], node: str, now: float) -> float:
     With neither, the taint counts from ``now``: a grace period never ends early on a guess.
     """
     try:
-        value = float(taint.get("value", ""))
-        if math.isfinite(value) and value > 0:
+        value = parse_time(taint.get("value", ""))
+        if value > 0:
             return value
     except ValueError:
         pass
