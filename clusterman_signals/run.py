@@ -257,7 +257,9 @@ class UtcFormatter(logging.Formatter):
     ``2026-11-23T08:41:07.123Z``, ``clusterman.core.timestamps``), with stdlib's knobs only: the
     SDK imports nothing of clusterman."""
 
-    converter = time.gmtime
+    def converter(self, seconds: float | None) -> time.struct_time:
+        return time.gmtime(seconds)
+
     default_time_format = "%Y-%m-%dT%H:%M:%S"
     default_msec_format = "%s.%03dZ"
 
