@@ -155,3 +155,20 @@ def test_log_records_are_stamped_alike_by_clusterman_and_the_signal_sdk():
     ours = UtcFormatter("%(asctime)s %(message)s").format(record)
     assert ours == "2024-03-04T00:00:00.250Z hello" and STAMP.match(ours)
     assert SdkFormatter("%(asctime)s %(message)s").format(record) == ours
+
+
+def test_make_run_tells_run_lines_from_log_records(tmp_path):
+    """``make run`` shows the autoscaler's run lines and reports the bootstrap's last ERROR record:
+    both are found by the printed forms above, so a change of form cannot lose them silently."""
+    import logging
+
+    from clusterman.local.stack import bootstrap_error
+    from clusterman.local.stack import is_decision_line
+    from clusterman.manager.arguments import UtcFormatter
+
+    record = logging.LogRecord("clusterman.batch", logging.ERROR, __file__, 1, "no pool file", None, None)
+    logged = UtcFormatter("%(asctime)s %(name)s %(levelname)s %(message)s").format(record)
+    run_line = f"{format_time(T)} demand cpus=6.0 | utilisation cpus 300% | scale_up | target 1 -> 5 | ..."
+    assert is_decision_line(run_line) and not is_decision_line(logged)
+    (tmp_path / "bootstrap.log").write_text(f"{logged}\n{run_line}\n")
+    assert bootstrap_error(tmp_path / "bootstrap.log") == "no pool file"

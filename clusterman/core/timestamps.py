@@ -22,6 +22,10 @@ from typing import Any
 EXAMPLE = "2026-11-23T08:41:07Z"
 EXPECTED = f"Unix seconds or an ISO 8601 time such as {EXAMPLE}"
 _SECONDS = "%Y-%m-%dT%H:%M:%S"
+# A printed time as a regular expression, for the readers of our own lines (``make run`` tells the
+# autoscaler's run lines, stamped to the second, from its log records, stamped to the millisecond).
+PRINTED_SECONDS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+PRINTED_MILLISECONDS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 
 
 def format_time(seconds: float, digits: int = 0) -> str:
