@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-LINE = re.compile(r"^\d\d:\d\d:\d\d demand cpus=(?P<demand>[\d.]+).*\| target (?P<old>\d+) -> (?P<new>\d+) \|")
+LINE = re.compile(
+    r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ demand cpus=(?P<demand>[\d.]+).*\| target (?P<old>\d+) -> (?P<new>\d+) \|"
+)
 
 
 ENV_FILE = re.compile(r"^  \. (?P<path>\S+/env\.sh)$")

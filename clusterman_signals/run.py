@@ -252,6 +252,18 @@ def _short(e: Exception, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+class UtcFormatter(logging.Formatter):
+    """Records stamped as clusterman stamps its own (ISO 8601 UTC, milliseconds:
+    ``2026-11-23T08:41:07.123Z``, ``clusterman.core.timestamps``), with stdlib's knobs only: the
+    SDK imports nothing of clusterman."""
+
+    def converter(self, seconds: float | None) -> time.struct_time:
+        return time.gmtime(seconds)
+
+    default_time_format = "%Y-%m-%dT%H:%M:%S"
+    default_msec_format = "%s.%03dZ"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clusterman_signals.run", description=__doc__.split("\n")[0])
     parser.add_argument("namespace", help="the subpackage of clusterman_signals holding the signal")
@@ -265,9 +277,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-seconds", type=float, default=900.0, help="drop a client idle between evaluations")
     parser.add_argument("--log-level", default=os.environ.get("CMAN_SIGNAL_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(UtcFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     signals.signal(signals.SIGTERM, lambda *_: sys.exit(0))
     try:
         uids = allowed_uids_from_env(os.environ, args.allowed_uids)

@@ -83,7 +83,7 @@ def test_write_takes_numbers_and_mappings_and_refuses_the_rest(tmp_path, capsys)
          "e.g. 'cpus_allocated|cluster=<cluster>,pool=<pool>.<scheduler>' (signals read them by those)"),
         ("metadata", "target_capacity|", "5", "--key 'target_capacity|': metadata keys carry dimensions"),
         ("app_metrics", "queue_depth", "5", "--key 'queue_depth': app metrics are keyed <app>,<name>"),
-        ("app_metrics", "a,b", "-1", "--timestamp -1: must be Unix seconds, at least 0"),
+        ("app_metrics", "a,b", "-1", "--timestamp: must be Unix seconds or an ISO 8601 time"),
     ],
 )  # fmt: skip
 def test_write_refuses_keys_nobody_reads_and_negative_times(tmp_path, capsys, metric_type, key, timestamp, message):

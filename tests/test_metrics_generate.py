@@ -127,7 +127,7 @@ def test_bad_designs_name_the_key(series, where, problem):
 
 def test_bad_top_level_values():
     series = [{"name": "m", "shape": [{"steady": {"value": 1}}]}]
-    with pytest.raises(ConfigError, match=r"design\.yaml: start: expected Unix seconds or an ISO 8601 time"):
+    with pytest.raises(ConfigError, match=r"design\.yaml: start: must be Unix seconds or an ISO 8601 time"):
         parse_design({"start": "tuesday", "duration": "1h", "series": series}, "design.yaml")
     with pytest.raises(ConfigError, match=r"design\.yaml: duration: required key is missing"):
         parse_design({"start": 0, "series": series}, "design.yaml")

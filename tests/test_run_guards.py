@@ -54,7 +54,7 @@ def test_one_holder_at_a_time_until_its_ttl_runs_out(tmp_path):
     assert a.claim(T0).held
     other = b.claim(T0 + 10)
     assert not other.held and other.holder == A.id and other.expires_at == T0 + 30
-    assert "held by pid 100 on host-a (started 2023-11-14 22:13:20Z) until 2023-11-14 22:13:50Z" in other.describe()
+    assert "held by pid 100 on host-a (started 2023-11-14T22:13:20Z) until 2023-11-14T22:13:50Z" in other.describe()
     assert a.claim(T0 + 20).held  # renewed: now until T0 + 50
     assert not b.claim(T0 + 45).held
     assert b.claim(T0 + 50).held  # expired: taken over
@@ -282,7 +282,7 @@ def test_the_scale_lock_is_a_time_in_the_line():
     lock = policy(scale_up_cool_down_period_seconds=120)
     d = run(snapshot(nodes(2), [group("g1", 2)]), request(5), lock)
     held = run(snapshot(nodes(2), [group("g1", 8)]), request(0.1), lock, d.state, now=NOW + 60)
-    assert "scale lock held until 2023-11-14 22:15:20Z" in held.explanation
+    assert "scale lock held until 2023-11-14T22:15:20Z" in held.explanation
 
 
 def test_a_terminated_orphan_says_why_in_the_line():

@@ -30,12 +30,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clusterman.batch.stopping import stop_on_signals
-from clusterman.config.loader import default_env_config_path
+from clusterman.core.timestamps import format_time
 from clusterman.errors import Reported
 from clusterman.errors import UserError
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.service import EventService
 from clusterman.manager.arguments import add_pool_arguments
+from clusterman.manager.arguments import add_program_arguments
+from clusterman.manager.arguments import configure_logging
 from clusterman.manager.arguments import resolve_pool
 from clusterman.manager.cycle import Cycle
 from clusterman.manager.cycle import Outcome
@@ -164,14 +166,13 @@ def _overran(cycle: Cycle, started: float, seconds: float, budget: float, report
         what = f"it ended {report.outcome.value}: nothing changed"
     log.warning("the run took %.1f s, more than its budget of %g s: %s", seconds, budget, what)
     cycle.recorder.overrun(seconds, budget, what)
-    stamp = time.strftime("%H:%M:%S", time.gmtime(started))
+    stamp = format_time(started)
     return f"{stamp} overrun: the run took {seconds:.1f} s > budget {budget:g} s: {what}"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m clusterman.batch.autoscaler", description=__doc__.split("\n")[0])
-    parser.add_argument("--env-config-path", default=default_env_config_path())
-    parser.add_argument("--cluster-config-directory", default=None)
+    add_program_arguments(parser)
     add_pool_arguments(parser)
     parser.add_argument("--dry-run", action="store_true", help="decide and log, change nothing")
     parser.add_argument("--once", action="store_true", help="one run now, then exit")
@@ -192,15 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also write the pool's system metrics each run (when no separate collector runs, e.g. simulated pools)",
     )
-    parser.add_argument("--log-level", default="INFO")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
+    configure_logging(args.log_level)
     holder = Holder.this_process(time.time())
     try:
         setup = resolve_pool(args)

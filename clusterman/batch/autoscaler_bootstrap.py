@@ -40,7 +40,6 @@ import yaml
 from clusterman.aws.session import AwsCredentialsError
 from clusterman.aws.session import read_access_key_file
 from clusterman.batch.stopping import stop_on_signals
-from clusterman.config.loader import default_env_config_path
 from clusterman.config.loader import load_main_config
 from clusterman.config.loader import load_pool_config
 from clusterman.config.loader import parse_scheduler
@@ -49,6 +48,8 @@ from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config_schema import ConfigError
 from clusterman.data import supervisor_config
+from clusterman.manager.arguments import add_program_arguments
+from clusterman.manager.arguments import configure_logging
 from clusterman.signals.artifacts import default_codename
 from clusterman.signals.client import parse_uids
 from clusterman.tree.environment import TreePlan
@@ -346,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
         "$CMAN_CLUSTER, $CMAN_POOL and $CMAN_SCHEDULER; docs/deployment.md describes it.",
     )
     env = os.environ
-    parser.add_argument("--env-config-path", default=default_env_config_path(), help="the main config file")
+    add_program_arguments(parser, pool_files=False)
     parser.add_argument("--supervisor-config", default=str(SUPERVISOR_CONFIG), help="supervisord's config file")
     parser.add_argument("--private-dir-parent", type=Path, default=None, help="where to make the private directory")
     parser.add_argument("--log-dir", type=Path, default=_env_path("CMAN_LOG_DIR"), help="program logs ($CMAN_LOG_DIR)")
@@ -383,7 +384,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--crash-starts", type=int, default=5, help="this many autoscaler starts within --crash-window: a crash loop"
     )
     parser.add_argument("--crash-window", type=float, default=300.0, help="seconds (see --crash-starts)")
-    parser.add_argument("--log-level", default="INFO")
     return parser
 
 
@@ -394,9 +394,7 @@ def _env_path(name: str) -> Path | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
+    configure_logging(args.log_level)
     try:
         settings = BootstrapSettings.from_args(args, os.environ)
     except SETUP_ERRORS as e:

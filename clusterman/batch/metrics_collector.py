@@ -30,7 +30,6 @@ from clusterman.batch.stopping import stop_on_signals
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
-from clusterman.config.loader import default_env_config_path
 from clusterman.config.loader import list_pools
 from clusterman.config.loader import load_main_config
 from clusterman.config.loader import load_pool_config
@@ -48,6 +47,8 @@ from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import Point
 from clusterman.datastore.store import RetentionPass
 from clusterman.datastore.store import Series
+from clusterman.manager.arguments import add_program_arguments
+from clusterman.manager.arguments import configure_logging
 from clusterman.manager.connectors import connector_for_pool
 from clusterman.manager.setup import PoolSetup
 from clusterman.manager.wiring import cloud_for
@@ -213,14 +214,16 @@ def run(args: argparse.Namespace) -> int:
         store.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m clusterman.batch.metrics_collector", description=__doc__)
-    parser.add_argument("--env-config-path", default=default_env_config_path(), help="the main config file")
-    parser.add_argument("--cluster-config-directory", default=None, help="the <cluster>/<pool>.<scheduler> directory")
-    parser.add_argument("--log-level", default="INFO")
+    add_program_arguments(parser)
     add_arguments(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
     try:
         return run(args)
     except (ConfigError, MetricsError, OSError, ValueError) as e:

@@ -9,12 +9,12 @@ POOL events, however many other events came after them.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import sys
 from collections.abc import Iterable
 
 from clusterman.config.loader import load_main_config
+from clusterman.core.timestamps import format_time
 from clusterman.errors import UserError
 from clusterman.events.client import EventAPIError
 from clusterman.events.client import EventClient
@@ -73,9 +73,8 @@ def default_url(env_config_path: str) -> str:
 
 def format_line(record: EventRecord) -> str:
     e = record.event
-    when = datetime.datetime.fromtimestamp(e.timestamp_ns / 1e9, tz=datetime.UTC)
     parts = [
-        when.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+        format_time(e.timestamp_ns / 1e9, digits=3),
         f"{record.id:>8}",
         f"{e.type.name:<8}",
         f"{e.change.name:<6}",

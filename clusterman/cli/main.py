@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import pkgutil
 import sys
 from collections.abc import Callable
@@ -25,6 +24,8 @@ from typing import Final
 
 import clusterman.cli
 from clusterman.errors import Reported
+from clusterman.manager.arguments import add_program_arguments
+from clusterman.manager.arguments import configure_logging
 
 
 @dataclass(frozen=True)
@@ -67,24 +68,6 @@ NOT_COMMANDS: Final = frozenset({"main", "plan_input"})  # modules of clusterman
 USER_ERRORS: Final[tuple[type[Exception], ...]] = (Reported, FileNotFoundError)
 
 
-class Arguments(argparse.Namespace):
-    """Parsed arguments; the main config's default path is looked up only if a command reads it."""
-
-    env_config_path_given: str | None = None
-
-    @property
-    def env_config_path(self) -> str:
-        if self.env_config_path_given:
-            return self.env_config_path_given
-        from clusterman.config.loader import default_env_config_path
-
-        return default_env_config_path()
-
-    @env_config_path.setter
-    def env_config_path(self, value: str) -> None:
-        self.env_config_path_given = value
-
-
 def unlisted_modules() -> list[str]:
     """Modules of clusterman.cli that ``COMMANDS`` does not name (imported eagerly, to be listed)."""
     listed = {c.module for c in COMMANDS} | NOT_COMMANDS
@@ -98,33 +81,13 @@ def _register(module_name: str, subparsers: argparse._SubParsersAction[argparse.
         add_parser(subparsers)
 
 
-def _log_level(text: str) -> str:
-    level = text.upper()
-    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-        raise argparse.ArgumentTypeError(f"expected DEBUG, INFO, WARNING or ERROR, got {text!r}")
-    return level
-
-
 def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
     """The parser with the commands of the modules in ``load`` complete (None: every module).
 
     The other commands are listed with their help line only, enough to choose one.
     """
     parser = argparse.ArgumentParser(prog="clusterman", description="An autoscaler for one pool of cloud machines.")
-    parser.add_argument(
-        "--env-config-path",
-        dest="env_config_path_given",
-        metavar="ENV_CONFIG_PATH",
-        default=None,
-        help="the main config file (default: $CMAN_ENV_CONFIG_PATH, /nail/srv/configs/clusterman.yaml, "
-        "or this checkout's config/clusterman.yaml)",
-    )
-    parser.add_argument(
-        "--cluster-config-directory",
-        default=None,
-        help="the directory of <cluster>/<pool>.<scheduler> files (default: from the main config)",
-    )
-    parser.add_argument("--log-level", default="WARNING", type=_log_level, help="DEBUG, INFO, WARNING or ERROR")
+    add_program_arguments(parser, log_level_default="WARNING")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     loaded = {c.module for c in COMMANDS} if load is None else set(load)
     registered: set[str] = set()
@@ -145,7 +108,7 @@ def chosen_module(argv: list[str] | None) -> str | None:
     Exits like argparse (usage on stderr, status 2) when no known command is given, and prints
     the list of commands for ``clusterman --help``.
     """
-    args, _ = build_parser(load=()).parse_known_args(argv, namespace=Arguments())
+    args, _ = build_parser(load=()).parse_known_args(argv)
     for command in COMMANDS:
         if args.command == command.name or args.command in command.aliases:
             return command.module
@@ -155,8 +118,8 @@ def chosen_module(argv: list[str] | None) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     module = chosen_module(argv)
     parser = build_parser(load=() if module is None else (module,))
-    args = parser.parse_args(argv, namespace=Arguments())
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

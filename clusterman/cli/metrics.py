@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
 import json
 import sys
@@ -19,6 +18,8 @@ from clusterman.config.loader import parse_scheduler
 from clusterman.core.config import MetricsBackend
 from clusterman.core.config import MetricType
 from clusterman.core.config import PoolIdentity
+from clusterman.core.timestamps import format_time
+from clusterman.core.timestamps import parse_time
 from clusterman.datastore.datafile import count_points
 from clusterman.datastore.datafile import points_of
 from clusterman.datastore.datafile import read_metrics_file
@@ -29,6 +30,7 @@ from clusterman.datastore.store import Point
 from clusterman.datastore.store import Value
 from clusterman.datastore.store import split_key
 from clusterman.errors import reading_input
+from clusterman.manager.arguments import time_argument
 
 WRITE_CHUNK = 10_000
 TYPES = [t.value for t in MetricType]
@@ -43,7 +45,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     read.add_argument("--type", required=True, choices=TYPES, help="the metric type")
     read.add_argument("--key", required=True, help="the store key, e.g. 'cpus_allocated|cluster=c,pool=p.mesos'")
     read.add_argument("--minutes", type=int, default=60, help="the window's length (default 60)")
-    read.add_argument("--end", type=int, default=None, help="the window's end, Unix seconds (default: now)")
+    read.add_argument(
+        "--end", type=time_argument, default=None, help="the window's end, Unix seconds or ISO 8601 (default: now)"
+    )
     read.add_argument("--json", action="store_true", help="print JSON instead of lines")
     read.set_defaults(func=run_read)
 
@@ -59,7 +63,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     write.add_argument("--type", required=True, choices=TYPES)
     write.add_argument("--key", required=True)
     write.add_argument("--value", required=True, help="a number, or a JSON mapping such as '{\"<m5.large, a>\": 3}'")
-    write.add_argument("--timestamp", type=int, default=None, help="Unix seconds (default: now)")
+    write.add_argument("--timestamp", default=None, help="Unix seconds or ISO 8601 (default: now)")
     write.set_defaults(func=run_write)
 
     load = actions.add_parser("load", help="write a metrics file (from generate-data or Clusterman) into the store")
@@ -89,12 +93,8 @@ def store_from_args(args: argparse.Namespace) -> MetricsStore:
     return open_store(main, load_pool_config(main, identity, args.cluster_config_directory), identity)
 
 
-def iso(timestamp: int) -> str:
-    return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).isoformat().replace("+00:00", "Z")
-
-
 def run_read(args: argparse.Namespace) -> int:
-    end = args.end if args.end is not None else int(time.time())
+    end = int(args.end) if args.end is not None else int(time.time())
     start = end - args.minutes * 60
     store = store_from_args(args)
     try:
@@ -106,10 +106,10 @@ def run_read(args: argparse.Namespace) -> int:
         print(json.dumps(body))
         return 0
     if not series:
-        print(f"no points for {args.key} between {iso(start)} and {iso(end)}", file=sys.stderr)
+        print(f"no points for {args.key} between {format_time(start)} and {format_time(end)}", file=sys.stderr)
     for ts, value in series:
         text = json.dumps(value, sort_keys=True) if isinstance(value, dict) else f"{value:g}"
-        print(f"{iso(ts)}  {ts}  {text}")
+        print(f"{format_time(ts)}  {ts}  {text}")
     return 0
 
 
@@ -152,12 +152,10 @@ def check_key(metric_type: MetricType, key: str) -> None:
 
 
 def run_write(args: argparse.Namespace) -> int:
-    timestamp = args.timestamp if args.timestamp is not None else int(time.time())
     with reading_input():
+        timestamp = int(time.time()) if args.timestamp is None else int(parse_time(args.timestamp, "--timestamp"))
         metric_type = MetricType(args.type)
         check_key(metric_type, args.key)
-        if args.timestamp is not None and args.timestamp < 0:
-            raise ValueError(f"--timestamp {args.timestamp}: must be Unix seconds, at least 0")
         point = Point(metric_type, args.key, timestamp, parse_value(args.value))
     store = store_from_args(args)
     try:

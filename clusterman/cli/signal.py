@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterman.errors import UserError
+from clusterman.manager.arguments import time_argument
 from clusterman.signals import metrics_file
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient
@@ -32,7 +33,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--metrics", required=True, type=Path, help='{"metrics": {...}, "timestamp": T} or the bare mapping'
     )
     evaluate.add_argument("--param", action="append", default=[], metavar="K=V", help="a signal parameter (repeatable)")
-    evaluate.add_argument("--timestamp", type=float, default=None, help="the evaluation time (default: from the file)")
+    evaluate.add_argument(
+        "--timestamp",
+        type=time_argument,
+        default=None,
+        help="the evaluation time, Unix seconds or ISO 8601 (default: from the file)",
+    )
     evaluate.add_argument("--cluster", default="local-dev")
     evaluate.add_argument("--pool", default="default")
     evaluate.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the answer")

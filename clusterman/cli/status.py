@@ -12,6 +12,7 @@ import argparse
 import json
 import time
 
+from clusterman.core.timestamps import format_time
 from clusterman.events.client import EventClient
 from clusterman.events.client import api_url
 from clusterman.manager.arguments import add_pool_arguments
@@ -21,7 +22,6 @@ from clusterman.manager.status import PoolStatus
 from clusterman.manager.status import Unavailable
 from clusterman.manager.status import describe_kept
 from clusterman.manager.status import gather
-from clusterman.manager.status import iso
 from clusterman.manager.status import percent_line
 from clusterman.manager.wiring import cloud_for
 from clusterman.manager.wiring import demand_for
@@ -93,5 +93,5 @@ def text_lines(s: PoolStatus) -> list[str]:
         lines.append("last decisions: none recorded for this pool by the autoscaler answering at that address")
     else:
         lines.append("last decisions:")
-        lines += [f"  {iso(d.at)} {d.reason} {d.delta:+g}: {d.message}" for d in s.decisions]
+        lines += [f"  {format_time(d.at)} {d.reason} {d.delta:+g}: {d.message}" for d in s.decisions]
     return lines

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -42,6 +41,7 @@ from clusterman.core.model import Node
 from clusterman.core.model import NodeState
 from clusterman.core.model import Task
 from clusterman.core.resources import Resources
+from clusterman.core.timestamps import parse_time
 
 if TYPE_CHECKING:  # the kubernetes package is an extra: imported where a Kubernetes pool needs it
     import kubernetes.client
@@ -255,7 +255,7 @@ def task_from(pod: Mapping[str, Any], request: Resources, pool: KubernetesPool, 
 
 def unix_time(text: Any, where: str) -> float:
     try:
-        return datetime.fromisoformat(str(text)).timestamp()
+        return parse_time(text if isinstance(text, datetime) else str(text))
     except ValueError:
         raise ConnectorError(f"{where}: {text!r} is not an RFC 3339 time") from None
 
@@ -266,8 +266,8 @@ def taint_time(taint: Mapping[str, Any], node: str, now: float) -> float:
     With neither, the taint counts from ``now``: a grace period never ends early on a guess.
     """
     try:
-        value = float(taint.get("value", ""))
-        if math.isfinite(value) and value > 0:
+        value = parse_time(taint.get("value", ""))
+        if value > 0:
             return value
     except ValueError:
         pass

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 from collections.abc import Iterator
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterman.core.config import MetricType
+from clusterman.core.timestamps import parse_time
 from clusterman.datastore.store import Point
 from clusterman.datastore.store import Series
 from clusterman.datastore.store import check_value
@@ -91,18 +91,16 @@ def _parse_series(series: Any, where: str, ordered: bool) -> Series:
         if not isinstance(point, list) or len(point) != 2:
             raise ValueError(f"{where}[{i}]: expected [timestamp, value], got {point!r}")
         stamp, value = point
-        if isinstance(stamp, Mapping) and "timestamp" in stamp:  # an arrow.Arrow, pickled
-            stamp = stamp["timestamp"]
-        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not math.isfinite(stamp) or stamp < 0:
+        try:
+            second = int(parse_time(stamp))  # Unix seconds, an arrow.Arrow pickled, or ISO 8601
+        except ValueError as e:
+            raise ValueError(f"{where}[{i}]: timestamp {e}") from None
+        if ordered and points and second <= points[-1][0]:
             raise ValueError(
-                f"{where}[{i}]: timestamp must be Unix seconds (a finite number, at least 0), got {stamp!r}"
-            )
-        if ordered and points and int(stamp) <= points[-1][0]:
-            raise ValueError(
-                f"{where}[{i}]: timestamp {int(stamp)} is not after the previous point's ({points[-1][0]}): "
+                f"{where}[{i}]: timestamp {second} is not after the previous point's ({points[-1][0]}): "
                 "points must be oldest first, one per timestamp"
             )
-        points.append((int(stamp), check_value(f"{where}[{i}]", value)))
+        points.append((second, check_value(f"{where}[{i}]", value)))
     points.sort(key=lambda p: p[0])
     return points
 

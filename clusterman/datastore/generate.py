@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import datetime
 import math
 import os
 import random
@@ -41,6 +40,7 @@ from typing import Any
 import yaml
 
 from clusterman.core import durations
+from clusterman.core import timestamps
 from clusterman.core.config import MetricType
 from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import ConfigError
@@ -68,21 +68,8 @@ def parse_duration(value: Any) -> int:
 
 
 def parse_time(value: Any) -> int:
-    """Unix seconds, a YAML timestamp, or an ISO 8601 string (UTC unless it says otherwise)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value)
-    if isinstance(value, str):
-        try:
-            value = datetime.datetime.fromisoformat(value.strip())
-        except ValueError:
-            raise ValueError(f"expected Unix seconds or an ISO 8601 time, got {value!r}") from None
-    if isinstance(value, datetime.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=datetime.UTC)
-        return int(value.timestamp())
-    if isinstance(value, datetime.date):
-        return int(datetime.datetime(value.year, value.month, value.day, tzinfo=datetime.UTC).timestamp())
-    raise ValueError(f"expected Unix seconds or an ISO 8601 time, got {value!r}")
+    """Whole Unix seconds, read as every time is read (``clusterman.core.timestamps``)."""
+    return int(timestamps.parse_time(value))
 
 
 # -- shapes: each adds its contribution at the given offsets (seconds since the design's start) -----

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import abc
 import bisect
-import datetime
 import functools
 import logging
 import math
@@ -27,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clusterman.core.config import MetricType
+from clusterman.core.timestamps import format_time
 from clusterman.errors import UserError
 
 Value = float | dict[str, float]
@@ -77,20 +77,13 @@ def check_not_future(key: str, timestamp: int, now: float) -> None:
     if timestamp >= MILLISECONDS_FROM:
         raise MetricsError(
             f"{key}: timestamp {timestamp} is in milliseconds? Timestamps are Unix seconds "
-            f"({timestamp // 1000} would be {iso_time(timestamp // 1000)}); nothing was written"
+            f"({timestamp // 1000} would be {format_time(timestamp // 1000)}); nothing was written"
         )
     ahead = timestamp - now
     raise MetricsError(
-        f"{key}: timestamp {timestamp} ({iso_time(timestamp)}) is {ahead:.0f} s ahead of this host's clock "
+        f"{key}: timestamp {timestamp} ({format_time(timestamp)}) is {ahead:.0f} s ahead of this host's clock "
         f"(at most {MAX_FUTURE_SECONDS} s allowed); nothing was written"
     )
-
-
-def iso_time(timestamp: float) -> str:
-    try:
-        return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    except (OverflowError, ValueError, OSError):
-        return "out of range"
 
 
 def check_value(key: str, value: object) -> Value:

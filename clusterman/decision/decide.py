@@ -15,12 +15,11 @@ The autoscaler loop and the simulator call ``decide`` and apply the Decision; no
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC
-from datetime import datetime
 from fractions import Fraction
 
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.resources import ResourceRequest
+from clusterman.core.timestamps import format_time
 from clusterman.decision.decision import Decision
 from clusterman.decision.decision import Reason
 from clusterman.decision.decision import action_of
@@ -128,14 +127,10 @@ def _hold_reason(view: PoolView, lock: ScaleLock, live_ready: Fraction, now: flo
         return "no resource group to scale (none, or all stale): hold"
     if lock.held(now, live_ready):
         return (
-            f"scale lock held until {_utc(lock.until)} (scale_up_cool_down_period): "
+            f"scale lock held until {format_time(lock.until)} (scale_up_cool_down_period): "
             f"{show(live_ready)} of {lock.requested:g} requested units ready: hold"
         )
     return ""
-
-
-def _utc(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def _joined_ids(view: PoolView) -> frozenset[str]:

@@ -39,6 +39,8 @@ import boto3
 import yaml
 
 from clusterman.batch.stopping import stop_on_signals
+from clusterman.core.timestamps import PRINTED_MILLISECONDS
+from clusterman.core.timestamps import PRINTED_SECONDS
 from clusterman.local.moto_server import FAKE_CREDENTIALS
 from clusterman.local.moto_server import MotoServer
 from clusterman.local.moto_server import free_port
@@ -125,9 +127,13 @@ def _credentials() -> dict[str, Any]:
     }
 
 
+_RUN_LINE = re.compile(rf"{PRINTED_SECONDS} ")
+
+
 def is_decision_line(line: str) -> bool:
-    """The autoscaler prints one line per run ("HH:MM:SS ..."); its log lines start with a date."""
-    return len(line) > 9 and line[2] == ":" and line[5] == ":" and line[8] == " "
+    """The autoscaler prints one line per run, stamped to the second ("2026-11-23T08:41:07Z ...");
+    its log records are stamped to the millisecond ("2026-11-23T08:41:07.123Z ...")."""
+    return _RUN_LINE.match(line) is not None
 
 
 def follow(path: Path, stop: threading.Event, show: Any) -> None:
@@ -183,7 +189,7 @@ def operator_commands(env_file: Path) -> list[str]:
     ]
 
 
-LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (?P<logger>\S+) (?P<level>[A-Z]+) (?P<message>.*)$")
+LOG_LINE = re.compile(rf"^{PRINTED_MILLISECONDS} (?P<logger>\S+) (?P<level>[A-Z]+) (?P<message>.*)$")
 
 
 def bootstrap_error(log_path: Path) -> str:

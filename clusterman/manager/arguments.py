@@ -1,19 +1,93 @@
-"""Arguments and lookups shared by the programs that act on one pool: the CLI's subcommands and the
-autoscaler batch (here, below both, so that neither program imports the other)."""
+"""Arguments shared by clusterman's programs (the CLI, the autoscaler, its bootstrap, the metrics
+collector), their one logging setup, and the lookups of the programs that act on one pool. Here,
+below all of them, so that no program imports another.
+
+Light on purpose: ``clusterman --help`` imports this module, so the config loader and the pool's
+setup are imported only by the functions that read them.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import sys
+from typing import TYPE_CHECKING
 
-from clusterman.config.loader import list_pools
-from clusterman.config.loader import load_main_config
-from clusterman.config.loader import load_pool_config
-from clusterman.config.loader import parse_scheduler
-from clusterman.core.config import MainConfig
-from clusterman.core.config import PoolIdentity
-from clusterman.core.config_schema import ConfigError
-from clusterman.manager.setup import PoolSetup
+from clusterman.core.timestamps import format_time
+from clusterman.core.timestamps import parse_time
+
+if TYPE_CHECKING:
+    from clusterman.core.config import MainConfig
+    from clusterman.manager.setup import PoolSetup
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+
+def log_level(text: str) -> str:
+    """``--log-level``: a level name in any case, upper-cased for ``logging``."""
+    level = text.upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"expected DEBUG, INFO, WARNING or ERROR, got {text!r}")
+    return level
+
+
+def env_config_path(text: str) -> str:
+    """``--env-config-path``: the path given, or (none or empty) the default, looked up only now."""
+    if text:
+        return text
+    from clusterman.config.loader import default_env_config_path
+
+    return default_env_config_path()
+
+
+def time_argument(text: str) -> float:
+    """An option that names a moment: Unix seconds or ISO 8601, read as every time is read."""
+    try:
+        return parse_time(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_program_arguments(
+    parser: argparse.ArgumentParser, *, log_level_default: str = "INFO", pool_files: bool = True
+) -> None:
+    """``--env-config-path`` and ``--log-level`` (and, with ``pool_files``, ``--cluster-config-directory``),
+    declared once for every program; only the default log level differs (the CLI is quieter)."""
+    parser.add_argument(
+        "--env-config-path",
+        type=env_config_path,
+        default="",  # argparse runs a string default through ``type``: the lookup happens at parse time
+        help="the main config file (default: $CMAN_ENV_CONFIG_PATH, /nail/srv/configs/clusterman.yaml, "
+        "or the config/clusterman.yaml clusterman ships)",
+    )
+    if pool_files:
+        parser.add_argument(
+            "--cluster-config-directory",
+            default=None,
+            help="the directory of <cluster>/<pool>.<scheduler> files (default: from the main config)",
+        )
+    parser.add_argument(
+        "--log-level",
+        type=log_level,
+        default=log_level_default,
+        help=f"DEBUG, INFO, WARNING or ERROR (default: {log_level_default})",
+    )
+
+
+class UtcFormatter(logging.Formatter):
+    """Log records stamped as every time is printed (ISO 8601 UTC, milliseconds), not in local time."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return format_time(record.created, digits=3)
+
+
+def configure_logging(level: str) -> None:
+    """The one logging setup of every program: records on stderr, stamped in UTC."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(UtcFormatter(LOG_FORMAT))
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +101,8 @@ def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_main(args: argparse.Namespace) -> MainConfig:
+    from clusterman.config.loader import load_main_config
+
     return load_main_config(args.env_config_path)
 
 
@@ -36,6 +112,13 @@ def cluster_config_directory(args: argparse.Namespace, main: MainConfig) -> str:
 
 def resolve_pool(args: argparse.Namespace) -> PoolSetup:
     """The main config, which pool the arguments name, and its validated config."""
+    from clusterman.config.loader import list_pools
+    from clusterman.config.loader import load_pool_config
+    from clusterman.config.loader import parse_scheduler
+    from clusterman.core.config import PoolIdentity
+    from clusterman.core.config_schema import ConfigError
+    from clusterman.manager.setup import PoolSetup
+
     if not args.cluster or not args.pool:
         raise ConfigError("arguments", "", "--cluster and --pool are required (or $CMAN_CLUSTER and $CMAN_POOL)")
     main = load_main(args)

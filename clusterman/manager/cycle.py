@@ -41,6 +41,7 @@ from clusterman.core.model import NodeSets
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.resources import Resources
+from clusterman.core.timestamps import format_time
 from clusterman.datastore.store import MetricsError
 from clusterman.decision.decide import decide
 from clusterman.decision.decision import Decision
@@ -103,7 +104,7 @@ class RunReport:
 
     def line(self) -> str:
         """One line per run, for people watching the log or `make run`."""
-        stamp = time.strftime("%H:%M:%S", time.gmtime(self.now))
+        stamp = format_time(self.now)
         if self.decision is None:
             return f"{stamp} {self.outcome.value}: {self.message}"
         d = self.decision

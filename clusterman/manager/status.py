@@ -13,8 +13,6 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import asdict
 from dataclasses import dataclass
-from datetime import UTC
-from datetime import datetime
 from typing import Any
 from typing import TypeVar
 
@@ -27,6 +25,7 @@ from clusterman.core.model import NO_TIME
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.model import ResourceGroup
+from clusterman.core.timestamps import format_time
 from clusterman.decision.demand import total_request
 from clusterman.decision.pool_view import view_of
 from clusterman.decision.state import AutoscalerState
@@ -89,7 +88,13 @@ class DecisionLine:
         return DecisionLine(record.id, e.timestamp_ns / 1e9, reason, sign * amount, e.message)
 
     def as_json(self) -> dict[str, Any]:
-        return {"id": self.id, "at": iso(self.at), "reason": self.reason, "delta": self.delta, "message": self.message}
+        return {
+            "id": self.id,
+            "at": format_time(self.at),
+            "reason": self.reason,
+            "delta": self.delta,
+            "message": self.message,
+        }
 
 
 @dataclass(frozen=True)
@@ -122,7 +127,7 @@ class PoolStatus:
 
         return {
             "pool": self.pool,
-            "taken_at": iso(self.taken_at),
+            "taken_at": format_time(self.taken_at),
             "pause": part(self.pause, pause_json),
             "groups": [group_json(g) for g in self.groups],
             "group_errors": list(self.group_errors),
@@ -134,12 +139,8 @@ class PoolStatus:
         }
 
 
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def pause_json(status: PauseStatus) -> dict[str, Any]:
-    until = None if not status.paused or not status.until else iso(status.until)
+    until = None if not status.paused or not status.until else format_time(status.until)
     return {"paused": status.paused, "until": until, "reason": status.reason, "text": status.describe()}
 
 
@@ -290,11 +291,11 @@ def describe_kept(state: AutoscalerState, now: float) -> str:
     lock, breaker = state.scale_lock, state.breaker
     parts = []
     if lock.until != NO_TIME and now < lock.until:
-        parts.append(f"scale lock held until {iso(lock.until)} (waiting for {lock.requested:g} units)")
+        parts.append(f"scale lock held until {format_time(lock.until)} (waiting for {lock.requested:g} units)")
     else:
         parts.append("scale lock free")
     if breaker.is_open:
-        parts.append(f"breaker open since {iso(breaker.opened_at)} after {breaker.failures} failed scale-ups")
+        parts.append(f"breaker open since {format_time(breaker.opened_at)} after {breaker.failures} failed scale-ups")
     else:
         parts.append("breaker closed")
     if state.memory.terminating:

@@ -175,6 +175,6 @@ def _time(flag: str, given: str | None, default: int | None) -> int:
             raise SimulationInputError(f"{flag}: required when the metrics files hold no demand for the pool")
         return default
     try:
-        return parse_time(int(given) if given.isdigit() else given)
+        return parse_time(given)
     except ValueError as e:
         raise SimulationInputError(f"{flag}: {e}") from e

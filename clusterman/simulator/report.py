@@ -6,12 +6,12 @@ on the wall clock or the machine, so two runs of the same inputs write the same 
 
 from __future__ import annotations
 
-import datetime
 import json
 import math
 from collections.abc import Sequence
 from typing import Any
 
+from clusterman.core.timestamps import format_time
 from clusterman.simulator.simulation import SimulationResult
 
 FORMAT = "clusterman-simulation/1"
@@ -28,8 +28,8 @@ def summary(result: SimulationResult, pool_config: str, metrics_files: Sequence[
             "pool": str(sc.setup.identity),
             "pool_config": pool_config,
             "metrics_files": list(metrics_files),
-            "start": _iso(sc.steps.start),
-            "end": _iso(sc.steps.end),
+            "start": format_time(sc.steps.start),
+            "end": format_time(sc.steps.end),
             "minutes": len(result.timeline) * sc.steps.step_seconds // 60,
             "period_minutes": _n(sc.setup.period_seconds / 60),
             "seed": sim.seed,
@@ -105,10 +105,6 @@ def text(document: dict[str, Any]) -> str:
         f"{s['nodes_terminated']} nodes terminated",
     ]
     return "\n".join(lines) + "\n"
-
-
-def _iso(seconds: int) -> str:
-    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _n(value: float, places: int = 6) -> float | None:

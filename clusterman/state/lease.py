@@ -18,10 +18,9 @@ import math
 import os
 import socket
 from dataclasses import dataclass
-from datetime import UTC
-from datetime import datetime
 
 from clusterman.core.config import PoolIdentity
+from clusterman.core.timestamps import format_time
 from clusterman.state.pause import entity
 from clusterman.state.store import StateItem
 from clusterman.state.store import StateStore
@@ -50,7 +49,7 @@ class Holder:
         """``host:pid:start`` as people read it: ``pid 123 on host (started 12:00:01Z)``."""
         parts = holder_id.rsplit(":", 2)
         try:
-            return f"pid {int(parts[1])} on {parts[0]} (started {utc(float(parts[2]))})"
+            return f"pid {int(parts[1])} on {parts[0]} (started {format_time(float(parts[2]))})"
         except (ValueError, IndexError):
             return holder_id or "nobody"
 
@@ -67,8 +66,8 @@ class LeaseStatus:
         if self.error:
             return f"cannot be read: {self.error}"
         if self.held:
-            return f"is ours until {utc(self.expires_at)}"
-        return f"is held by {Holder.describe_id(self.holder)} until {utc(self.expires_at)}"
+            return f"is ours until {format_time(self.expires_at)}"
+        return f"is held by {Holder.describe_id(self.holder)} until {format_time(self.expires_at)}"
 
 
 class PoolLease:
@@ -109,8 +108,3 @@ class PoolLease:
         """Give the lease up at a clean stop, so a successor need not wait for the TTL."""
         self.store.release(AUTOSCALER_LEASE, self.entity, self.holder.id)
         self.last = None
-
-
-def utc(ts: float) -> str:
-    """Unix seconds as a UTC time people read: ``2026-11-23 08:41:07Z``."""
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")

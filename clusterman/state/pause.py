@@ -7,11 +7,11 @@ Stored as Clusterman stores it: state ``autoscaler_paused``, entity
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC
-from datetime import datetime
 
 from clusterman.core.config import PoolIdentity
 from clusterman.core.durations import parse_duration
+from clusterman.core.timestamps import format_time
+from clusterman.core.timestamps import parse_time
 from clusterman.state.store import NO_EXPIRY
 from clusterman.state.store import StateItem
 from clusterman.state.store import StateStore
@@ -29,7 +29,7 @@ class PauseStatus:
     def describe(self) -> str:
         if not self.paused:
             return "enabled"
-        until = "until enabled" if self.until == NO_EXPIRY else f"until {_iso(self.until)}"
+        until = "until enabled" if self.until == NO_EXPIRY else f"until {format_time(self.until)}"
         return f"paused {until}" + (f" ({self.reason})" if self.reason else "")
 
 
@@ -54,12 +54,9 @@ def parse_until(text: str, now: float) -> int:
             raise ValueError(f"--until {text!r}: the duration must be positive")
         return int(now + seconds)
     try:
-        moment = datetime.fromisoformat(text.upper() if "t" in text else text)
+        until = int(parse_time(text))
     except ValueError:
         raise ValueError(f"--until {text!r}: expected a duration such as 30m, 2h, 1d 12h, or an ISO time") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    until = int(moment.timestamp())
     if until <= now:
         raise ValueError(f"--until {text!r} is in the past")
     return until
@@ -78,7 +75,3 @@ def pause_status(store: StateStore, identity: PoolIdentity, now: float) -> Pause
     if item is None or not item.live_at(now):
         return NOT_PAUSED
     return PauseStatus(True, item.expiration_timestamp, item.timestamp, str(item.payload.get("reason", "")))
-
-
-def _iso(ts: int) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
