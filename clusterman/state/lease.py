@@ -73,6 +73,7 @@ class LeaseStatus:
     error: str = ""  # the store could not be reached: not held
     purpose: str = ""  # what the holder holds it for ("" = an autoscaler), e.g. "clusterman manage by alice"
     requested: bool = False  # not held yet: handed over on request to ``holder``, at most until ``expires_at``
+    since: float = 0.0  # Unix seconds: when the holder took it (0: unknown, written by an older version)
 
     def describe(self) -> str:
         """What follows "the pool's lease": ``is held by pid 42 on host-b (started …) until …``."""
@@ -97,6 +98,7 @@ class LeaseStatus:
             str(payload.get("holder", "")),
             float(expires) if isinstance(expires, int | float) else 0.0,
             purpose=str(payload.get("purpose", "")),
+            since=float(since) if isinstance(since := payload.get("since"), int | float) else 0.0,
         )
 
 
@@ -141,13 +143,14 @@ class PoolLease:
                 self.last = LeaseStatus(False, request.requester, request.until, "", request.purpose, requested=True)
                 return self.last
         until = now + self.ttl_seconds
-        payload: dict[str, object] = {"holder": self.holder.id, "expires_at": until}
+        since = self.last.since if self.last is not None and self.last.held and self.last.since else now
+        payload: dict[str, object] = {"holder": self.holder.id, "expires_at": until, "since": since}
         if self.purpose:
             payload["purpose"] = self.purpose
         item = StateItem(AUTOSCALER_LEASE, self.entity, int(now), math.ceil(until), payload)
         blocking = self.store.claim(item, self.holder.id, now)
         if blocking is None:
-            self.last = LeaseStatus(True, self.holder.id, until, purpose=self.purpose)
+            self.last = LeaseStatus(True, self.holder.id, until, purpose=self.purpose, since=since)
         else:
             self.last = LeaseStatus.of(blocking)
         return self.last

@@ -27,9 +27,7 @@ PERIOD, TTL = 3.0, 2.0
 def manage(config: str, cluster: str, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "clusterman", "--env-config-path", config, "manage",
                "--cluster", cluster, "--pool", POOL, "--scheduler", "simulated", "--yes", *args]  # fmt: skip
-    return subprocess.run(
-        command, capture_output=True, text=True, timeout=120, env={**os.environ, **FAKE_CREDENTIALS}
-    )
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ, **FAKE_CREDENTIALS})
 
 
 def test_manage_takes_the_lease_from_a_running_autoscaler_and_pauses_it(tmp_path, moto_server):
@@ -61,7 +59,7 @@ def test_manage_takes_the_lease_from_a_running_autoscaler_and_pauses_it(tmp_path
         # the autoscaler takes the lease back and keeps the operator's target while paused
         after = time.monotonic()
         for _ in range(2):
-            at, line = autoscaler.wait_for(lambda line: "paused" in line, timeout=60, after=after)
+            at, _ = autoscaler.wait_for(lambda line: "paused" in line, timeout=60, after=after)
             after = at + 1e-6
         assert not any(acted(line) for t, line in autoscaler.out if t > asked), autoscaler.lines()
         assert world.desired(asg) == 3
