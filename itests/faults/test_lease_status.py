@@ -23,9 +23,7 @@ from itests.faults.autoscaler_procs import write_config
 def status(config: str, cluster: str, *args: str) -> str:
     command = [sys.executable, "-m", "clusterman", "--env-config-path", config, "status",
                "--cluster", cluster, "--pool", POOL, "--scheduler", "simulated", "--no-events", *args]  # fmt: skip
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=120, env={**os.environ, **FAKE_CREDENTIALS}
-    )
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ, **FAKE_CREDENTIALS})
     assert done.returncode == 0, done
     return done.stdout
 
