@@ -201,7 +201,7 @@ def take_on_request(
     """
     start = clock()
     deadline = start + wait_seconds
-    until = deadline + lease.ttl_seconds  # a requester killed meanwhile blocks nobody for longer
+    until = deadline + 1.0  # lapses soon after the wait: a requester killed meanwhile blocks nobody for long
     payload: dict[str, object] = {"holder": lease.holder.id, "purpose": lease.purpose, "until": until}
     lease.store.put(StateItem(LEASE_REQUEST, lease.entity, int(start), math.ceil(until), payload))
     try:
