@@ -203,7 +203,10 @@ def take_on_request(
     deadline = start + wait_seconds
     until = deadline + 1.0  # lapses soon after the wait: a requester killed meanwhile blocks nobody for long
     payload: dict[str, object] = {"holder": lease.holder.id, "purpose": lease.purpose, "until": until}
-    lease.store.put(StateItem(LEASE_REQUEST, lease.entity, int(start), math.ceil(until), payload))
+    payload["expires_at"] = until  # written as a claim so that only its owner withdraws it (DynamoDB too)
+    lease.store.claim(
+        StateItem(LEASE_REQUEST, lease.entity, int(start), math.ceil(until), payload), lease.holder.id, start
+    )
     try:
         while True:
             status = lease.claim(clock())
