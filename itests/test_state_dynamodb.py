@@ -71,6 +71,31 @@ def test_the_pool_lease_is_a_conditional_write(moto_server):
     assert a.claim(1052).held
 
 
+def test_a_lease_request_is_granted_and_withdrawn_in_dynamodb(moto_server):
+    """manage's request (a conditional write, so only its owner withdraws it) and the hand-over."""
+    from clusterman.state.lease import LEASE_REQUEST
+    from clusterman.state.lease import Holder
+    from clusterman.state.lease import PoolLease
+    from clusterman.state.lease import take_on_request
+
+    client = boto3.client("dynamodb", endpoint_url=moto_server.url, region_name="us-west-2")
+    make_table(client, "state_request_test")
+    store = DynamoStateStore(client, "state_request_test")
+    a = PoolLease(store, POOL, Holder("host-a", 1, 1000.0), ttl_seconds=30)
+    m = PoolLease(store, POOL, Holder("ops", 2, 1000.0), ttl_seconds=60, purpose="clusterman manage by ann@ops")
+    assert a.claim(1000).held
+    times = iter([1001.0, 1001.0, 1001.0, 1002.0, 1002.0, 1002.0])
+
+    def autoscaler_between_runs(_seconds):
+        assert a.claim(1002, hand_over=True).requested
+
+    assert take_on_request(m, 5.0, clock=lambda: next(times), sleep=autoscaler_between_runs).held
+    assert store.get(LEASE_REQUEST, "norcal.batch.mesos") is None  # withdrawn
+    assert "held by clusterman manage by ann@ops" in a.claim(1003, hand_over=True).describe()
+    m.release()
+    assert a.claim(1004, hand_over=True).held
+
+
 def test_an_unreachable_table_is_no_lease(moto_server):
     from clusterman.state.lease import Holder
     from clusterman.state.lease import PoolLease

@@ -26,8 +26,11 @@ from clusterman.signals.evaluator import SignalEvaluator
 from clusterman.signals.specs import DEFAULT_APP
 from clusterman.signals.specs import SignalSpec
 from clusterman.state.lease import AUTOSCALER_LEASE
+from clusterman.state.lease import LEASE_REQUEST
 from clusterman.state.lease import Holder
 from clusterman.state.lease import PoolLease
+from clusterman.state.lease import read_lease
+from clusterman.state.lease import take_on_request
 from clusterman.state.pause import PauseStatus
 from clusterman.state.store import SqliteStateStore
 from clusterman.state.store import StateError
@@ -69,6 +72,39 @@ def test_release_frees_only_ones_own_lease(tmp_path):
     a.release()
     assert b.claim(T0 + 2).held
     assert a.store.get(AUTOSCALER_LEASE, "c.p.simulated").payload["holder"] == B.id
+
+
+def test_a_request_is_granted_between_runs_only_and_withdrawn_after(tmp_path):
+    a = lease(tmp_path, A)
+    m = PoolLease(a.store, POOL_ID, B, 60.0, purpose="clusterman manage by ann@h")
+    assert a.claim(T0).held
+    clock = iter([T0 + 1, T0 + 1, T0 + 1, T0 + 2, T0 + 2, T0 + 3, T0 + 3, T0 + 3])
+
+    def autoscaler_between_runs(_seconds):
+        # during a run the lease is only renewed; between runs it is handed over
+        assert a.claim(T0 + 2, hand_over=False).held
+        status = a.claim(T0 + 2, hand_over=True)
+        assert status.requested and not status.held
+        assert "handed over to clusterman manage by ann@h, pid 200 on host-b" in status.describe()
+
+    got = take_on_request(m, 5.0, clock=lambda: next(clock), sleep=autoscaler_between_runs)
+    assert got.held and got.purpose == "clusterman manage by ann@h"
+    assert a.store.get(LEASE_REQUEST, "c.p.simulated") is None  # withdrawn once held
+    standby = a.claim(T0 + 4, hand_over=True)
+    assert not standby.held and "held by clusterman manage by ann@h, pid 200" in standby.describe()
+    assert read_lease(a.store, POOL_ID, T0 + 4) == standby
+    m.release()
+    assert a.claim(T0 + 5, hand_over=True).held
+
+
+def test_a_request_not_granted_in_time_names_the_holder_and_is_withdrawn(tmp_path):
+    a = lease(tmp_path, A)
+    m = PoolLease(a.store, POOL_ID, B, 60.0, purpose="clusterman manage by ann@h")
+    assert a.claim(T0).held
+    got = take_on_request(m, 0.0, clock=lambda: T0 + 1, sleep=lambda s: None)
+    assert not got.held and got.holder == A.id and "held by pid 100 on host-a" in got.describe()
+    assert a.store.get(LEASE_REQUEST, "c.p.simulated") is None
+    assert a.claim(T0 + 2, hand_over=True).held
 
 
 def test_an_unreachable_store_is_a_state_error(tmp_path):

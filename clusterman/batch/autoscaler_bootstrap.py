@@ -11,8 +11,11 @@
 5. Start supervisord with ``supervisord/supervisord.conf``, its control socket in a private
    directory, dying with us; start the signals, wait until each accepts a connection, start the
    autoscaler (``clusterman.tree.process_tree``).
-6. Watch: supervisord, the autoscaler's starts (a crash loop ends the tree) and heartbeat (a
-   stalled autoscaler is restarted), and the main config, the pool config and the AWS key file.
+6. Watch: supervisord, the autoscaler's starts and heartbeat (a stalled autoscaler is restarted),
+   and the main config, the pool config and the AWS key file. A crash loop after a change rolls
+   back to the last configuration the autoscaler finished a run under (one ERROR line, a
+   ``config_rejected`` outcome), and the rejected files are tried again once edited; a crash loop
+   with no earlier good configuration (or under it) stops the tree, exit 1.
    A change is validated and fetched beside the running tree, which is only stopped once that
    succeeded (if the new tree's signals then fail, the previous tree comes back). Each outcome
    goes to ``$CMAN_TREE_STATUS_FILE`` for the autoscaler's events. SIGTERM or SIGINT stops the
@@ -47,6 +50,7 @@ from clusterman.config.loader import pool_config_path
 from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config_schema import ConfigError
+from clusterman.core.timestamps import format_time
 from clusterman.data import supervisor_config
 from clusterman.manager.arguments import add_program_arguments
 from clusterman.manager.arguments import configure_logging
@@ -57,6 +61,7 @@ from clusterman.tree.environment import plan_tree
 from clusterman.tree.fetching import check_signals
 from clusterman.tree.fetching import fetch_versions
 from clusterman.tree.liveness import LivenessRules
+from clusterman.tree.process_tree import CrashLoop
 from clusterman.tree.process_tree import ProcessTree
 from clusterman.tree.process_tree import Stopped
 from clusterman.tree.process_tree import Timeouts
@@ -194,6 +199,8 @@ class Bootstrap:
         self.settings = settings
         self.stop_event = stop_event
         self.generation = 0
+        self.good: Prepared | None = None  # the last configuration the autoscaler finished a run under
+        self.good_since = 0.0  # unix seconds it was found good
 
     def run(self) -> int:
         try:
@@ -272,13 +279,36 @@ class Bootstrap:
     def _supervise(self, paths: Paths) -> int:
         status = StatusWriter(paths.status)
         tree: ProcessTree | None = None
+        rejected: Fingerprint | None = None  # a change rolled back after a crash loop: tried again once edited
         try:
             current = self._prepare(paths)
             tree = self._start(current, paths)
             while True:
-                new = self._watch(tree, current, paths, status)
+                try:
+                    new = self._watch(tree, current, paths, status, rejected)
+                except CrashLoop as e:
+                    good = self.good
+                    if good is None or good is current:
+                        raise  # no earlier configuration the autoscaler ran under: stop, as documented
+                    tree.stop()
+                    tree = None
+                    what = self._changed(good, current)
+                    message = (
+                        f"CONFIGURATION ROLLED BACK: the change to {what} is rejected ({e}); "
+                        f"running the last configuration the autoscaler finished runs under again "
+                        f"(accepted {format_time(self.good_since)}); "
+                        "a newer edit of the file is tried again"
+                    )
+                    log.error("%s", message)
+                    status.record(False, what, message)
+                    rejected = current.baseline
+                    self._forget(current)
+                    current = good
+                    tree = self._start(current, paths)
+                    continue
                 if new is None:
                     return 0
+                rejected = None
                 tree.stop()
                 tree = None
                 try:
@@ -289,7 +319,8 @@ class Bootstrap:
                     tree = self._start(current, paths)
                     continue
                 status.record(True, self._changed(current, new), new.loaded.plan.describe())
-                self._forget(current)
+                if current is not self.good:  # the last good one is kept for a rollback
+                    self._forget(current)
                 current = new
         except SETUP_ERRORS as e:
             log.error("%s", e)
@@ -312,14 +343,33 @@ class Bootstrap:
     def _forget(old: Prepared) -> None:
         shutil.rmtree(old.snapshot.parent, ignore_errors=True)
 
-    def _watch(self, tree: ProcessTree, current: Prepared, paths: Paths, status: StatusWriter) -> Prepared | None:
-        """Return the next configuration, validated and fetched beside the running tree; None on SIGTERM/SIGINT."""
-        rejected: Fingerprint | None = None
+    def _note_health(self, tree: ProcessTree, current: Prepared) -> None:
+        """``current`` becomes the configuration to roll back to once its autoscaler finished a run."""
+        if self.good is current or not tree.has_finished_a_run():
+            return
+        previous, self.good, self.good_since = self.good, current, time.time()
+        if previous is not None:
+            self._forget(previous)
+        log.info("the autoscaler finished a run under this configuration: a crash loop after a change goes back to it")
+
+    def _watch(
+        self,
+        tree: ProcessTree,
+        current: Prepared,
+        paths: Paths,
+        status: StatusWriter,
+        rejected: Fingerprint | None = None,
+    ) -> Prepared | None:
+        """Return the next configuration, validated and fetched beside the running tree; None on SIGTERM/SIGINT.
+
+        ``rejected``: the files as they were when a change was rolled back; not tried until they change.
+        """
         retry_at = math.inf  # when a change refused for a failed fetch (S3 down, say) is tried again
         baseline = current.baseline
         watched = [Path(p) for p, _ in baseline]
         while not self.stop_event.wait(self.settings.poll_interval):
             tree.check()
+            self._note_health(tree, current)
             now = fingerprint(watched)
             if now == baseline or (now == rejected and time.monotonic() < retry_at):
                 continue

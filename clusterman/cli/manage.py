@@ -2,8 +2,14 @@
 
 Limited exactly as the autoscaler limits its own decisions (``clusterman.manager.manual``) and
 spread over the pool's resource groups. Asks before changing anything unless ``--yes``; ``--dry-run``
-prints what would change. The autoscaler sets its own target on its next run: pause it first
-(``clusterman disable``) to keep a manual one.
+prints what would change.
+
+The change is made under the pool's lease (``clusterman.state.lease``), so it never interleaves
+with an autoscaler run: the running autoscaler is asked to hand the lease over after its current
+run, and the command waits up to ``--wait`` for it, else changes nothing and says who holds the
+lease until when. ``--pause DURATION`` then pauses the autoscaler (the state of ``clusterman
+disable``) before the lease is given back, so the target stays; without it, the command says that
+the autoscaler's next run recomputes the target from demand.
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ import socket
 import sys
 import time
 
+from clusterman.core.config import PoolIdentity
+from clusterman.core.durations import parse_duration
+from clusterman.core.timestamps import format_time
 from clusterman.decision.exact import show
 from clusterman.errors import reading_input
 from clusterman.manager.arguments import add_pool_arguments
@@ -24,7 +33,16 @@ from clusterman.manager.manual import parse_target
 from clusterman.manager.manual import set_pool_target
 from clusterman.manager.wiring import discovery_for
 from clusterman.state.factory import open_state_store
+from clusterman.state.lease import Holder
+from clusterman.state.lease import PoolLease
+from clusterman.state.lease import take_on_request
+from clusterman.state.pause import parse_until
+from clusterman.state.pause import pause
 from clusterman.state.pause import pause_status
+from clusterman.state.store import NO_EXPIRY
+from clusterman.state.store import StateStore
+
+LEASE_SECONDS = 60.0  # manage holds the pool's lease this long at most (a kill -9 blocks the autoscaler no longer)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,6 +51,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--target-capacity", required=True, metavar="N|min|max", help="weight units, min or max")
     parser.add_argument("--dry-run", action="store_true", help="print what would change, change nothing")
     parser.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    parser.add_argument(
+        "--pause",
+        metavar="DURATION",
+        default=None,
+        help="then pause the autoscaler (as `clusterman disable --until`): 30m, 2h, an ISO time or never; "
+        "without it the autoscaler's next run recomputes the target",
+    )
+    parser.add_argument(
+        "--wait",
+        metavar="DURATION",
+        default="60s",
+        help="how long to wait for the running autoscaler to finish its run and hand the pool's lease over "
+        "(default 60s; 0 = refuse at once if it is held)",
+    )
     parser.set_defaults(func=run_manage)
 
 
@@ -48,23 +80,79 @@ def run_manage(args: argparse.Namespace) -> int:
     for warning in found.mistagged:
         print(f"clusterman manage: not counted: {warning}", file=sys.stderr)
     now = time.time()
+    with reading_input():
+        wait = _wait_seconds(args.wait)
+        pause_until = parse_until(args.pause, now) if args.pause is not None else None
     question = f"Set the target capacity of {setup.identity} to {show(requested)}? [y/N] "
     if not (args.dry_run or args.yes or _confirmed(question)):
         print("nothing changed")
         return 1
-    result = set_pool_target(found.groups, requested, policy, now, args.dry_run)
-    for line in report_lines(str(setup.identity), result):
-        print(line)
-    for group_id, problem in result.errors:
-        print(f"clusterman manage: {group_id}: {problem}", file=sys.stderr)
-    if not args.dry_run and result.changes:
-        print(f"changed by {getpass.getuser()}@{socket.gethostname()}")
-        if not pause_status(open_state_store(setup.main), setup.identity, now).paused:
-            print(
-                "note: the autoscaler is not paused and sets its own target on its next run; "
-                "`clusterman disable` first to keep this one"
-            )
+    if args.dry_run:
+        result = set_pool_target(found.groups, requested, policy, now, True)
+        for line in report_lines(str(setup.identity), result):
+            print(line)
+        if pause_until is not None:
+            print(f"would pause the autoscaler {_until_text(pause_until)}")
+        return 1 if result.errors else 0
+
+    operator = f"{getpass.getuser()}@{socket.gethostname()}"
+    store = open_state_store(setup.main)
+    lease = PoolLease(
+        store, setup.identity, Holder.this_process(now), LEASE_SECONDS, purpose=f"clusterman manage by {operator}"
+    )
+    asked = time.monotonic()
+    status = take_on_request(lease, wait)
+    if not status.held:
+        waited = f"within --wait {args.wait}" if wait > 0 else "at once (--wait 0)"
+        raise ManualTargetError(
+            f"nothing changed: the pool's lease {status.describe()}, and it was not handed over {waited}; "
+            "try again, or give a longer --wait"
+        )
+    try:
+        print(f"{setup.identity}: took the pool's lease after {time.monotonic() - asked:.1f} s")
+        now = time.time()
+        result = set_pool_target(found.groups, requested, policy, now, False)
+        for line in report_lines(str(setup.identity), result):
+            print(line)
+        for group_id, problem in result.errors:
+            print(f"clusterman manage: {group_id}: {problem}", file=sys.stderr)
+        if result.changes:
+            print(f"changed by {operator}")
+            _after_change(store, setup.identity, now, pause_until, f"target {show(result.achieved)} set by {operator}")
+    finally:
+        lease.release()
     return 1 if result.errors else 0
+
+
+def _after_change(store: StateStore, identity: PoolIdentity, now: float, until: int | None, reason: str) -> None:
+    """Pause the autoscaler (before the lease is given back), or say that its next run recomputes."""
+    current = pause_status(store, identity, now)
+    if until is not None:
+        if current.paused and (current.until == NO_EXPIRY or (until != NO_EXPIRY and current.until >= until)):
+            print(f"the autoscaler stays {current.describe()}")  # a longer pause is not shortened
+            return
+        pause(store, identity, now, until, reason)
+        print(f"the autoscaler is paused {_until_text(until)}: `clusterman enable` resumes it earlier")
+    elif current.paused:
+        print(f"the autoscaler is {current.describe()}: it keeps this target until then")
+    else:
+        print(
+            "note: the autoscaler is not paused: its next run recomputes the target from demand; "
+            "give --pause DURATION (or `clusterman disable`) to keep this one"
+        )
+
+
+def _until_text(until: int) -> str:
+    return "until enabled" if until == NO_EXPIRY else f"until {format_time(until)}"
+
+
+def _wait_seconds(text: str) -> float:
+    if text.strip() == "0":
+        return 0.0
+    try:
+        return float(parse_duration(text))
+    except ValueError as e:
+        raise ValueError(f"--wait {text!r}: {e}") from None
 
 
 def report_lines(pool: str, r: ManualTarget) -> list[str]:

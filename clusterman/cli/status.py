@@ -1,4 +1,4 @@
-"""``clusterman status``: one pool at a glance: groups, nodes, utilisation, pause, last decisions.
+"""``clusterman status``: one pool at a glance: pause, lease, groups, nodes, utilisation, last decisions.
 
 Read from the cloud, the scheduler and the state store as the autoscaler reads them, and from the
 autoscaler's event API (``--events-url``, default: the main config's ``events`` block) for its
@@ -63,7 +63,8 @@ def run_status(args: argparse.Namespace) -> int:
 
 def text_lines(s: PoolStatus) -> list[str]:
     pause = s.pause.why if isinstance(s.pause, Unavailable) else s.pause.describe()
-    lines = [f"{s.pool}: {pause}", "resource groups:"]
+    lease = f"lease: {s.lease.why}" if isinstance(s.lease, Unavailable) else s.lease.describe()
+    lines = [f"{s.pool}: {pause}", lease, "resource groups:"]
     for g in s.groups:
         top = "-" if g.max_capacity == float("inf") else f"{g.max_capacity:g}"
         stale = "  stale (draining)" if g.stale else ""

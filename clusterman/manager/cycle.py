@@ -271,13 +271,17 @@ class Cycle:
 
     # --- one autoscaler per pool, and inputs no older than the budget -------------------------
 
-    def keep_lease(self, now: float) -> LeaseStatus | None:
-        """Claim or renew the lease (between runs too, so a standby takes over within one TTL)."""
+    def keep_lease(self, now: float, hand_over: bool = True) -> LeaseStatus | None:
+        """Claim or renew the lease (between runs too, so a standby takes over within one TTL).
+
+        Between runs and at a run's start (``hand_over``) the lease goes to an operator's command
+        that asked for it (``clusterman manage``); during a run it is only renewed.
+        """
         if self.lease is None:
             return None
         was_held = self.lease.last is not None and self.lease.last.held
         try:
-            status = self.lease.claim(now)
+            status = self.lease.claim(now, hand_over=hand_over)
         except StateError as e:
             status = LeaseStatus(False, "", now, str(e))
             self.lease.last = status
@@ -285,6 +289,8 @@ class Cycle:
             self._loaded = self.keeper is None  # another autoscaler may have changed the kept state
             self._joined_before = None
             log.info("this autoscaler now holds the pool's lease: the lease %s", status.describe())
+        elif was_held and status.requested:
+            log.info("handing the pool's lease over between runs: the lease %s", status.describe())
         elif was_held and not status.held:
             log.warning("this autoscaler lost the pool's lease: the lease %s", status.describe())
         self.recorder.metrics.set_lease(status.held)
@@ -317,7 +323,7 @@ class Cycle:
                 "nothing changed, the next run reads afresh"
             )
         if self.lease is not None and not self.dry_run:
-            status = self.keep_lease(now)
+            status = self.keep_lease(now, hand_over=False)
             if status is not None and not status.held:
                 return Outcome.STANDBY, f"not acting: the pool's lease {status.describe()}"
         return None
@@ -329,7 +335,7 @@ class Cycle:
         last = self.lease.last
         if last is not None and last.held and last.expires_at - now > self.lease.ttl_seconds * 2 / 3:
             return True
-        status = self.keep_lease(now)
+        status = self.keep_lease(now, hand_over=False)
         return status is not None and status.held
 
     def release_lease(self) -> None:

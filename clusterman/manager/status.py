@@ -13,6 +13,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import asdict
 from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 from typing import TypeVar
 
@@ -40,6 +41,8 @@ from clusterman.manager.connectors import connector_for_pool
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.setup import PoolSetup
 from clusterman.state.carried import StoredState
+from clusterman.state.lease import Holder
+from clusterman.state.lease import read_lease
 from clusterman.state.pause import PauseStatus
 from clusterman.state.pause import pause_status
 from clusterman.state.store import StateStore
@@ -120,6 +123,7 @@ class PoolStatus:
     utilisation: UtilisationReading | Unavailable
     kept: AutoscalerState | Unavailable
     decisions: tuple[DecisionLine, ...] | Unavailable
+    lease: LeaseView | Unavailable = field(default_factory=lambda: Unavailable("not read"))
 
     def as_json(self) -> dict[str, Any]:
         def part(value: Any, shown: Callable[[Any], Any]) -> Any:
@@ -129,6 +133,7 @@ class PoolStatus:
             "pool": self.pool,
             "taken_at": format_time(self.taken_at),
             "pause": part(self.pause, pause_json),
+            "lease": part(self.lease, LeaseView.as_json),
             "groups": [group_json(g) for g in self.groups],
             "group_errors": list(self.group_errors),
             "mistagged_groups": list(self.mistagged),
@@ -137,6 +142,48 @@ class PoolStatus:
             "autoscaler_state": part(self.kept, AutoscalerState.as_json),
             "last_decisions": part(self.decisions, lambda ds: [d.as_json() for d in ds]),
         }
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """The pool's lease as stored (``clusterman.state.lease``): who may act on the pool now."""
+
+    holder: str  # the holder's id (host:pid:start), "" when nobody holds a live lease
+    purpose: str  # "" for an autoscaler, "clusterman manage by ..." for an operator's command
+    since: float  # Unix seconds the holder took it; 0 = unknown
+    expires_at: float  # Unix seconds; 0 when nobody holds it
+
+    @property
+    def could_act(self) -> bool:
+        """Whether a process asking now (this one, or an autoscaler starting now) would get the lease."""
+        return not self.holder
+
+    def describe(self) -> str:
+        if self.could_act:
+            return "lease: free (no live holder): an autoscaler asking now would act"
+        who = Holder.describe_id(self.holder)
+        if self.purpose:
+            who = f"{self.purpose}, {who}"
+        since = f" since {format_time(self.since)}" if self.since else ""
+        return f"lease: held by {who}{since} until {format_time(self.expires_at)}; this process could not act now"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "held": not self.could_act,
+            "holder": self.holder or None,
+            "purpose": self.purpose,
+            "since": format_time(self.since) if self.since else None,
+            "expires": format_time(self.expires_at) if self.expires_at else None,
+            "this_process_could_act": self.could_act,
+            "text": self.describe(),
+        }
+
+
+def lease_view(store: StateStore, identity: PoolIdentity, now: float) -> LeaseView:
+    status = read_lease(store, identity, now)
+    if status is None:
+        return LeaseView("", "", 0.0, 0.0)
+    return LeaseView(status.holder, status.purpose, status.since, status.expires_at)
 
 
 def pause_json(status: PauseStatus) -> dict[str, Any]:
@@ -198,6 +245,7 @@ def gather(
         pool=str(identity),
         taken_at=now,
         pause=read("pause", lambda: pause_status(store, identity, now)),
+        lease=read("lease", lambda: lease_view(store, identity, now)),
         groups=tuple(sorted(view.groups, key=lambda g: g.id)),
         group_errors=tuple(str(e) for e in cloud.errors),
         mistagged=tuple(str(e) for e in cloud.mistagged),

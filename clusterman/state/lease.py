@@ -10,6 +10,13 @@ The holder renews it while its loop is alive (between runs and right before acti
 shorter than the run period; a loop that stops (``kill -9``, ``SIGSTOP``, a hang) stops renewing,
 and another autoscaler takes over once the TTL has run out. Every holder's clock must agree
 within a small part of the TTL (NTP): expiry is compared with the claimant's clock.
+
+An operator's command that changes the pool (``clusterman manage``) takes the same lease for its
+action. As the autoscaler holds it all the time, the command first writes a request (state
+``autoscaler_lease_request``, same entity, with the requester and a deadline); the autoscaler
+hands the lease over at its next renewal between runs (never during a run: a run that started
+finishes), stays in standby while the request or the requester's lease lives, and takes the
+lease back when the command releases it or its TTL runs out.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from __future__ import annotations
 import math
 import os
 import socket
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from clusterman.core.config import PoolIdentity
@@ -26,6 +35,7 @@ from clusterman.state.store import StateItem
 from clusterman.state.store import StateStore
 
 AUTOSCALER_LEASE = "autoscaler_lease"
+LEASE_REQUEST = "autoscaler_lease_request"
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,9 @@ class LeaseStatus:
     holder: str  # the holder's id (ours when held)
     expires_at: float  # Unix seconds
     error: str = ""  # the store could not be reached: not held
+    purpose: str = ""  # what the holder holds it for ("" = an autoscaler), e.g. "clusterman manage by alice"
+    requested: bool = False  # not held yet: handed over on request to ``holder``, at most until ``expires_at``
+    since: float = 0.0  # Unix seconds: when the holder took it (0: unknown, written by an older version)
 
     def describe(self) -> str:
         """What follows "the pool's lease": ``is held by pid 42 on host-b (started …) until …``."""
@@ -67,37 +80,78 @@ class LeaseStatus:
             return f"cannot be read: {self.error}"
         if self.held:
             return f"is ours until {format_time(self.expires_at)}"
-        return f"is held by {Holder.describe_id(self.holder)} until {format_time(self.expires_at)}"
+        who = Holder.describe_id(self.holder)
+        if self.purpose:
+            who = f"{self.purpose}, {who}"
+        if self.requested:
+            return f"is handed over to {who} (requested until {format_time(self.expires_at)})"
+        return f"is held by {who} until {format_time(self.expires_at)}"
+
+    @staticmethod
+    def of(item: StateItem) -> LeaseStatus:
+        """The lease as stored, seen by someone who does not hold it."""
+        payload = item.payload
+        expires = payload.get("expires_at", 0.0)
+        return LeaseStatus(
+            False,
+            str(payload.get("holder", "")),
+            float(expires) if isinstance(expires, int | float) else 0.0,
+            purpose=str(payload.get("purpose", "")),
+            since=float(since) if isinstance(since := payload.get("since"), int | float) else 0.0,
+        )
+
+
+@dataclass(frozen=True)
+class LeaseRequest:
+    """Someone (``clusterman manage``) asks the holder to hand the lease over after its run."""
+
+    requester: str  # a Holder id
+    purpose: str
+    until: float  # Unix seconds: the request lapses then
+
+    def live_at(self, now: float) -> bool:
+        return now < self.until
 
 
 class PoolLease:
     """The pool's lease as one autoscaler process sees it; nothing is read until ``claim``."""
 
-    def __init__(self, store: StateStore, identity: PoolIdentity, holder: Holder, ttl_seconds: float) -> None:
+    def __init__(
+        self, store: StateStore, identity: PoolIdentity, holder: Holder, ttl_seconds: float, purpose: str = ""
+    ) -> None:
         if not ttl_seconds > 0:
             raise ValueError(f"lease TTL must be positive, got {ttl_seconds!r}")
         self.store = store
         self.entity = entity(identity)
         self.holder = holder
         self.ttl_seconds = ttl_seconds
+        self.purpose = purpose
         self.last: LeaseStatus | None = None  # the last claim's answer
 
-    def claim(self, now: float) -> LeaseStatus:
-        """Take or renew the lease until ``now + ttl``; StateError when the store cannot be reached."""
+    def claim(self, now: float, hand_over: bool = False) -> LeaseStatus:
+        """Take or renew the lease until ``now + ttl``; StateError when the store cannot be reached.
+
+        With ``hand_over`` (an autoscaler between runs), a live request from someone else is
+        granted instead: the lease is released if ours, and not taken while the request lives.
+        """
+        if hand_over:
+            request = pending_request(self.store, self.entity, now)
+            if request is not None and request.requester != self.holder.id:
+                if self.last is not None and self.last.held:
+                    self.store.release(AUTOSCALER_LEASE, self.entity, self.holder.id)
+                self.last = LeaseStatus(False, request.requester, request.until, "", request.purpose, requested=True)
+                return self.last
         until = now + self.ttl_seconds
-        item = StateItem(
-            AUTOSCALER_LEASE,
-            self.entity,
-            int(now),
-            math.ceil(until),
-            {"holder": self.holder.id, "expires_at": until},
-        )
+        since = self.last.since if self.last is not None and self.last.held and self.last.since else now
+        payload: dict[str, object] = {"holder": self.holder.id, "expires_at": until, "since": since}
+        if self.purpose:
+            payload["purpose"] = self.purpose
+        item = StateItem(AUTOSCALER_LEASE, self.entity, int(now), math.ceil(until), payload)
         blocking = self.store.claim(item, self.holder.id, now)
         if blocking is None:
-            self.last = LeaseStatus(True, self.holder.id, until)
+            self.last = LeaseStatus(True, self.holder.id, until, purpose=self.purpose, since=since)
         else:
-            expires = blocking.payload.get("expires_at", 0.0)
-            self.last = LeaseStatus(False, str(blocking.payload.get("holder", "")), float(expires))
+            self.last = LeaseStatus.of(blocking)
         return self.last
 
     def held_at(self, now: float) -> bool:
@@ -108,3 +162,55 @@ class PoolLease:
         """Give the lease up at a clean stop, so a successor need not wait for the TTL."""
         self.store.release(AUTOSCALER_LEASE, self.entity, self.holder.id)
         self.last = None
+
+
+def read_lease(store: StateStore, identity: PoolIdentity, now: float) -> LeaseStatus | None:
+    """The pool's lease as stored (for ``clusterman status``); None when nobody holds a live one."""
+    item = store.get(AUTOSCALER_LEASE, entity(identity))
+    if item is None:
+        return None
+    status = LeaseStatus.of(item)
+    return status if status.expires_at > now else None
+
+
+def pending_request(store: StateStore, pool_entity: str, now: float) -> LeaseRequest | None:
+    item = store.get(LEASE_REQUEST, pool_entity)
+    if item is None:
+        return None
+    until = item.payload.get("until", 0.0)
+    request = LeaseRequest(
+        str(item.payload.get("holder", "")),
+        str(item.payload.get("purpose", "")),
+        float(until) if isinstance(until, int | float) else 0.0,
+    )
+    return request if request.live_at(now) else None
+
+
+def take_on_request(
+    lease: PoolLease,
+    wait_seconds: float,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+    poll_seconds: float = 0.2,
+) -> LeaseStatus:
+    """Ask the holder to hand the lease over, and take it within ``wait_seconds``.
+
+    Returns the held status, or the last answer (who holds it, until when) when the wait ran
+    out. The request is withdrawn either way: once we hold the lease nobody else can take it.
+    """
+    start = clock()
+    deadline = start + wait_seconds
+    until = deadline + 1.0  # lapses soon after the wait: a requester killed meanwhile blocks nobody for long
+    payload: dict[str, object] = {"holder": lease.holder.id, "purpose": lease.purpose, "until": until}
+    payload["expires_at"] = until  # written as a claim so that only its owner withdraws it (DynamoDB too)
+    lease.store.claim(
+        StateItem(LEASE_REQUEST, lease.entity, int(start), math.ceil(until), payload), lease.holder.id, start
+    )
+    try:
+        while True:
+            status = lease.claim(clock())
+            if status.held or clock() >= deadline:
+                return status
+            sleep(min(poll_seconds, max(0.0, deadline - clock())))
+    finally:
+        lease.store.release(LEASE_REQUEST, lease.entity, lease.holder.id)

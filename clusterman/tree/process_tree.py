@@ -9,6 +9,7 @@ the bootstrap's SIGTERM/SIGINT handler) interrupts any wait with ``Stopped``.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -42,6 +43,10 @@ DEFAULT_RULES = LivenessRules()
 
 class TreeError(UserError):
     """The tree could not come up or broke down; the message names the version, signal or program."""
+
+
+class CrashLoop(TreeError):
+    """The autoscaler keeps exiting: the bootstrap rolls back to the last good configuration, or stops."""
 
 
 class Stopped(Exception):
@@ -104,6 +109,7 @@ class ProcessTree:
         self.clock = clock
         self.starts = starts_file(supervisor.private_dir, "autoscaler")
         self.killed: set[int] = set()  # stalled autoscaler pids already killed (supervisord may lag)
+        self.started_at = math.inf  # wall clock when start() began: runs finished before are not this tree's
 
     def _wait(self, seconds: float) -> None:
         if self.stop_event.wait(seconds):
@@ -117,6 +123,7 @@ class ProcessTree:
 
     def start(self) -> None:
         started = time.monotonic()
+        self.started_at = self.clock()
         self.starts.unlink(missing_ok=True)  # a crash loop is counted per tree
         self.supervisor.start(self.timeouts.supervisor)
         self.supervisor.start_group(SIGNALS_GROUP)
@@ -174,13 +181,13 @@ class ProcessTree:
 
     def _check_autoscaler(self, status: ProcessStatus, now: float) -> None:
         if status.state == "FATAL":
-            raise TreeError(f"the autoscaler keeps exiting ({self._failure(status)})")
+            raise CrashLoop(f"the autoscaler keeps exiting ({self._failure(status)})")
         starts = read_starts(self.supervisor.private_dir, "autoscaler")
         looping = crash_loop(starts, now, self.rules)
         if looping:
             window = now - min(t for t in starts if now - self.rules.crash_window_seconds <= t)
             last = _last_lines(self.supervisor.log_tail(AUTOSCALER), 1)
-            raise TreeError(
+            raise CrashLoop(
                 f"the autoscaler keeps exiting: started {looping} times in {window:.0f} s; its log ends: {last}"
             )
         if self.heartbeat is None or status.state != "RUNNING" or status.pid in self.killed:
@@ -198,6 +205,11 @@ class ProcessTree:
                 os.kill(status.pid, signal.SIGKILL)  # reaches a stopped process too; supervisord restarts it
             except ProcessLookupError:
                 pass
+
+    def has_finished_a_run(self) -> bool:
+        """Whether the autoscaler of this tree finished a run (its heartbeat is newer than the tree)."""
+        beat = Heartbeat.read(self.heartbeat) if self.heartbeat is not None else None
+        return beat is not None and beat.finished_at >= self.started_at
 
     def stop(self) -> None:
         self.supervisor.stop(self.timeouts.stop)
