@@ -165,6 +165,9 @@ def score(
     print(f"  {name} {variant}: {seconds:.1f} s", file=sys.stderr)
     if episodes:
         print(shortfalls(result.timeline), file=sys.stderr)
+        t = result.timeline
+        means = {k: math.fsum(t[k]) / len(t) for k in ("demand_cpus", "allocated_cpus", "joined_cpus", "paid_cpus")}
+        print("    mean CPUs: " + ", ".join(f"{k} {v:.1f}" for k, v in means.items()), file=sys.stderr)
     return {
         "cost_vs_oracle": s["cost"]["vs_oracle"],
         "unmet_cpu_minutes": round(s["unmet_demand"]["cpu_minutes"], 1),

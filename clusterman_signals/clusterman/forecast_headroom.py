@@ -8,7 +8,7 @@ plus one run, the time a request takes to become capacity):
   held(t)    = max of base over the last ``hold_minutes``        (up at once, down only after a hold),
                or over the last ``release_minutes`` when that is more than ``release_headrooms`` lower
                (a fall far beyond the noise, such as a batch wave's end, is let go early)
-  request    = max(d(now), held(now) + headroom) + stuck_factor × stuck
+  request    = max(d(now), held(now) + max(headroom, min_spare × held(now))) + stuck_factor × stuck
 
   stuck      = pending work while the demand is no more than was asked for a horizon or more ago
                (capacity had time to join): it did not fit, a packing problem (free room split
@@ -17,7 +17,9 @@ plus one run, the time a request takes to become capacity):
                which gets and keeps a node with room for it
                (remembered by the signal's process; a restart forgets it)
 
-  season(t)  = the rise seen one period P earlier, max(d over (t-P, t-P+H+J]) - max(d over [t-P-J, t-P]),
+  season(t)  = the rise seen one period P earlier, max(d over (t-P, t-P+H+LEAD]) - max(d over [t-P-J, t-P]),
+               (the window after t-P reaches ``LEAD`` = 6 points past the horizon: a period's waves
+               come a few minutes early or late),
                less the rise of the last J points here (it has come already), when above the noise,
                when the history has a period (autocorrelation of the first differences of 5-minute
                means, strongest lag, its first harmonic that is nearly as strong); J = 4 minutes of
@@ -39,7 +41,6 @@ headroom is ``warmup_headroom`` × d(now). A resource with no ``{r}_allocated`` 
 from __future__ import annotations
 
 import bisect
-import os
 import itertools
 import math
 import operator
@@ -68,10 +69,11 @@ DEFAULTS: dict[str, float] = {
     "min_period_minutes": 30.0,
     "min_correlation": 0.3,
     "seasonal": 1.0,
+    "min_spare": 0.0,
 }
 BUCKET = 5  # points per bucket when looking for a period
 SLACK = 4  # points of slack around the period
-LEAD = int(os.environ.get("FH_LEAD", "4"))  # points looked ahead past the horizon, one period ago
+LEAD = 6  # points looked ahead past the horizon, one period ago: waves ±2 minutes apart (4 missed some)
 EARLY_CORRELATION = 0.9  # a period longer than half the history: correlation needed
 EARLY_OVERLAP = 10  # ... over at least this many buckets
 SHORTFALL_WEIGHT = 20.0  # a CPU short costs this many CPUs idle, when choosing whether to use a period
@@ -175,7 +177,8 @@ class ForecastHeadroom(BaseSignal):
         fell = max(d[first : i + 1]) - max(d[max(first, i - rule.release + 1) : i + 1])
         held = release(max(bases), max(bases[-rule.release :]), fell, rule.release_by * max(model.headroom, 0.0))
         stuck = self.stuck(resource, d, bases[: -rule.horizon], model, now)
-        return max(level, held + model.headroom) + self.p("stuck_factor") * stuck
+        spare = max(model.headroom, held * self.p("min_spare"))
+        return max(level, held + spare) + self.p("stuck_factor") * stuck
 
     def stuck(self, resource: str, d: Demand, earlier: list[float], model: Model, now: float) -> float:
         """Pending work while the demand is no more than was asked for a horizon or more ago (time
