@@ -163,12 +163,18 @@ def score(
         write_plot(Path(plots) / f"scoreboard-{name}.png", result.timeline, f"{name}: the default", small=True)
     s = summary(result, "pool", [name])
     print(f"  {name} {variant}: {seconds:.1f} s", file=sys.stderr)
+    out: dict[str, Any] = {}
+    if name == "flash":
+        out["crowds"] = crowd_floor(result.timeline)
     if episodes:
+        if name == "flash":
+            print(f"    crowds: {out['crowds']}", file=sys.stderr)
         print(shortfalls(result.timeline), file=sys.stderr)
         t = result.timeline
         means = {k: math.fsum(t[k]) / len(t) for k in ("demand_cpus", "allocated_cpus", "joined_cpus", "paid_cpus")}
         print("    mean CPUs: " + ", ".join(f"{k} {v:.1f}" for k, v in means.items()), file=sys.stderr)
     return {
+        **out,
         "cost_vs_oracle": s["cost"]["vs_oracle"],
         "unmet_cpu_minutes": round(s["unmet_demand"]["cpu_minutes"], 1),
         "minutes_short": s["unmet_demand"]["minutes_with_shortfall"],
@@ -215,6 +221,40 @@ def shortfalls(timeline: Any) -> str:
             out.append(f"    at {(times[start] - times[0]) / 3600:6.2f} h: {k - start:3d} min, {unmet:7.0f} CPU-min")
             start = -1
     return "\n".join(out) or "    no shortfall"
+
+
+def crowd_floor(timeline: Any, join_minutes: int = 3, jump: float = 100.0) -> dict[str, float]:
+    """What this run could not have avoided at the crowds (rises of more than ``jump`` CPUs in a
+    minute), given the capacity it had joined the minute before: the demand above it over the next
+    ``join_minutes`` (capacity launched when the crowd is first seen joins no sooner). With the
+    spare it carried then, mean over the crowds."""
+    d, joined = timeline["demand_cpus"], timeline["joined_cpus"]
+    spares, floor = [], 0.0
+    for t in range(1, len(d)):
+        if d[t] - d[t - 1] > jump:
+            spares.append(joined[t - 1] / d[t - 1] - 1 if d[t - 1] > 0 else 0.0)
+            floor += math.fsum(max(0.0, v - joined[t - 1]) for v in d[t : t + join_minutes])
+    return {
+        "count": len(spares),
+        "mean_spare_before": round(math.fsum(spares) / len(spares), 3) if spares else 0.0,
+        "unavoidable_cpu_minutes": round(floor, 1),
+    }
+
+
+def flash_bound(spare: float, days: float = 7.0, join_minutes: int = 3, jump: float = 100.0) -> tuple[int, float]:
+    """A lower bound on the unmet CPU-minutes of the flash trace for any policy that cannot see a
+    crowd coming and carries ``spare`` × the demand as free capacity: a crowd (a rise of more than
+    ``jump`` CPUs in a minute) is seen at the earliest in the minute it starts, and what is launched
+    then joins ``join_minutes`` later; until then the demand above (1 + spare) × the demand of the
+    minute before is unmet. (Free capacity split over nodes only adds to it.) Returns (crowds, bound)."""
+    d = [v for _, v in trace("flash", days)]
+    crowds, unmet = 0, 0.0
+    for t in range(1, len(d)):
+        if d[t] - d[t - 1] > jump:
+            crowds += 1
+            room = (1 + spare) * d[t - 1]
+            unmet += math.fsum(max(0.0, v - room) for v in d[t : t + join_minutes])
+    return crowds, unmet
 
 
 def run(
@@ -274,7 +314,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="new default only")
     parser.add_argument("--episodes", action="store_true", help="list each stretch of shortfall")
+    parser.add_argument("--bound", nargs="*", type=float, metavar="SPARE", help="only the flash lower bound")
     args = parser.parse_args(argv)
+    if args.bound is not None:
+        for spare in args.bound or (0.0, 0.1, 0.14, 0.2, 0.3, 0.43, 0.5):
+            crowds, unmet = flash_bound(spare, args.days)
+            print(f"spare {spare:.2f}: {crowds} crowds, at least {unmet:,.0f} unmet CPU-minutes")
+        return 0
     overrides = {k: float(v) for k, _, v in (item.partition("=") for item in args.set)}
     run(False, args.days, tuple(args.traces), tuple(args.variants), overrides, args.episodes)
     return 0

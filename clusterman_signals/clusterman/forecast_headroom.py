@@ -219,7 +219,10 @@ class ForecastHeadroom(BaseSignal):
         future = future_max(values, h)
         first = self._spread([future[j] - long[j] for j in range(n - h)])
         threshold = rule.release_by * max(first, 0.0)
-        fell = [a - b for a, b in zip(*(sliding_max(values, w, ahead=False) for w in (rule.hold, rule.release)), strict=True)]
+        fell = [
+            a - b
+            for a, b in zip(*(sliding_max(values, w, ahead=False) for w in (rule.hold, rule.release)), strict=True)
+        ]
         held = [release(a, b, f, threshold) for a, b, f in zip(long, short, fell, strict=True)]
         errors = [future[j] - held[j] for j in range(n - h)]
         headroom = self._spread(errors)
