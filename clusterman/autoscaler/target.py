@@ -15,8 +15,8 @@ from clusterman.autoscaler.exact import ceil
 from clusterman.autoscaler.exact import exact
 from clusterman.autoscaler.exact import percent
 from clusterman.autoscaler.exact import show
-from clusterman.autoscaler.policy import ScalingPolicy
 from clusterman.autoscaler.fit import Need
+from clusterman.autoscaler.policy import ScalingPolicy
 from clusterman.autoscaler.pool_view import PoolView
 from clusterman.autoscaler.slots import reserve
 from clusterman.autoscaler.utilisation import Utilisation
