@@ -27,9 +27,9 @@ def fragmented(count: int, free: float = 3.0) -> list:
 def test_the_largest_request_is_per_resource_and_ignores_daemons():
     tasks = [Task("a", Resources(cpus=4, mem=100)), Task("b", Resources(cpus=1, mem=900)),
              Task("d", Resources(cpus=16), daemon=True)]  # fmt: skip
-    slot = largest_request(tasks)
+    slot = largest_request([node("a", cpus=8, mem=2000, tasks=tuple(tasks[:2]))], tasks[2:])
     assert slot is not None and node_slots(node("x", cpus=8, mem=2000).vector, slot) == 2
-    assert largest_request([Task("z", Resources())]) is None
+    assert largest_request([node("b", tasks=(Task("z", Resources()),))]) is None
 
 
 def test_free_cpus_split_over_nodes_none_with_room_for_the_largest_pod_add_a_node():

@@ -14,7 +14,6 @@ The autoscaler loop and the simulator call ``decide`` and apply the Decision; no
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from collections.abc import Mapping
 from datetime import UTC
 from datetime import datetime
@@ -43,7 +42,6 @@ from clusterman.autoscaler.target import propose
 from clusterman.autoscaler.utilisation import Utilisation
 from clusterman.autoscaler.utilisation import measure
 from clusterman.core.model import PoolSnapshot
-from clusterman.core.model import Task
 from clusterman.core.resources import ResourceRequest
 
 
@@ -82,7 +80,7 @@ def decide(
         why = Reason.SCALE_LOCK if view.live_groups else Reason.NO_GROUPS
         return _decision(view, util, T, as_is, NodeActions(), held, notes, after, why)
 
-    slot = largest_request(_work(view, snapshot)) if policy.slot_reserve else None
+    slot = largest_request((*view.ready, *view.tainted), snapshot.pending) if policy.slot_reserve else None
     proposal = propose(view, util, policy, slot)
     clamped = clamp(T, proposal.target, policy, blocked, Reason.CAPACITY_LOSS if lost else Reason.HELD)
     why = clamped.reason
@@ -125,13 +123,6 @@ def decide(
     after = AutoscalerState(lock, breaker, _remember(snapshot, joined, state.memory, actions.terminate))
     head = f"{reason} → {signed(achieved - W)}"
     return _decision(view, util, T, group_targets, actions, head, notes, after, why)
-
-
-def _work(view: PoolView, snapshot: PoolSnapshot) -> Iterator[Task]:
-    """The pool's work: tasks on ready and tainted nodes, and the pending ones."""
-    for node in (*view.ready, *view.tainted):
-        yield from node.tasks
-    yield from snapshot.pending
 
 
 def _hold_reason(view: PoolView, lock: ScaleLock, live_ready: Fraction, now: float) -> str:

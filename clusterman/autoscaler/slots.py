@@ -33,6 +33,7 @@ from clusterman.autoscaler.fit import Need
 from clusterman.autoscaler.fit import describe
 from clusterman.autoscaler.fit import need_of
 from clusterman.autoscaler.pool_view import PoolView
+from clusterman.core.model import Node
 from clusterman.core.model import Task
 from clusterman.core.resources import RESOURCE_NAMES
 
@@ -47,14 +48,15 @@ class Reserve:
     reason: str = ""
 
 
-def largest_request(tasks: Iterable[Task]) -> Need | None:
-    """Per resource, the largest request of any task that is demand (not a daemon, not revocable);
-    None when there is none or every request is zero."""
+def largest_request(nodes: Iterable[Node], pending: Iterable[Task] = ()) -> Need | None:
+    """Per resource, the largest request of any task that is demand (not a daemon, not revocable)
+    on ``nodes`` (``NodeUsage.largest``, summed up when the node was built) or ``pending``; None
+    when there is none or every request is zero."""
     top = [0.0, 0.0, 0.0, 0.0]
-    for t in tasks:
-        if t.daemon or t.revocable:
-            continue
-        for d, v in enumerate(t.requests):
+    sizes = [n.usage.largest for n in nodes]
+    sizes += [tuple(t.requests) for t in pending if not (t.daemon or t.revocable)]
+    for size in sizes:
+        for d, v in enumerate(size):
             if math.isfinite(v) and v > top[d]:
                 top[d] = v
     need = need_of(*top)
