@@ -53,7 +53,7 @@ def largest_request(nodes: Iterable[Node], pending: Iterable[Task] = ()) -> Need
     on ``nodes`` (``NodeUsage.largest``, summed up when the node was built) or ``pending``; None
     when there is none or every request is zero."""
     top = [0.0, 0.0, 0.0, 0.0]
-    sizes = [n.usage.largest for n in nodes]
+    sizes: list[tuple[float, ...]] = [n.usage.largest for n in nodes]
     sizes += [tuple(t.requests) for t in pending if not (t.daemon or t.revocable)]
     for size in sizes:
         for d, v in enumerate(size):

@@ -95,7 +95,7 @@ class NodeUsage:
             count,
             batch,
             pinned,
-            largest,  # type: ignore[arg-type]
+            largest,
         )
 
 
