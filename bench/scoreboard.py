@@ -16,10 +16,15 @@ of each trace is drawn as ``DIR/scoreboard-<trace>.png``.
 
 The signal's own cost is measured too: one run of the default signal over a window of 1,500
 points of each of its metrics, next to MostRecentResources over the same window.
+
+For iterating on one part, ``python -m bench.scoreboard --traces batch --days 2 --variants new
+--set hold_minutes=10 --set setpoint=0.95 --episodes`` runs a subset, overrides a signal parameter
+or an ``autoscaling`` key of the new default, and lists each stretch of shortfall.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import sys
@@ -91,11 +96,20 @@ ESCALATOR: dict[str, Any] = {
     "hard_delete_grace_period": "10m",
 }
 VARIANTS = ("old", "new", "escalator")
+AUTOSCALING_KEYS = ("setpoint", "target_capacity_margin", "slot_reserve")
 
 
-def main_config(workdir: Path, variant: str) -> Path:
-    """The main file for a variant: the shipped one, or with the old default signal and settings."""
+def main_config(workdir: Path, variant: str, overrides: dict[str, float] | None = None) -> Path:
+    """The main file for a variant: the shipped one, or with the old default signal and settings;
+    ``overrides`` (new only) set signal parameters or ``autoscaling`` keys."""
     raw = yaml.safe_load(MAIN.read_text())
+    if variant == "new" and overrides:
+        for key, value in overrides.items():
+            if key in AUTOSCALING_KEYS:
+                raw["autoscaling"][key] = int(value) if key == "slot_reserve" else value
+            else:
+                params = [p for p in raw["autoscale_signal"]["parameters"] if key not in p]
+                raw["autoscale_signal"]["parameters"] = [*params, {key: value}]
     raw["cluster_config_directory"] = str(MAIN.parent / raw.get("cluster_config_directory", "clusterman-clusters"))
     raw["state_directory"] = str(workdir / "state")
     if variant == "old":
@@ -125,8 +139,17 @@ def metrics_file(workdir: Path, name: str, days: float) -> tuple[Path, float]:
     return path, points[0][1]
 
 
-def score(workdir: Path, variant: str, name: str, data: Path, first: float, days: float) -> dict[str, Any]:
-    main = load_main_config(main_config(workdir, variant))
+def score(
+    workdir: Path,
+    variant: str,
+    name: str,
+    data: Path,
+    first: float,
+    days: float,
+    overrides: dict[str, float] | None = None,
+    episodes: bool = False,
+) -> dict[str, Any]:
+    main = load_main_config(main_config(workdir, variant, overrides))
     setpoint = OLD_AUTOSCALING["setpoint"] if variant == "old" else main.autoscaling.setpoint
     if variant == "escalator":
         setpoint = ESCALATOR["scale_up_threshold_percent"] / 100
@@ -140,7 +163,18 @@ def score(workdir: Path, variant: str, name: str, data: Path, first: float, days
         write_plot(Path(plots) / f"scoreboard-{name}.png", result.timeline, f"{name}: the default", small=True)
     s = summary(result, "pool", [name])
     print(f"  {name} {variant}: {seconds:.1f} s", file=sys.stderr)
+    out: dict[str, Any] = {}
+    if name == "flash":
+        out["crowds"] = crowd_floor(result.timeline)
+    if episodes:
+        if name == "flash":
+            print(f"    crowds: {out['crowds']}", file=sys.stderr)
+        print(shortfalls(result.timeline), file=sys.stderr)
+        t = result.timeline
+        means = {k: math.fsum(t[k]) / len(t) for k in ("demand_cpus", "allocated_cpus", "joined_cpus", "paid_cpus")}
+        print("    mean CPUs: " + ", ".join(f"{k} {v:.1f}" for k, v in means.items()), file=sys.stderr)
     return {
+        **out,
         "cost_vs_oracle": s["cost"]["vs_oracle"],
         "unmet_cpu_minutes": round(s["unmet_demand"]["cpu_minutes"], 1),
         "minutes_short": s["unmet_demand"]["minutes_with_shortfall"],
@@ -173,23 +207,81 @@ def signal_cost(points: int = 1500) -> dict[str, Any]:
     }
 
 
-def run(quick: bool) -> dict[str, Any]:
-    days = 1.5 if quick else 7.0
+def shortfalls(timeline: Any) -> str:
+    """Each stretch of minutes with a shortfall: its start (hours into the run), minutes, CPU-minutes."""
+    times, demand, allocated = timeline["time"], timeline["demand_cpus"], timeline["allocated_cpus"]
+    out, start, unmet = [], -1, 0.0
+    for k in range(len(times) + 1):
+        short = demand[k] - allocated[k] if k < len(times) else 0.0
+        if short > 1e-6:
+            if start < 0:
+                start, unmet = k, 0.0
+            unmet += short
+        elif start >= 0:
+            out.append(f"    at {(times[start] - times[0]) / 3600:6.2f} h: {k - start:3d} min, {unmet:7.0f} CPU-min")
+            start = -1
+    return "\n".join(out) or "    no shortfall"
+
+
+def crowd_floor(timeline: Any, join_minutes: int = 3, jump: float = 100.0) -> dict[str, float]:
+    """What this run could not have avoided at the crowds (rises of more than ``jump`` CPUs in a
+    minute), given the capacity it had joined the minute before: the demand above it over the next
+    ``join_minutes`` (capacity launched when the crowd is first seen joins no sooner). With the
+    spare it carried then, mean over the crowds."""
+    d, joined = timeline["demand_cpus"], timeline["joined_cpus"]
+    spares, floor = [], 0.0
+    for t in range(1, len(d)):
+        if d[t] - d[t - 1] > jump:
+            spares.append(joined[t - 1] / d[t - 1] - 1 if d[t - 1] > 0 else 0.0)
+            floor += math.fsum(max(0.0, v - joined[t - 1]) for v in d[t : t + join_minutes])
+    return {
+        "count": len(spares),
+        "mean_spare_before": round(math.fsum(spares) / len(spares), 3) if spares else 0.0,
+        "unavoidable_cpu_minutes": round(floor, 1),
+    }
+
+
+def flash_bound(spare: float, days: float = 7.0, join_minutes: int = 3, jump: float = 100.0) -> tuple[int, float]:
+    """A lower bound on the unmet CPU-minutes of the flash trace for any policy that cannot see a
+    crowd coming and carries ``spare`` × the demand as free capacity: a crowd (a rise of more than
+    ``jump`` CPUs in a minute) is seen at the earliest in the minute it starts, and what is launched
+    then joins ``join_minutes`` later; until then the demand above (1 + spare) × the demand of the
+    minute before is unmet. (Free capacity split over nodes only adds to it.) Returns (crowds, bound)."""
+    d = [v for _, v in trace("flash", days)]
+    crowds, unmet = 0, 0.0
+    for t in range(1, len(d)):
+        if d[t] - d[t - 1] > jump:
+            crowds += 1
+            room = (1 + spare) * d[t - 1]
+            unmet += math.fsum(max(0.0, v - room) for v in d[t : t + join_minutes])
+    return crowds, unmet
+
+
+def run(
+    quick: bool,
+    days: float | None = None,
+    traces: tuple[str, ...] = tuple(TRACES),
+    variants: tuple[str, ...] = VARIANTS,
+    overrides: dict[str, float] | None = None,
+    episodes: bool = False,
+) -> dict[str, Any]:
+    days = days or (1.5 if quick else 7.0)
     out: dict[str, Any] = {"days": days, "traces": {}, "totals": {}}
     with tempfile.TemporaryDirectory(prefix="bench-scoreboard-") as tmp:
         workdir = Path(tmp)
-        for name in TRACES:
+        for name in traces:
             data, first = metrics_file(workdir, name, days)
-            out["traces"][name] = {v: score(workdir, v, name, data, first, days) for v in VARIANTS}
-    for v in VARIANTS:
-        rows = [out["traces"][name][v] for name in TRACES]
+            out["traces"][name] = {v: score(workdir, v, name, data, first, days, overrides, episodes) for v in variants}
+    for v in variants:
+        rows = [out["traces"][name][v] for name in traces]
         out["totals"][v] = {
             "worst_cost_vs_oracle": max(r["cost_vs_oracle"] for r in rows),
             "unmet_cpu_minutes": round(sum(r["unmet_cpu_minutes"] for r in rows), 1),
             "minutes_short": sum(r["minutes_short"] for r in rows),
             "target_changes_per_day": round(sum(r["target_changes_per_day"] for r in rows), 1),
         }
-    out["signal_cost"] = signal_cost()
+    if variants == VARIANTS and traces == tuple(TRACES):
+        out["signal_cost"] = signal_cost()
     print(table(out), file=sys.stderr)
     return out
 
@@ -197,11 +289,15 @@ def run(quick: bool) -> dict[str, Any]:
 def table(out: dict[str, Any]) -> str:
     lines = [
         f"scoreboard ({out['days']:g} days per trace): cost/oracle | unmet CPU-min | minutes short | changes/day",
-        f"{'trace':<10}" + "".join(f"{v:>34}" for v in VARIANTS),
+        f"{'trace':<10}" + "".join(f"{v:>34}" for v in out["totals"]),
     ]
-    for name, by_variant in out["traces"].items():
+    rows = [
+        *out["traces"].items(),
+        ("all", {v: {**t, "cost_vs_oracle": t["worst_cost_vs_oracle"]} for v, t in out["totals"].items()}),
+    ]
+    for name, by_variant in rows:
         cells = []
-        for v in VARIANTS:
+        for v in out["totals"]:
             r = by_variant[v]
             cells.append(
                 f"{r['cost_vs_oracle']:>7.3f} {r['unmet_cpu_minutes']:>9.0f} {r['minutes_short']:>6.0f} "
@@ -209,3 +305,26 @@ def table(out: dict[str, Any]) -> str:
             )
         lines.append(f"{name:<10}" + "".join(f"{c:>34}" for c in cells))
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scoreboard")
+    parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--traces", nargs="+", default=list(TRACES), choices=list(TRACES))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="new default only")
+    parser.add_argument("--episodes", action="store_true", help="list each stretch of shortfall")
+    parser.add_argument("--bound", nargs="*", type=float, metavar="SPARE", help="only the flash lower bound")
+    args = parser.parse_args(argv)
+    if args.bound is not None:
+        for spare in args.bound or (0.0, 0.1, 0.14, 0.2, 0.3, 0.43, 0.5):
+            crowds, unmet = flash_bound(spare, args.days)
+            print(f"spare {spare:.2f}: {crowds} crowds, at least {unmet:,.0f} unmet CPU-minutes")
+        return 0
+    overrides = {k: float(v) for k, _, v in (item.partition("=") for item in args.set)}
+    run(False, args.days, tuple(args.traces), tuple(args.variants), overrides, args.episodes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

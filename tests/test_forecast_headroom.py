@@ -86,3 +86,42 @@ def test_pending_that_did_not_fit_is_asked_for_twice_over_for_an_hour():
     # demand rising past what was asked for is not a packing problem: no extra
     rising = ask(ForecastHeadroom("c", "p", {}), base, pending=[0.0] * 399 + [30.0])
     assert rising < base[-1] + 30 + 8
+
+
+def waves(minutes, period=360, start=30, jitter=(), seed=7):
+    """150 CPUs and a +350 wave every ``period`` minutes for 40 minutes (the k-th shifted by jitter[k])."""
+    rng = random.Random(seed)
+    out = []
+    for m in range(minutes):
+        level = 150.0
+        for k in range(minutes // period + 1):
+            into = m - (k * period + start + (jitter[k] if k < len(jitter) else 0))
+            level += 350 if 0 <= into < 40 else 0
+        out.append(level + rng.gauss(0, 1))
+    return out
+
+
+def test_a_repeating_wave_is_a_period_after_its_second_occurrence():
+    # two waves (minutes 30 and 390) in 480 minutes: two whole periods were not seen yet
+    values = waves(480)
+    assert find_period(values, 30, 0.3) == 360
+    # noise alone has no period, however long the lag may be
+    assert find_period(noisy(480, 150, 3), 30, 0.3) == 0
+    # so the third wave (minute 750) is asked for before it starts
+    assert ask(ForecastHeadroom("c", "p", {}), waves(746)) > 480
+
+
+def test_a_wave_asked_for_ahead_of_time_is_held_when_it_comes_late():
+    # the fourth wave comes 4 minutes later than one period after the third
+    values = waves(1200, jitter=(0, 0, 0, 4))
+    signal = ForecastHeadroom("c", "p", {})
+    asked = [ask(signal, values[:m]) for m in range(1102, 1116)]
+    assert min(asked) > 480  # from 8 minutes before its usual time until it has come
+
+
+def test_min_spare_is_a_floor_on_the_spare_and_held_like_the_rest():
+    base = noisy(400, 100, 0.5)
+    assert ask(ForecastHeadroom("c", "p", {}), base) < 106
+    assert ask(ForecastHeadroom("c", "p", {"min_spare": 0.4}), base) >= 140
+    signal = ForecastHeadroom("c", "p", {"min_spare": 0.4, "release_headrooms": 100})
+    assert ask(signal, [*base, *[80.0] * 10]) >= 140  # the hold keeps it after a fall

@@ -65,6 +65,7 @@ class NodeUsage:
     tasks: int = 0  # daemons excluded
     batch_tasks: int = 0
     pinned: bool = False  # some task must not be evicted
+    largest: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # per resource, of the demand tasks
 
     @staticmethod
     def of(tasks: tuple[Task, ...]) -> NodeUsage:
@@ -85,8 +86,16 @@ class NodeUsage:
                 reserved.append(t.requests)
             else:
                 unreserved.append(t.requests)
+        demand = reserved + unreserved
+        largest = tuple(max(values) for values in zip(*demand, strict=True)) if demand else (0.0, 0.0, 0.0, 0.0)
         return NodeUsage(
-            Resources.total(reserved), Resources.total(unreserved), Resources.total(revocable), count, batch, pinned
+            Resources.total(reserved),
+            Resources.total(unreserved),
+            Resources.total(revocable),
+            count,
+            batch,
+            pinned,
+            largest,
         )
 
 

@@ -37,6 +37,7 @@ class ScalingPolicy:
     max_weight_to_remove: Fraction
     setpoint: Fraction = Fraction(7, 10)
     target_capacity_margin: Fraction = Fraction(1, 10)
+    slot_reserve: int = 0  # free places for the largest pod kept after scaling (slots.py)
     max_tasks_to_kill: float = 0  # math.inf: no limit
     min_node_scalein_uptime_seconds: float = 0.0
     excluded_resources: frozenset[str] = frozenset()
@@ -94,6 +95,7 @@ class ScalingPolicy:
             target_capacity_margin=exact(
                 a.target_capacity_margin if a.target_capacity_margin is not None else d.target_capacity_margin
             ),
+            slot_reserve=a.slot_reserve if a.slot_reserve is not None else d.slot_reserve,
             max_tasks_to_kill=limits.max_tasks_to_kill,
             min_node_scalein_uptime_seconds=float(limits.min_node_scalein_uptime_seconds),
             excluded_resources=frozenset(

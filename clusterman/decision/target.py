@@ -16,8 +16,10 @@ from clusterman.decision.exact import ceil
 from clusterman.decision.exact import exact
 from clusterman.decision.exact import percent
 from clusterman.decision.exact import show
+from clusterman.decision.fit import Need
 from clusterman.decision.policy import ScalingPolicy
 from clusterman.decision.pool_view import PoolView
+from clusterman.decision.slots import reserve
 from clusterman.decision.utilisation import Utilisation
 
 
@@ -27,7 +29,8 @@ class Proposal:
     reason: str  # the start of the decision's explanation, with the numbers it used
 
 
-def propose(view: PoolView, util: Utilisation, policy: ScalingPolicy) -> Proposal:
+def propose(view: PoolView, util: Utilisation, policy: ScalingPolicy, slot: Need | None = None) -> Proposal:
+    """``slot``: the largest request in the pool, for ``policy.slot_reserve`` (slots.py)."""
     T = view.target
     if not util.has_opinion:
         return Proposal(T, f"no opinion on any resource: keep target {show(T)}")
@@ -43,6 +46,9 @@ def propose(view: PoolView, util: Utilisation, policy: ScalingPolicy) -> Proposa
         # with Escalator's thresholds zero requests are 0% utilisation: the fast rate, not target 0
         proposal = _from_utilisation(util, policy, T, W)
         if not escalator:
+            kept = reserve(view, proposal.target, slot, policy.slot_reserve)
+            if kept.reason:
+                proposal = Proposal(kept.target, f"{proposal.reason}; {kept.reason}")
             return _within_margin(proposal, T, policy.target_capacity_margin)
     # the taint thresholds are Escalator's band, its rates its step: no margin on top
     return _escalator_bounds(proposal, W, policy) if escalator else proposal

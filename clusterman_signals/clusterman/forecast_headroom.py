@@ -8,7 +8,7 @@ plus one run, the time a request takes to become capacity):
   held(t)    = max of base over the last ``hold_minutes``        (up at once, down only after a hold),
                or over the last ``release_minutes`` when that is more than ``release_headrooms`` lower
                (a fall far beyond the noise, such as a batch wave's end, is let go early)
-  request    = max(d(now), held(now) + headroom) + stuck_factor × stuck
+  request    = max(d(now), held(now) + max(headroom, min_spare × held(now))) + stuck_factor × stuck
 
   stuck      = pending work while the demand is no more than was asked for a horizon or more ago
                (capacity had time to join): it did not fit, a packing problem (free room split
@@ -17,7 +17,9 @@ plus one run, the time a request takes to become capacity):
                which gets and keeps a node with room for it
                (remembered by the signal's process; a restart forgets it)
 
-  season(t)  = the rise seen one period P earlier, max(d over (t-P, t-P+H+J]) - max(d over [t-P-J, t-P]),
+  season(t)  = the rise seen one period P earlier, max(d over (t-P, t-P+H+LEAD]) - max(d over [t-P-J, t-P]),
+               (the window after t-P reaches ``LEAD`` = 6 points past the horizon: a period's waves
+               come a few minutes early or late),
                less the rise of the last J points here (it has come already), when above the noise,
                when the history has a period (autocorrelation of the first differences of 5-minute
                means, strongest lag, its first harmonic that is nearly as strong); J = 4 minutes of
@@ -67,9 +69,13 @@ DEFAULTS: dict[str, float] = {
     "min_period_minutes": 30.0,
     "min_correlation": 0.3,
     "seasonal": 1.0,
+    "min_spare": 0.0,
 }
 BUCKET = 5  # points per bucket when looking for a period
 SLACK = 4  # points of slack around the period
+LEAD = 6  # points looked ahead past the horizon, one period ago: waves ±2 minutes apart (4 missed some)
+EARLY_CORRELATION = 0.9  # a period longer than half the history: correlation needed
+EARLY_OVERLAP = 10  # ... over at least this many buckets
 SHORTFALL_WEIGHT = 20.0  # a CPU short costs this many CPUs idle, when choosing whether to use a period
 
 
@@ -167,9 +173,12 @@ class ForecastHeadroom(BaseSignal):
             recent[t] = rule.base(d, j) if base is None or j == i else base  # the newest point may change
         self._bases[resource] = recent
         bases = list(recent.values())
-        held = release(max(bases), max(bases[-rule.release :]), rule.release_by * max(model.headroom, 0.0))
+        first = max(0, i - rule.hold + 1)
+        fell = max(d[first : i + 1]) - max(d[max(first, i - rule.release + 1) : i + 1])
+        held = release(max(bases), max(bases[-rule.release :]), fell, rule.release_by * max(model.headroom, 0.0))
         stuck = self.stuck(resource, d, bases[: -rule.horizon], model, now)
-        return max(level, held + model.headroom) + self.p("stuck_factor") * stuck
+        spare = max(model.headroom, held * self.p("min_spare"))
+        return max(level, held + spare) + self.p("stuck_factor") * stuck
 
     def stuck(self, resource: str, d: Demand, earlier: list[float], model: Model, now: float) -> float:
         """Pending work while the demand is no more than was asked for a horizon or more ago (time
@@ -210,7 +219,11 @@ class ForecastHeadroom(BaseSignal):
         future = future_max(values, h)
         first = self._spread([future[j] - long[j] for j in range(n - h)])
         threshold = rule.release_by * max(first, 0.0)
-        held = [release(a, b, threshold) for a, b in zip(long, short, strict=True)]
+        fell = [
+            a - b
+            for a, b in zip(*(sliding_max(values, w, ahead=False) for w in (rule.hold, rule.release)), strict=True)
+        ]
+        held = [release(a, b, f, threshold) for a, b, f in zip(long, short, fell, strict=True)]
         errors = [future[j] - held[j] for j in range(n - h)]
         headroom = self._spread(errors)
         short_sum = math.fsum(e - headroom for e in errors if e > headroom) / len(errors)
@@ -245,7 +258,7 @@ class Rule:
             # the rise one period ago, from the highest point of the slack before (t - P) to the
             # highest of the horizon and slack after it, less what has risen here already
             then = max(d[j - p - SLACK : j - p + 1])
-            top = max(d[j - p + 1 : min(j - p + self.horizon + SLACK, j) + 1])
+            top = max(d[j - p + 1 : min(j - p + self.horizon + LEAD, j) + 1])
             seen = now - min(d[j - SLACK : j + 1])
             rise = top - then - max(seen, 0.0)
             if rise > self.floor:  # a rise above the noise
@@ -261,11 +274,13 @@ class Rule:
         return now + extra
 
 
-def release(held: float, recent: float, threshold: float) -> float:
+def release(held: float, recent: float, fell: float, threshold: float) -> float:
     """The hold, let go early after a fall far beyond the noise: when the last ``release_minutes``
-    stayed more than ``threshold`` (``release_headrooms`` headrooms) below it (a batch wave over,
-    a crowd gone)."""
-    return recent if held - recent > threshold else held
+    stayed more than ``threshold`` (``release_headrooms`` headrooms) below it and the demand itself
+    fell as far (``fell``: its top over the hold less its top over the last ``release_minutes``: a
+    batch wave over, a crowd gone). A wave asked for ahead of time that comes late is kept for the
+    whole hold: demand that has not come has not fallen."""
+    return recent if held - recent > threshold and fell > threshold else held
 
 
 def future_max(values: list[float], h: int) -> list[float]:
@@ -294,7 +309,12 @@ def sliding_max(values: Sequence[float], width: int, *, ahead: bool) -> list[flo
 
 def find_period(values: Sequence[float], min_lag: int, min_correlation: float) -> int:
     """The period in points, or 0: the lag where the first differences of bucket means correlate
-    best (at least ``min_correlation``), taking the shortest lag nearly as good (a harmonic)."""
+    best (at least ``min_correlation``), taking the shortest lag nearly as good (a harmonic).
+
+    Lags up to half the series come first. When none qualifies, a longer lag is accepted if its
+    correlation reaches ``EARLY_CORRELATION`` over at least ``EARLY_OVERLAP`` buckets: a step that
+    repeats exactly is found after its second occurrence, not only after two whole periods (batch
+    waves every 6 hours: from the third wave on instead of the fourth)."""
     means = [math.fsum(values[k : k + BUCKET]) / BUCKET for k in range(0, len(values) - BUCKET + 1, BUCKET)]
     x = [b - a for a, b in itertools.pairwise(means)]
     n = len(x)
@@ -302,19 +322,25 @@ def find_period(values: Sequence[float], min_lag: int, min_correlation: float) -
     squares = [0.0]
     for v in x:
         squares.append(squares[-1] + v * v)
-    scores: list[tuple[int, float]] = []
-    for lag in range(first, n // 2 + 1):
-        head, tail = squares[n - lag], squares[n] - squares[lag]
-        if head <= 0 or tail <= 0:
-            continue
-        scores.append((lag, sum(map(operator.mul, x[: n - lag], x[lag:])) / math.sqrt(head * tail)))
-    if not scores:
-        return 0
-    top = max(score for _, score in scores)
-    if top < min_correlation:
-        return 0
-    lag = next(lag for lag, score in scores if score >= 0.85 * top and _local_peak(scores, lag))
-    return lag * BUCKET
+
+    def correlations(lags: range) -> list[tuple[int, float]]:
+        out = []
+        for lag in lags:
+            head, tail = squares[n - lag], squares[n] - squares[lag]
+            if head > 0 and tail > 0:
+                out.append((lag, sum(map(operator.mul, x[: n - lag], x[lag:])) / math.sqrt(head * tail)))
+        return out
+
+    for lags, least in (
+        (range(first, n // 2 + 1), min_correlation),
+        (range(max(first, n // 2 + 1), n - EARLY_OVERLAP + 1), max(min_correlation, EARLY_CORRELATION)),
+    ):
+        scores = correlations(lags)
+        top = max((score for _, score in scores), default=0.0)
+        if scores and top >= least:
+            lag = next(lag for lag, score in scores if score >= 0.85 * top and _local_peak(scores, lag))
+            return lag * BUCKET
+    return 0
 
 
 def _local_peak(scores: list[tuple[int, float]], lag: int) -> bool:

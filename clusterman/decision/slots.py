@@ -1,0 +1,127 @@
+"""The slot reserve: keep room for the pool's largest pod on a few nodes (docs/scaling.md).
+
+Utilisation counts free CPUs over the whole pool; a pod needs them on one node. Run near full with
+pods of several sizes, the free room ends up split over many nodes, none with room for the largest
+pod, and a new one waits for a node to join although the pool is not full. Like the
+over-provisioning placeholders used with Kubernetes' cluster-autoscaler, the decision keeps
+``slot_reserve`` places for the largest request seen in the snapshot (running or pending work,
+per resource the largest of any task) free after it acts:
+
+  slots(node)     = min over resources the slot asks for of floor(free / slot), free = allocatable
+                    minus what the node's tasks request
+  slots(target P) = slots of the ready nodes, less the nodes a scale-down to P may take (those
+                    with the most slots first: the emptiest leave first), plus
+                    (P − ready) × the slots of one new weight unit when P is above the ready capacity
+  target          = the smallest P' ≥ P with slots(P') ≥ slot_reserve
+
+Pure: the snapshot's nodes and tasks in, a number of weight units out. Amounts in integer
+millionths, as in fit.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from clusterman.core.model import Node
+from clusterman.core.model import Task
+from clusterman.core.resources import RESOURCE_NAMES
+from clusterman.decision.exact import MICRO
+from clusterman.decision.exact import ZERO
+from clusterman.decision.exact import ceil
+from clusterman.decision.exact import show
+from clusterman.decision.fit import Need
+from clusterman.decision.fit import describe
+from clusterman.decision.fit import need_of
+from clusterman.decision.pool_view import PoolView
+
+_DIMS = range(len(RESOURCE_NAMES))
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """The target raised to keep ``wanted`` slots of size ``slot`` free, and why ("" when unchanged)."""
+
+    target: Fraction
+    reason: str = ""
+
+
+def largest_request(nodes: Iterable[Node], pending: Iterable[Task] = ()) -> Need | None:
+    """Per resource, the largest request of any task that is demand (not a daemon, not revocable)
+    on ``nodes`` (``NodeUsage.largest``, summed up when the node was built) or ``pending``; None
+    when there is none or every request is zero."""
+    top = [0.0, 0.0, 0.0, 0.0]
+    sizes: list[tuple[float, ...]] = [n.usage.largest for n in nodes]
+    sizes += [tuple(t.requests) for t in pending if not (t.daemon or t.revocable)]
+    for size in sizes:
+        for d, v in enumerate(size):
+            if math.isfinite(v) and v > top[d]:
+                top[d] = v
+    need = need_of(*top)
+    return need if any(need) else None
+
+
+def node_slots(vector: tuple[float, ...], slot: Need) -> int:
+    """How many ``slot``s fit in the free room of a node (its ``Node.vector``)."""
+    count = -1
+    for d in _DIMS:
+        if slot[d] <= 0:
+            continue
+        free = round((vector[d] - vector[8 + d] - vector[12 + d]) * MICRO)
+        fits = max(free, 0) // slot[d]
+        count = fits if count < 0 else min(count, fits)
+    return max(count, 0)
+
+
+def reserve(view: PoolView, proposed: Fraction, slot: Need | None, wanted: int) -> Reserve:
+    """The smallest target at or above ``proposed`` that leaves ``wanted`` slots free (module doc)."""
+    W = view.ready_total
+    if wanted <= 0 or slot is None or W <= 0:
+        return Reserve(proposed)
+    per_unit = _unit_slots(view, slot)
+    ready = sorted(((node_slots(n.vector, slot), n.weight) for n in view.ready), reverse=True)
+    total = sum(s for s, _ in ready)
+
+    def slots_at(target: Fraction) -> int:
+        if target >= W:
+            return total + int((target - W) * per_unit)
+        leaving, lost = W - target, 0
+        for s, w in ready:  # the emptiest leave first: the most slots lost
+            if leaving <= 0:
+                break
+            lost += s
+            leaving -= Fraction(w)
+        return total - lost
+
+    have = slots_at(proposed)
+    if have >= wanted:
+        return Reserve(proposed)
+    target = proposed
+    if proposed < W:  # keep nodes: the fewest removed that leave enough
+        target = W
+        for removed in range(1, int(W - proposed) + 1):
+            if slots_at(W - removed) < wanted:
+                break
+            target = W - removed
+        target = max(target, proposed)
+    if slots_at(target) < wanted:
+        if per_unit <= 0:
+            return Reserve(proposed, f"slot reserve: a {describe(slot)} slot is larger than one weight unit")
+        target = max(target, W) + ceil(Fraction(wanted - slots_at(max(target, W)), per_unit))
+    why = f"slot reserve: {have} free {describe(slot)} slots < {wanted} → {show(target)}"
+    return Reserve(target, why)
+
+
+def _unit_slots(view: PoolView, slot: Need) -> Fraction:
+    """Slots in one new weight unit: the ready nodes' capacity per unit, divided by the slot."""
+    W = view.ready_total
+    count: Fraction | None = None
+    for d, name in enumerate(RESOURCE_NAMES):
+        if slot[d] <= 0:
+            continue
+        per_unit = view.capacity.get(name, ZERO) / W
+        fits = Fraction(int(per_unit * MICRO // slot[d]))
+        count = fits if count is None else min(count, fits)
+    return count or ZERO

@@ -1,0 +1,72 @@
+"""The slot reserve (clusterman/decision/slots.py): room for the largest pod kept on a few nodes."""
+
+from clusterman.core.model import Task
+from clusterman.core.resources import Resources
+from clusterman.decision.slots import largest_request
+from clusterman.decision.slots import node_slots
+from tests.scaling_builders import node
+from tests.scaling_builders import pods
+from tests.scaling_builders import policy
+from tests.scaling_builders import request
+from tests.scaling_builders import run
+from tests.scaling_builders import snapshot
+
+
+def fragmented(count: int, free: float = 3.0) -> list:
+    """8-CPU nodes each with ``free`` CPUs left, in 1-CPU pods, and one 4-CPU pod on the first."""
+    out = []
+    for i in range(count):
+        used = 8 - free
+        tasks = pods(int(used), cpus=1, mem=0)
+        if i == 0:
+            tasks = (*pods(int(used) - 4, cpus=1, mem=0), Task("big", Resources(cpus=4)))
+        out.append(node(f"n{i}", cpus=8, mem=0, tasks=tasks))
+    return out
+
+
+def test_the_largest_request_is_per_resource_and_ignores_daemons():
+    tasks = [Task("a", Resources(cpus=4, mem=100)), Task("b", Resources(cpus=1, mem=900)),
+             Task("d", Resources(cpus=16), daemon=True)]  # fmt: skip
+    slot = largest_request([node("a", cpus=8, mem=2000, tasks=tuple(tasks[:2]))], tasks[2:])
+    assert slot is not None and node_slots(node("x", cpus=8, mem=2000).vector, slot) == 2
+    assert largest_request([node("b", tasks=(Task("z", Resources()),))]) is None
+
+
+def test_free_cpus_split_over_nodes_none_with_room_for_the_largest_pod_add_a_node():
+    # 10 nodes at 5/8 used: utilisation 62.5% < setpoint 70%, but no node has 4 CPUs free
+    snap = snapshot(fragmented(10))
+    used = sum(n.usage.allocated_unreserved.cpus for n in snap.nodes)
+    without = run(snap, request(cpus=used), policy())
+    assert without.target_capacity <= 10
+    kept = run(snap, request(cpus=used), policy(slot_reserve=2))
+    assert kept.target_capacity == 11  # one new 8-CPU node: two 4-CPU slots
+    assert "slot reserve: 0 free 4-CPU slots < 2 → 11" in kept.explanation
+
+
+def test_enough_slots_leave_the_target_alone():
+    snap = snapshot(fragmented(10, free=4.0))
+    used = sum(n.usage.allocated_unreserved.cpus for n in snap.nodes)
+    assert (
+        run(snap, request(cpus=used), policy(slot_reserve=3)).target_capacity
+        == run(snap, request(cpus=used), policy()).target_capacity
+    )
+
+
+def test_a_scale_down_keeps_the_nodes_that_hold_the_reserve():
+    # 6 busy nodes without room, 4 empty ones: the request wants 7 nodes; removing all 3 surplus
+    # empty nodes would leave one empty node (2 slots): with a reserve of 4 slots two stay
+    busy = fragmented(6, free=3.0)
+    empty = [node(f"e{i}", cpus=8, mem=0) for i in range(4)]
+    snap = snapshot([*busy, *empty])
+    req = request(cpus=7 * 8 * 0.7)
+    assert run(snap, req, policy()).target_capacity == 7
+    kept = run(snap, req, policy(slot_reserve=4))
+    assert kept.target_capacity == 8
+    assert "slot reserve" in kept.explanation
+
+
+def test_pending_pods_count_for_the_slot_size():
+    snap = snapshot([node(f"n{i}", cpus=8, mem=0, tasks=pods(6, cpus=1, mem=0)) for i in range(4)],
+                    pending=(Task("wide", Resources(cpus=3)),))  # fmt: skip
+    d = run(snap, request(cpus=24), policy(setpoint=0.9, slot_reserve=1))
+    assert d.target_capacity == 5 and "3-CPU slots" in d.explanation
