@@ -1,7 +1,9 @@
 """``python -m clusterman.batch.autoscaler_bootstrap``: run one pool's process tree and keep it current.
 
 1. Read ``CMAN_CLUSTER``, ``CMAN_POOL`` and ``CMAN_SCHEDULER`` (default ``mesos``, as Clusterman),
-   load and validate the main and the pool config: a bad config stops here, before anything runs.
+   load and validate the main and the pool config: a bad config stops here, before anything runs,
+   unless a configuration the autoscaler finished a run under was kept (``--last-good-dir``): then
+   that one runs, with one ERROR line and a ``config_rejected`` outcome, never silently.
 2. Work out the signals (the default signal, the pool's own, its ``app_signals``) and export them
    as the CMAN_* lists (``clusterman.tree.environment``).
 3. Copy the validated files to a snapshot the programs read (``clusterman.tree.snapshot``): a
