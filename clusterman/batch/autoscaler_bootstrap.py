@@ -266,7 +266,11 @@ class Bootstrap:
         tried again until they change.
         """
         settings = replace(self.settings, env_config_path=kept.main_path)
-        loaded = load(settings)
+        try:
+            loaded = load(settings)
+        except SETUP_ERRORS:
+            log.error("%s (and the kept configuration in %s cannot be used either:)", error, self.kept_home)
+            raise
         live = fingerprint([Path(p) for p, _ in kept.baseline])
         what = ", ".join(changed(kept.baseline, live)) or str(self.settings.env_config_path)
         current = self._prepare(paths, (loaded, live), kept.main_path)
