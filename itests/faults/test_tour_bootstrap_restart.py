@@ -33,7 +33,10 @@ def test_a_restart_facing_a_bad_file_runs_the_kept_configuration(tmp_path, moto_
     try:
         first.wait_for_run(lambda r: r["max_capacity"] == 9, timeout=60)
         first.wait_log("the autoscaler finished a run under this configuration")
-        assert list((tmp_path / "last-good").glob("*/current")), "nothing kept"
+        deadline = time.monotonic() + 30  # kept right after that line is logged
+        while not list((tmp_path / "last-good").glob("*/current")):
+            assert time.monotonic() < deadline, "nothing kept"
+            time.sleep(0.05)
 
         config.pool_path.write_text(good + "max_capacity: [\n")  # garbage: malformed YAML
         first.wait_log("malformed YAML")
