@@ -180,6 +180,7 @@ class Bootstrap:
             "CMAN_SCHEDULER": "simulated",
             "CMAN_ARGS": cman_args,
             "CMAN_SIGNALS_CODENAME": CODENAME,
+            "CMAN_LAST_GOOD_DIR": str(work / "last-good"),  # the test's own, never the user's
             "PYTHONUNBUFFERED": "1",
         }
         key, _, value = self.marker.partition("=")

@@ -1,7 +1,9 @@
 """``python -m clusterman.batch.autoscaler_bootstrap``: run one pool's process tree and keep it current.
 
 1. Read ``CMAN_CLUSTER``, ``CMAN_POOL`` and ``CMAN_SCHEDULER`` (default ``mesos``, as Clusterman),
-   load and validate the main and the pool config: a bad config stops here, before anything runs.
+   load and validate the main and the pool config: a bad config stops here, before anything runs,
+   unless a configuration the autoscaler finished a run under was kept (``--last-good-dir``): then
+   that one runs, with one ERROR line and a ``config_rejected`` outcome, never silently.
 2. Work out the signals (the default signal, the pool's own, its ``app_signals``) and export them
    as the CMAN_* lists (``clusterman.tree.environment``).
 3. Copy the validated files to a snapshot the programs read (``clusterman.tree.snapshot``): a
@@ -36,6 +38,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -66,6 +69,11 @@ from clusterman.tree.process_tree import ProcessTree
 from clusterman.tree.process_tree import Stopped
 from clusterman.tree.process_tree import Timeouts
 from clusterman.tree.process_tree import TreeError
+from clusterman.tree.snapshot import LastGood
+from clusterman.tree.snapshot import LastGoodError
+from clusterman.tree.snapshot import keep_last_good
+from clusterman.tree.snapshot import last_good_home
+from clusterman.tree.snapshot import read_last_good
 from clusterman.tree.snapshot import take_snapshot
 from clusterman.tree.status import StatusWriter
 from clusterman.tree.supervisor import Supervisor
@@ -97,6 +105,7 @@ class BootstrapSettings:
     poll_interval: float
     fetch_retry_seconds: float  # a change refused because a version could not be fetched is tried again
     liveness: LivenessRules
+    last_good_dir: Path  # where the last good configuration is kept across restarts (per pool and main file)
 
     @staticmethod
     def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> BootstrapSettings:
@@ -127,6 +136,7 @@ class BootstrapSettings:
                 crash_starts=args.crash_starts,
                 crash_window_seconds=args.crash_window,
             ),
+            last_good_dir=args.last_good_dir.resolve(),
         )
 
 
@@ -201,13 +211,22 @@ class Bootstrap:
         self.generation = 0
         self.good: Prepared | None = None  # the last configuration the autoscaler finished a run under
         self.good_since = 0.0  # unix seconds it was found good
+        self.kept_home = last_good_home(settings.last_good_dir, settings.env_config_path, settings.identity)
+        self.restart_from: tuple[Exception, LastGood] | None = None  # the live files are bad: start from the kept copy
 
     def run(self) -> int:
         try:
             self._validate()
         except SETUP_ERRORS as e:
-            log.error("%s", e)
-            return 1
+            try:
+                kept = read_last_good(self.kept_home)
+            except LastGoodError as why:
+                log.error("%s (and %s)", e, why)
+                return 1
+            if kept is None:
+                log.error("%s", e)
+                return 1
+            self.restart_from = (e, kept)
         private = Path(tempfile.mkdtemp(prefix="clusterman-tree-", dir=self.settings.private_parent))
         paths = Paths(
             private, self.settings.log_dir or private / "logs", self.settings.signals_dir or private / "signals"
@@ -238,15 +257,48 @@ class Bootstrap:
         except SETUP_ERRORS:
             return [self.settings.env_config_path]
 
-    def _prepare(self, paths: Paths) -> Prepared:
-        """Validate, snapshot and fetch the configuration on disk: nothing running is touched."""
-        loaded, baseline = self._validate()
+    def _prepare_kept(
+        self, paths: Paths, status: StatusWriter, error: Exception, kept: LastGood
+    ) -> tuple[Prepared, Fingerprint]:
+        """Start from the kept configuration (the live files are bad); say so, never silently.
+
+        Returns it, already the one to roll back to, and the live files as they are now: not
+        tried again until they change.
+        """
+        settings = replace(self.settings, env_config_path=kept.main_path)
+        try:
+            loaded = load(settings)
+        except SETUP_ERRORS:
+            log.error("%s (and the kept configuration in %s cannot be used either:)", error, self.kept_home)
+            raise
+        live = fingerprint([Path(p) for p, _ in kept.baseline])
+        what = ", ".join(changed(kept.baseline, live)) or str(self.settings.env_config_path)
+        current = self._prepare(paths, (loaded, live), kept.main_path)
+        message = (
+            f"CONFIGURATION ROLLED BACK: {error}; the bootstrap starts with the last configuration the "
+            f"autoscaler finished runs under (accepted {format_time(kept.accepted_at)}, kept in {self.kept_home}); "
+            "a newer edit of the file is tried again"
+        )
+        log.error("%s", message)
+        status.record(False, what, message)
+        self.good, self.good_since = current, kept.accepted_at
+        return current, live
+
+    def _prepare(
+        self, paths: Paths, validated: tuple[LoadedConfig, Fingerprint] | None = None, source: Path | None = None
+    ) -> Prepared:
+        """Validate, snapshot and fetch the configuration on disk: nothing running is touched.
+
+        ``validated`` and ``source``: a configuration loaded already from the main file ``source``
+        (the kept copy), in place of the live files."""
+        loaded, baseline = validated or self._validate()
         self.generation += 1
         dest = paths.private / f"config-{self.generation}"
         identity = self.settings.identity
         try:
             try:
-                snapshot = take_snapshot(loaded.main, self.settings.env_config_path, loaded.pool_path, identity, dest)
+                main_path = source or self.settings.env_config_path
+                snapshot = take_snapshot(loaded.main, main_path, loaded.pool_path, identity, dest)
             except (OSError, yaml.YAMLError) as e:
                 raise TreeError(f"cannot copy the configuration to {dest}: {e}") from e
             prepared = Prepared(loaded, baseline, snapshot, {})
@@ -281,7 +333,10 @@ class Bootstrap:
         tree: ProcessTree | None = None
         rejected: Fingerprint | None = None  # a change rolled back after a crash loop: tried again once edited
         try:
-            current = self._prepare(paths)
+            if self.restart_from is None:
+                current = self._prepare(paths)
+            else:
+                current, rejected = self._prepare_kept(paths, status, *self.restart_from)
             tree = self._start(current, paths)
             while True:
                 try:
@@ -351,6 +406,17 @@ class Bootstrap:
         if previous is not None:
             self._forget(previous)
         log.info("the autoscaler finished a run under this configuration: a crash loop after a change goes back to it")
+        try:
+            snapshot_main = load_main_config(current.snapshot)
+            pool_copy = pool_config_path(snapshot_main.cluster_config_directory, self.settings.identity)
+            keep_last_good(
+                snapshot_main, current.snapshot, pool_copy, self.settings.identity,
+                current.baseline, self.good_since, self.kept_home,
+            )  # fmt: skip
+        except (OSError, yaml.YAMLError, LastGoodError, *SETUP_ERRORS) as e:
+            log.warning(
+                "cannot keep the last good configuration for a restart (%s): a restart facing a bad file exits 1", e
+            )
 
     def _watch(
         self,
@@ -434,7 +500,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--crash-starts", type=int, default=5, help="this many autoscaler starts within --crash-window: a crash loop"
     )
     parser.add_argument("--crash-window", type=float, default=300.0, help="seconds (see --crash-starts)")
+    parser.add_argument(
+        "--last-good-dir", type=Path, default=_env_path("CMAN_LAST_GOOD_DIR") or _state_home() / "clusterman/last-good",
+        help="where the last configuration the autoscaler ran under is kept, so a restart facing a bad file "
+        "runs it ($CMAN_LAST_GOOD_DIR; default $XDG_STATE_HOME/clusterman/last-good); keep it across restarts",
+    )  # fmt: skip
     return parser
+
+
+def _state_home() -> Path:
+    return _env_path("XDG_STATE_HOME") or Path.home() / ".local" / "state"
 
 
 def _env_path(name: str) -> Path | None:

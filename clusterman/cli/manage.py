@@ -18,7 +18,9 @@ import argparse
 import getpass
 import socket
 import sys
+import threading
 import time
+from collections.abc import Callable
 
 from clusterman.core.config import PoolIdentity
 from clusterman.core.durations import parse_duration
@@ -40,9 +42,12 @@ from clusterman.state.pause import parse_until
 from clusterman.state.pause import pause
 from clusterman.state.pause import pause_status
 from clusterman.state.store import NO_EXPIRY
+from clusterman.state.store import StateError
 from clusterman.state.store import StateStore
 
-LEASE_SECONDS = 60.0  # manage holds the pool's lease this long at most (a kill -9 blocks the autoscaler no longer)
+# manage's lease lives this long and is renewed every third of it while the change is made: a
+# manage killed (kill -9) or stopped blocks the autoscaler this long at most, however long the change takes
+LEASE_SECONDS = 10.0
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -108,6 +113,7 @@ def run_manage(args: argparse.Namespace) -> int:
             f"nothing changed: the pool's lease {status.describe()}, and it was not handed over {waited}; "
             "try again, or give a longer --wait"
         )
+    renewing = _keep_renewed(lease)
     try:
         print(f"{setup.identity}: took the pool's lease after {time.monotonic() - asked:.1f} s")
         now = time.time()
@@ -120,8 +126,33 @@ def run_manage(args: argparse.Namespace) -> int:
             print(f"changed by {operator}")
             _after_change(store, setup.identity, now, pause_until, f"target {show(result.achieved)} set by {operator}")
     finally:
+        renewing()  # stopped before the release: a renewal after it would take the lease back
         lease.release()
     return 1 if result.errors else 0
+
+
+def _keep_renewed(lease: PoolLease) -> Callable[[], None]:
+    """Renew the held lease every third of its TTL until the returned function is called (it waits for the thread)."""
+    done = threading.Event()
+
+    def renew() -> None:
+        while not done.wait(lease.ttl_seconds / 3):
+            try:
+                status = lease.claim(time.time())
+            except StateError as e:
+                print(f"clusterman manage: cannot renew the pool's lease: {e}", file=sys.stderr)
+                continue
+            if not status.held:
+                print(f"clusterman manage: lost the pool's lease: it {status.describe()}", file=sys.stderr)
+
+    thread = threading.Thread(target=renew, name="lease-renewal", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        done.set()
+        thread.join()
+
+    return stop
 
 
 def _after_change(store: StateStore, identity: PoolIdentity, now: float, until: int | None, reason: str) -> None:

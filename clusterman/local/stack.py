@@ -241,6 +241,7 @@ def run(duration: float, run: RunDir, config_dir: Path = REPO / "config") -> int
             "CMAN_ENV_CONFIG_PATH": str(main_path),
             "CMAN_ARGS": AUTOSCALER_ARGS,
             "CMAN_LOG_DIR": str(run_dir / "logs"),
+            "CMAN_LAST_GOOD_DIR": str(run_dir / "last-good"),  # a second stack never reads this one's
             "CMAN_SIGNALS_DIR": str(run_dir / "signals"),
             "CMAN_SIGNAL_SOCKET_PREFIX": prefix,
             "PYTHONUNBUFFERED": "1",

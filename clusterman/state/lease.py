@@ -36,6 +36,7 @@ from clusterman.state.store import StateStore
 
 AUTOSCALER_LEASE = "autoscaler_lease"
 LEASE_REQUEST = "autoscaler_lease_request"
+REQUEST_LAPSE_SECONDS = 4.0  # a request lives this long unless its requester renews it while waiting
 
 
 @dataclass(frozen=True)
@@ -192,25 +193,38 @@ def take_on_request(
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
     poll_seconds: float = 0.2,
+    lapse_seconds: float = REQUEST_LAPSE_SECONDS,
 ) -> LeaseStatus:
     """Ask the holder to hand the lease over, and take it within ``wait_seconds``.
 
     Returns the held status, or the last answer (who holds it, until when) when the wait ran
     out. The request is withdrawn either way: once we hold the lease nobody else can take it.
+    It lives ``lapse_seconds`` at a time and is renewed while we wait, so a requester killed
+    meanwhile (``kill -9``) blocks the autoscaler that handed the lease over that long at most,
+    not the whole wait.
     """
     start = clock()
+    last_until = start + wait_seconds + 1.0  # never beyond the wait
+
+    def ask(now: float) -> float:
+        until = min(last_until, now + lapse_seconds)
+        payload: dict[str, object] = {"holder": lease.holder.id, "purpose": lease.purpose, "until": until}
+        payload["expires_at"] = until  # written as a claim so that only its owner withdraws it (DynamoDB too)
+        lease.store.claim(
+            StateItem(LEASE_REQUEST, lease.entity, int(now), math.ceil(until), payload), lease.holder.id, now
+        )
+        return until
+
     deadline = start + wait_seconds
-    until = deadline + 1.0  # lapses soon after the wait: a requester killed meanwhile blocks nobody for long
-    payload: dict[str, object] = {"holder": lease.holder.id, "purpose": lease.purpose, "until": until}
-    payload["expires_at"] = until  # written as a claim so that only its owner withdraws it (DynamoDB too)
-    lease.store.claim(
-        StateItem(LEASE_REQUEST, lease.entity, int(start), math.ceil(until), payload), lease.holder.id, start
-    )
+    until = ask(start)
     try:
         while True:
             status = lease.claim(clock())
-            if status.held or clock() >= deadline:
+            now = clock()
+            if status.held or now >= deadline:
                 return status
+            if until < last_until and until - now < lapse_seconds / 2:
+                until = ask(now)
             sleep(min(poll_seconds, max(0.0, deadline - clock())))
     finally:
         lease.store.release(LEASE_REQUEST, lease.entity, lease.holder.id)
