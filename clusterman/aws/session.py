@@ -9,12 +9,14 @@ moto server of the local stack. Credentials are never logged.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError
 
 from clusterman.core.config import AwsConfig
 from clusterman.errors import UserError
@@ -22,6 +24,15 @@ from clusterman.errors import UserError
 
 class AwsCredentialsError(UserError, ValueError):
     pass
+
+
+class CallBudgetExceeded(BotoCoreError):
+    """A call's attempts and retries together ran past its budget: botocore would go on retrying.
+
+    A ``BotoCoreError``, so every caller handles it as it handles a timeout; botocore does not retry it.
+    """
+
+    fmt = "{url}: no answer within the call budget of {budget:g} s"
 
 
 @dataclass(frozen=True)
@@ -54,9 +65,34 @@ def session(settings: AwsSettings) -> boto3.session.Session:
     return boto3.session.Session(region_name=settings.region)
 
 
-def client(settings: AwsSettings, service: str, **config: Any) -> Any:
-    """A boto3 client; ``config`` goes to botocore's Config (e.g. retries, timeouts)."""
+def client(settings: AwsSettings, service: str, call_budget_seconds: float | None = None, **config: Any) -> Any:
+    """A boto3 client; ``config`` goes to botocore's Config (e.g. retries, timeouts).
+
+    ``call_budget_seconds`` bounds one call with all its retries: botocore bounds each attempt
+    (``read_timeout``) but not their sum, so a stopped endpoint held a call for up to
+    attempts x timeout + backoff. Past the budget no further attempt is sent and the call raises
+    ``CallBudgetExceeded`` (botocore does not retry it).
+    """
     retries = config.pop("retries", {"max_attempts": 5, "mode": "standard"})
-    return session(settings).client(
+    made = session(settings).client(
         service, endpoint_url=settings.endpoint_url, config=Config(retries=retries, **config)
     )
+    if call_budget_seconds is not None:
+        limit_calls(made, call_budget_seconds)
+    return made
+
+
+def limit_calls(made: Any, budget_seconds: float, clock: Any = time.monotonic) -> None:
+    """Start each call's clock before its first attempt and refuse to send an attempt past the budget."""
+    key = "clusterman_call_started"
+
+    def start(context: dict[str, Any], **_: Any) -> None:
+        context[key] = clock()
+
+    def check(request: Any, **_: Any) -> None:
+        started = (request.context or {}).get(key)
+        if started is not None and clock() - started > budget_seconds:
+            raise CallBudgetExceeded(url=request.url, budget=budget_seconds)
+
+    made.meta.events.register("before-call", start)
+    made.meta.events.register("before-send", check)

@@ -17,13 +17,19 @@ class AwsClients:
     def __init__(
         self, settings: AwsSettings, retries: Mapping[str, Any] = DEFAULT_RETRIES, timeout_seconds: float | None = None
     ) -> None:
-        """``timeout_seconds``: botocore's connect and read timeouts (its default is 60 s each), so a
-        stopped endpoint holds one attempt no longer than the autoscaler's run budget."""
+        """``timeout_seconds``: what one call may take with all its retries (the autoscaler's run
+        budget). Each attempt gets a third of it as botocore's connect and read timeouts (its default
+        is 60 s each), so a call can still retry once or twice within the budget."""
         self.settings = settings
         self.retries = dict(retries)
-        self.timeouts = (
-            {} if timeout_seconds is None else {"connect_timeout": timeout_seconds, "read_timeout": timeout_seconds}
-        )
+        self.timeouts: dict[str, float] = {}
+        if timeout_seconds is not None:
+            attempt = max(1.0, timeout_seconds / 3)
+            self.timeouts = {
+                "connect_timeout": attempt,
+                "read_timeout": attempt,
+                "call_budget_seconds": timeout_seconds,
+            }
         self._clients: dict[str, Any] = {}
 
     def get(self, service: str) -> Any:
