@@ -88,3 +88,16 @@ def test_a_scale_down_keeps_band_more_slots_but_a_scale_up_does_not_ask_for_them
     frag = snapshot(fragmented(10))
     used = sum(n.usage.allocated_unreserved.cpus for n in frag.nodes)
     assert run(frag, request(cpus=used), policy(slot_reserve=2, slot_reserve_band=2)).target_capacity == 11
+
+
+def test_a_large_pool_keeps_a_fraction_of_its_places_free():
+    # 40 nodes, none with room for a 4-CPU pod: 80 places in the ready capacity, 5% of them is 4
+    snap = snapshot(fragmented(40))
+    used = sum(n.usage.allocated_unreserved.cpus for n in snap.nodes)
+    assert run(snap, request(cpus=used), policy(slot_reserve=2)).target_capacity == 41
+    d = run(snap, request(cpus=used), policy(slot_reserve=2, slot_reserve_fraction=0.05))
+    assert d.target_capacity == 42 and "0 free 4-CPU slots < 4" in d.explanation
+    # a small pool keeps the fixed number: 10 nodes, 5% of 20 places is 1 < 2
+    small = snapshot(fragmented(10))
+    used = sum(n.usage.allocated_unreserved.cpus for n in small.nodes)
+    assert run(small, request(cpus=used), policy(slot_reserve=2, slot_reserve_fraction=0.05)).target_capacity == 11
