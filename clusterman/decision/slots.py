@@ -80,7 +80,8 @@ def reserve(
 ) -> Reserve:
     """The smallest target at or above ``proposed`` that leaves ``wanted`` slots free (module doc),
     or ``fraction`` of the slots the ready capacity holds when that is more: large pods arrive in
-    proportion to the pods a pool runs, so a large pool needs more places than a small one. A scale-down (below the current target) keeps ``wanted + band`` free, at most the current
+    proportion to the pods a pool runs, so a large pool needs more places than a small one.
+    A scale-down (below the current target) keeps ``wanted + band`` free, at most the current
     target: hysteresis, so that the reserve alone does not remove a node one run and add it back
     a few runs later when the next large pods take the places a removal left just enough of."""
     if fraction > 0 and slot is not None and view.ready_total > 0:
@@ -93,7 +94,9 @@ def reserve(
         return kept
     target = min(wider.target, view.target)
     assert slot is not None  # _reserve changes nothing without a slot
-    return Reserve(target, f"slot reserve: a scale-down keeps {wanted} + {band} free {describe(slot)} slots → {show(target)}")
+    return Reserve(
+        target, f"slot reserve: a scale-down keeps {wanted} + {band} free {describe(slot)} slots → {show(target)}"
+    )
 
 
 def _reserve(view: PoolView, proposed: Fraction, slot: Need | None, wanted: int) -> Reserve:
