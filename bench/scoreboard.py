@@ -96,7 +96,7 @@ ESCALATOR: dict[str, Any] = {
     "hard_delete_grace_period": "10m",
 }
 VARIANTS = ("old", "new", "escalator")
-AUTOSCALING_KEYS = ("setpoint", "target_capacity_margin", "slot_reserve")
+AUTOSCALING_KEYS = ("setpoint", "target_capacity_margin", "slot_reserve", "slot_reserve_band", "slot_reserve_fraction")
 
 
 def main_config(workdir: Path, variant: str, overrides: dict[str, float] | None = None) -> Path:
@@ -106,7 +106,7 @@ def main_config(workdir: Path, variant: str, overrides: dict[str, float] | None 
     if variant == "new" and overrides:
         for key, value in overrides.items():
             if key in AUTOSCALING_KEYS:
-                raw["autoscaling"][key] = int(value) if key == "slot_reserve" else value
+                raw["autoscaling"][key] = int(value) if key in ("slot_reserve", "slot_reserve_band") else value
             else:
                 params = [p for p in raw["autoscale_signal"]["parameters"] if key not in p]
                 raw["autoscale_signal"]["parameters"] = [*params, {key: value}]

@@ -22,6 +22,7 @@ def test_shipped_local_dev_config_loads():
     assert main.autoscale_signal.name == "ForecastHeadroom"
     assert main.autoscale_signal.parameters == {"horizon_minutes": 4, "hold_minutes": 20, "spread_k": 3, "min_spare": 0}
     assert main.autoscaling.slot_reserve == 3
+    assert (main.autoscaling.slot_reserve_fraction, main.autoscaling.slot_reserve_band) == (0.04, 1)
     assert main.autoscale_signal.required_metrics[0].type is MetricType.SYSTEM_METRICS
     assert Path(main.cluster_config_directory).is_absolute()
     pool = load_pool_config(main, LOCAL_DEV)

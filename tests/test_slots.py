@@ -70,3 +70,34 @@ def test_pending_pods_count_for_the_slot_size():
                     pending=(Task("wide", Resources(cpus=3)),))  # fmt: skip
     d = run(snap, request(cpus=24), policy(setpoint=0.9, slot_reserve=1))
     assert d.target_capacity == 5 and "3-CPU slots" in d.explanation
+
+
+def test_a_scale_down_keeps_band_more_slots_but_a_scale_up_does_not_ask_for_them():
+    # hysteresis: the reserve alone must not remove a node that the next large pods take back
+    busy = fragmented(6, free=3.0)
+    empty = [node(f"e{i}", cpus=8, mem=0) for i in range(4)]
+    snap = snapshot([*busy, *empty])
+    req = request(cpus=7 * 8 * 0.7)
+    assert run(snap, req, policy(slot_reserve=2)).target_capacity == 7  # one empty node: 2 slots
+    kept = run(snap, req, policy(slot_reserve=2, slot_reserve_band=2))
+    assert kept.target_capacity == 8  # two empty nodes: 2 + 2 slots
+    assert "a scale-down keeps 2 + 2 free 4-CPU slots → 8" in kept.explanation
+    # never above the current target: a band larger than the pool holds has the target kept
+    assert run(snap, req, policy(slot_reserve=2, slot_reserve_band=20)).target_capacity == 10
+    # a scale-up adds what the reserve misses, no more
+    frag = snapshot(fragmented(10))
+    used = sum(n.usage.allocated_unreserved.cpus for n in frag.nodes)
+    assert run(frag, request(cpus=used), policy(slot_reserve=2, slot_reserve_band=2)).target_capacity == 11
+
+
+def test_a_large_pool_keeps_a_fraction_of_its_places_free():
+    # 40 nodes, none with room for a 4-CPU pod: 80 places in the ready capacity, 5% of them is 4
+    snap = snapshot(fragmented(40))
+    used = sum(n.usage.allocated_unreserved.cpus for n in snap.nodes)
+    assert run(snap, request(cpus=used), policy(slot_reserve=2)).target_capacity == 41
+    d = run(snap, request(cpus=used), policy(slot_reserve=2, slot_reserve_fraction=0.05))
+    assert d.target_capacity == 42 and "0 free 4-CPU slots < 4" in d.explanation
+    # a small pool keeps the fixed number: 10 nodes, 5% of 20 places is 1 < 2
+    small = snapshot(fragmented(10))
+    used = sum(n.usage.allocated_unreserved.cpus for n in small.nodes)
+    assert run(small, request(cpus=used), policy(slot_reserve=2, slot_reserve_fraction=0.05)).target_capacity == 11

@@ -123,6 +123,8 @@ class AutoscalingDefaults:
     setpoint: float = field(0.7, check=fraction)
     target_capacity_margin: float = field(0.1, check=unit_interval)
     slot_reserve: int = field(0, check=non_negative)
+    slot_reserve_band: int = field(0, check=non_negative)
+    slot_reserve_fraction: float = field(0.0, check=unit_interval)
     excluded_resources: tuple[str, ...] = ()
     default_signal_role: str = "clusterman"
     instance_loss_threshold: int = field(0, check=non_negative)
@@ -366,6 +368,8 @@ class PoolAutoscaling:
     target_capacity_margin: float | None = field(None, check=unit_interval)
     # places kept free for the largest pod (docs/scaling.md, "The slot reserve")
     slot_reserve: int | None = field(None, check=non_negative)
+    slot_reserve_band: int | None = field(None, check=non_negative)
+    slot_reserve_fraction: float | None = field(None, check=unit_interval)
     excluded_resources: tuple[str, ...] | None = None
     prevent_scale_down_after_capacity_loss: bool = False
     instance_loss_threshold: int | None = field(None, check=non_negative)

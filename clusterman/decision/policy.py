@@ -38,6 +38,8 @@ class ScalingPolicy:
     setpoint: Fraction = Fraction(7, 10)
     target_capacity_margin: Fraction = Fraction(1, 10)
     slot_reserve: int = 0  # free places for the largest pod kept after scaling (slots.py)
+    slot_reserve_band: int = 0  # more places a scale-down keeps: hysteresis against reserve churn
+    slot_reserve_fraction: Fraction = Fraction(0)  # at least this fraction of the pool's places kept free
     max_tasks_to_kill: float = 0  # math.inf: no limit
     min_node_scalein_uptime_seconds: float = 0.0
     excluded_resources: frozenset[str] = frozenset()
@@ -96,6 +98,10 @@ class ScalingPolicy:
                 a.target_capacity_margin if a.target_capacity_margin is not None else d.target_capacity_margin
             ),
             slot_reserve=a.slot_reserve if a.slot_reserve is not None else d.slot_reserve,
+            slot_reserve_band=a.slot_reserve_band if a.slot_reserve_band is not None else d.slot_reserve_band,
+            slot_reserve_fraction=exact(
+                a.slot_reserve_fraction if a.slot_reserve_fraction is not None else d.slot_reserve_fraction
+            ),
             max_tasks_to_kill=limits.max_tasks_to_kill,
             min_node_scalein_uptime_seconds=float(limits.min_node_scalein_uptime_seconds),
             excluded_resources=frozenset(

@@ -75,8 +75,31 @@ def node_slots(vector: tuple[float, ...], slot: Need) -> int:
     return max(count, 0)
 
 
-def reserve(view: PoolView, proposed: Fraction, slot: Need | None, wanted: int) -> Reserve:
-    """The smallest target at or above ``proposed`` that leaves ``wanted`` slots free (module doc)."""
+def reserve(
+    view: PoolView, proposed: Fraction, slot: Need | None, wanted: int, band: int = 0, fraction: Fraction = ZERO
+) -> Reserve:
+    """The smallest target at or above ``proposed`` that leaves ``wanted`` slots free (module doc),
+    or ``fraction`` of the slots the ready capacity holds when that is more: large pods arrive in
+    proportion to the pods a pool runs, so a large pool needs more places than a small one.
+    A scale-down (below the current target) keeps ``wanted + band`` free, at most the current
+    target: hysteresis, so that the reserve alone does not remove a node one run and add it back
+    a few runs later when the next large pods take the places a removal left just enough of."""
+    if fraction > 0 and slot is not None and view.ready_total > 0:
+        wanted = max(wanted, ceil(fraction * view.ready_total * _unit_slots(view, slot)))
+    kept = _reserve(view, proposed, slot, wanted)
+    if band <= 0 or kept.target >= view.target:
+        return kept
+    wider = _reserve(view, kept.target, slot, wanted + band)
+    if wider.target <= kept.target:
+        return kept
+    target = min(wider.target, view.target)
+    assert slot is not None  # _reserve changes nothing without a slot
+    return Reserve(
+        target, f"slot reserve: a scale-down keeps {wanted} + {band} free {describe(slot)} slots → {show(target)}"
+    )
+
+
+def _reserve(view: PoolView, proposed: Fraction, slot: Need | None, wanted: int) -> Reserve:
     W = view.ready_total
     if wanted <= 0 or slot is None or W <= 0:
         return Reserve(proposed)

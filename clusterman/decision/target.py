@@ -46,7 +46,9 @@ def propose(view: PoolView, util: Utilisation, policy: ScalingPolicy, slot: Need
         # with Escalator's thresholds zero requests are 0% utilisation: the fast rate, not target 0
         proposal = _from_utilisation(util, policy, T, W)
         if not escalator:
-            kept = reserve(view, proposal.target, slot, policy.slot_reserve)
+            kept = reserve(
+                view, proposal.target, slot, policy.slot_reserve, policy.slot_reserve_band, policy.slot_reserve_fraction
+            )
             if kept.reason:
                 proposal = Proposal(kept.target, f"{proposal.reason}; {kept.reason}")
             return _within_margin(proposal, T, policy.target_capacity_margin)
