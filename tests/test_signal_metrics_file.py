@@ -191,7 +191,7 @@ def test_mutated_files_are_never_vouched_for_when_the_full_parse_refuses_them(tm
     alphabet = '[]{},.:0123456789eE+- "\n\\aN'
     vouched = 0
     path = tmp_path / "m.json"
-    for _ in range(3000):
+    for _ in range(1500):
         text = list(base)
         for _ in range(rng.randint(1, 3)):
             i = rng.randrange(len(text) + 1)
@@ -203,8 +203,7 @@ def test_mutated_files_are_never_vouched_for_when_the_full_parse_refuses_them(tm
                     del text[i]
                 else:
                     text[i] = rng.choice(alphabet)
-        path.write_text("".join(text))
-        raw = path.read_bytes()
+        raw = "".join(text).encode()
         quick = metrics_file._check_without_points(path, raw)
         if quick is None:
             continue
@@ -213,4 +212,4 @@ def test_mutated_files_are_never_vouched_for_when_the_full_parse_refuses_them(tm
         assert full.notes == () and quick.metrics == full.metrics, raw
         assert (quick.timestamp, quick.wrapped, quick.newest) == (full.timestamp, full.wrapped, full.newest), raw
         assert quick.payload(None) == full.payload(None), raw
-    assert vouched > 300  # the fuzz reaches the quick check's acceptances, not only its refusals
+    assert vouched > 150  # the fuzz reaches the quick check's acceptances, not only its refusals
