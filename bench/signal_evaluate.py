@@ -4,14 +4,16 @@ Two paths, each against the same real runner process (``clusterman.ConstantSigna
 signal's own arithmetic does not hide the wire):
 
 - ``cli``: ``clusterman signal evaluate`` on a ~20 MB metrics file, the whole process. Next to it,
-  the same evaluation from a small program that calls ``run_evaluate`` directly (what the command
-  costs without building every subcommand's parser, which the CLI's lazy imports remove), and the
-  baseline: a client written here from REFERENCE.md section 1, doing what Clusterman's client does
-  (``json.load`` the file, ``json.dumps`` it again, ``send`` in 4096-byte pieces, the reply read
-  as Clusterman reads it). Goal: baseline / ours >= 4.
+  the same evaluation from a small program that calls ``run_evaluate`` directly (the command less
+  its argument parser), and the baseline: a client written here from REFERENCE.md section 1, doing
+  what Clusterman's client does (``json.load`` the file, ``json.dumps`` it again, ``send`` in
+  4096-byte pieces, the reply read as Clusterman reads it). Wall and CPU seconds, each the best of
+  five interleaved runs; CPU is given per side too (the client's own, the runner's share), since
+  the runner's parse of the payload is the same work for every client. Goal: baseline / ours >= 4.
 - ``store``: the autoscaler's own path, metrics store -> window -> wire, in process: our
   ``read_required_metrics`` + ``SignalClient.evaluate`` next to the same store read followed by
-  what Clusterman's autoscaler does with it (a list per point, ``json.dumps``, 4096-byte sends).
+  what Clusterman's autoscaler does with it (a list per point, ``json.dumps``, 4096-byte sends);
+  wall seconds, and CPU seconds of this process plus the runner.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -155,16 +158,21 @@ def run(quick: bool = False) -> dict[str, Any]:
             commands = {"baseline": baseline, "cli": cli, "direct": direct, "python": interpreter}
             timings = {name: float("inf") for name in commands}
             cpu = {name: float("inf") for name in commands}
+            sides = {name: (float("inf"), float("inf")) for name in commands}  # (client, runner) CPU
             for _ in range(repeat):  # interleaved, so a change in the machine's load hits all alike
                 for name, command in commands.items():
                     runner_cpu = cpu_seconds(runner.pid)
                     started = time.perf_counter()
                     client_cpu = run_process(command, env)
                     timings[name] = min(timings[name], time.perf_counter() - started)
-                    cpu[name] = min(cpu[name], client_cpu + cpu_seconds(runner.pid) - runner_cpu)
+                    runner_cpu = cpu_seconds(runner.pid) - runner_cpu
+                    cpu[name] = min(cpu[name], client_cpu + runner_cpu)
+                    sides[name] = (min(sides[name][0], client_cpu), min(sides[name][1], runner_cpu))
             results["cli"] = {
                 "wall_s": {name: round(t, 3) for name, t in timings.items()},
                 "cpu_s_client_plus_runner": {name: round(t, 3) for name, t in cpu.items()},
+                "cpu_s_client": {name: round(side[0], 3) for name, side in sides.items()},
+                "cpu_s_runner": {name: round(side[1], 3) for name, side in sides.items()},
                 "ratio_wall_cli": round(timings["baseline"] / timings["cli"], 2),
                 "ratio_wall_without_cli_startup": round(timings["baseline"] / timings["direct"], 2),
                 "ratio_cpu_cli": round(cpu["baseline"] / cpu["cli"], 2),
@@ -193,10 +201,17 @@ def run(quick: bool = False) -> dict[str, Any]:
             def theirs() -> None:
                 clusterman_style_send(raw, {"cpus_allocated": store.read(MetricType.SYSTEM_METRICS, key, 0, now)}, now)
 
-            read_only = ours_s = theirs_s = float("inf")
+            def cpu_of(fn: Callable[[], None]) -> float:
+                """CPU seconds of this process and the runner while ``fn`` runs."""
+                runner_before, ours_before = cpu_seconds(runner.pid), time.process_time()
+                fn()
+                return time.process_time() - ours_before + cpu_seconds(runner.pid) - runner_before
+
+            read_only = ours_s = theirs_s = ours_cpu = theirs_cpu = float("inf")
             for _ in range(repeat):
                 read_only = min(read_only, best_of(lambda: store.read(MetricType.SYSTEM_METRICS, key, 0, now), 1))
                 ours_s, theirs_s = min(ours_s, best_of(ours, 1)), min(theirs_s, best_of(theirs, 1))
+                ours_cpu, theirs_cpu = min(ours_cpu, cpu_of(ours)), min(theirs_cpu, cpu_of(theirs))
             client.close()
             raw.close()
             results["store"] = {
@@ -205,6 +220,8 @@ def run(quick: bool = False) -> dict[str, Any]:
                 "ours_s": round(ours_s, 3),
                 "ratio": round(theirs_s / ours_s, 2),
                 "ratio_beyond_the_store_read": round((theirs_s - read_only) / max(ours_s - read_only, 1e-6), 2),
+                "cpu_s_process_plus_runner": {"baseline": round(theirs_cpu, 3), "ours": round(ours_cpu, 3)},
+                "ratio_cpu": round(theirs_cpu / ours_cpu, 2),
             }
     finally:
         runner.terminate()

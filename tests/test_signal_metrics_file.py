@@ -110,3 +110,106 @@ def test_a_metric_named_metrics_fools_the_guess_but_not_the_check(tmp_path):
     checked = metrics_file.load(path).payload(None)
     assert guessed != checked
     assert json.loads(checked) == {"metrics": {"metrics": [[60, 1.5]], "timestamp": [[60, 2.0]]}, "timestamp": 60}
+
+
+# Files the check without point lists must read as the full parse does (or leave to it: None).
+SHAPES = [
+    '{"metrics": {"c": [[60, 1.5], [120, 2]]}, "timestamp": 150}',
+    '{"c": [[60,1.5],[120,2e3]], "d": [], "e": [ [ 1 , -0.5 ] ,\n [2,\t3] ]}',
+    '{"metrics": {"c": [[60, 1.5]]}, "timestamp": 90, "other": [[1, 2]]}',  # a series not under metrics
+    '{"metrics": {"c": [[60, 1.5]], "c": [[30, 2.5]]}}',  # duplicate key: the last one wins
+    '{"c[[1,2]]": [[60, 1.5]]}',  # brackets in a name
+    '{"c\\"[[1,2]]": [[60, 1.5]]}',  # an escaped quote
+    '{"metrics": [[60, 1.5]], "timestamp": [[60, 2.0]]}',  # a bare mapping with a metric named metrics
+    '{"c": [[60, 1.5], [30, 2]]}',  # out of order
+    '{"c": [[60, 1.5], [60, 2]]}',  # equal times
+    '{"c": [[60, 1.5]5, [90, 2]]}',
+    '{"c": [[60, 1.5], 5[90, 2]]}',
+    '{"c": [[60, 1 5], [90, 2]]}',
+    '{"c": [[60, 01], [90, 2]]}',
+    '{"c": [[60, .5], [90, 2]]}',
+    '{"c": [[60, 1.], [90, 2]]}',
+    '{"c": [[60, +1], [90, 2]]}',
+    '{"c": [[60, 1e999], [90, 2]]}',
+    '{"c": [[1e999, 1], [90, 2]]}',
+    '{"c": [[60, 1], [1' + "0" * 400 + ", 2]]}",  # an integer too large for a float
+    '{"c": [[60, 1, 3], [90, 2]]}',
+    '{"c": [[60], [90, 2]]}',
+    '{"c": [[[60, 1]], [90, 2]]}',
+    '{"c": [[60, 1], [90, 2]}',
+    '{"c": [[60, 1], [90, 2]]',
+    '{"c": [[60, NaN], [90, 2]]}',
+    '{"c": [[60, true], [90, 2]]}',
+    '{"c": [[60, 1],\x0b[90, 2]]}',
+    '{"c": [[60, 1], [90, -]]}',
+    '{"metrics": {"c": [[60, 1.5]]}, "timestamp": 1e999}',
+]
+
+
+@pytest.mark.parametrize("text", SHAPES)
+def test_the_check_without_point_lists_agrees_with_the_full_parse(tmp_path, text):
+    path = write(tmp_path, text)
+    raw = path.read_bytes()
+    quick = metrics_file._check_without_points(path, raw)
+    try:
+        full = metrics_file._load_points(path, raw)
+    except MetricsFileError:
+        assert quick is None  # only the full parse names an error
+        return
+    if quick is None:
+        return
+    assert full.notes == ()
+    assert (quick.timestamp, quick.wrapped, quick.newest) == (full.timestamp, full.wrapped, full.newest)
+    assert type(quick.newest) is type(full.newest)
+    assert quick.metrics == full.metrics
+    for when in (None, 1000, 1000.5):
+        assert quick.payload(when) == full.payload(when)
+
+
+def test_a_large_ordered_file_is_checked_without_point_lists(tmp_path):
+    series = [[60 * i, 0.1 * i] for i in range(10_000)]
+    path = write(tmp_path, json.dumps({"metrics": {"a": series, "b": series[:10]}, "timestamp": 600_000}))
+    loaded = metrics_file.load(path)
+    assert loaded.parsed is None and loaded.newest == 60 * 9_999
+    assert loaded.payload(None) == path.read_bytes()
+    assert loaded.metrics == {"a": series, "b": series[:10]}  # parsed when asked for
+
+
+def test_an_integer_too_large_for_a_float_is_named(tmp_path):
+    path = write(tmp_path, '{"c": [[60, 1], [1' + "0" * 400 + ", 2]]}")
+    with pytest.raises(MetricsFileError, match="metric 'c' point 1: the timestamp must be a finite number"):
+        metrics_file.load(path)
+
+
+def test_mutated_files_are_never_vouched_for_when_the_full_parse_refuses_them(tmp_path):
+    """A seeded fuzz: one to three bytes changed in a valid file; whatever the quick check accepts,
+    the full parse accepts too, unchanged, with the same payload."""
+    import random
+
+    rng = random.Random(12)
+    base = '{"metrics": {"c": [[60, 1.5], [120, 2e3], [180, -0.25]], "d": [ [0, 1] ]}, "timestamp": 200}'
+    alphabet = '[]{},.:0123456789eE+- "\n\\aN'
+    vouched = 0
+    path = tmp_path / "m.json"
+    for _ in range(1500):
+        text = list(base)
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(len(text) + 1)
+            edit = rng.choice(("insert", "delete", "replace"))
+            if edit == "insert":
+                text.insert(i, rng.choice(alphabet))
+            elif i < len(text):
+                if edit == "delete":
+                    del text[i]
+                else:
+                    text[i] = rng.choice(alphabet)
+        raw = "".join(text).encode()
+        quick = metrics_file._check_without_points(path, raw)
+        if quick is None:
+            continue
+        vouched += 1
+        full = metrics_file._load_points(path, raw)  # raises if the quick check accepted a bad file
+        assert full.notes == () and quick.metrics == full.metrics, raw
+        assert (quick.timestamp, quick.wrapped, quick.newest) == (full.timestamp, full.wrapped, full.newest), raw
+        assert quick.payload(None) == full.payload(None), raw
+    assert vouched > 150  # the fuzz reaches the quick check's acceptances, not only its refusals

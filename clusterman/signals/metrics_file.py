@@ -9,6 +9,13 @@ trailing timestamp replaced. Only a series out of time order (sorted here, with 
 encode the payload again. ``guess`` predicts the payload from the bytes alone, so that it can be
 sent before the check, which then runs while the runner parses the same bytes (and a wrong guess
 is sent again, corrected). Every error is one line naming the file.
+
+A large file is checked without building a list per point (``_check_without_points``): each
+series' brackets and commas are compared with the shape ``[[n,n],...]`` as bytes, and its numbers
+are parsed as one flat JSON array (strictly, as the runner will); the rest of the file is parsed
+with each series replaced by a placeholder. Anything that check does not vouch for (a series out
+of order, a string holding ``[[``, an escape, an odd number) goes through the full parse, which
+names the error; both accept the same files and give the same payload.
 """
 
 from __future__ import annotations
@@ -30,6 +37,10 @@ _CONSTANT = re.compile(rb"[\[,:]\s*(NaN|-?Infinity)")
 _WRAPPED_HEAD = re.compile(rb'\s*\{\s*"metrics"\s*:')
 _TRAILING_TIMESTAMP = re.compile(rb',\s*"timestamp"\s*:\s*(-?[0-9][0-9.eE+-]*)\s*\}\s*\Z')
 _TAIL = 256  # bytes of the file's end searched for the trailing timestamp
+_SERIES_START = re.compile(rb"\[[ \t\n\r]*\[")
+_SERIES_END = re.compile(rb"\][ \t\n\r]*\]")
+_NUMBER_BYTES = b"0123456789.eE+- \t\n\r"  # what a series holds besides brackets and commas
+_BRACKETS_TO_SPACES = bytes.maketrans(b"[]", b"  ")
 
 
 class MetricsFileError(UserError):
@@ -40,20 +51,26 @@ class MetricsFileError(UserError):
 class MetricsFile:
     path: Path
     raw: bytes
-    metrics: dict[str, list[Any]]
     timestamp: float | None  # the file's own, if it has one
     wrapped: bool  # {"metrics": ..., ...} rather than the bare mapping
+    newest: float | None  # the newest point's time (each series' last, once in order); None: no points
     notes: tuple[str, ...] = ()  # what was changed (a series sorted), for stderr
+    parsed: dict[str, list[Any]] | None = None  # the series, when the full parse built them
+
+    @property
+    def metrics(self) -> dict[str, list[Any]]:
+        """The series as lists of points; a file checked without them is parsed now (only a payload
+        that cannot reuse the file's bytes needs them)."""
+        return self.parsed if self.parsed is not None else _load_points(self.path, self.raw).metrics
 
     def newest_timestamp(self) -> float | None:
-        newest = [series[-1][0] for series in self.metrics.values() if series]
-        return max(newest) if newest else None
+        return self.newest
 
     def when(self, timestamp: float | None) -> float | None:
         """The evaluation time: ``timestamp``, else the file's, else its newest point's."""
         if timestamp is not None:
             return timestamp
-        return self.timestamp if self.timestamp is not None else self.newest_timestamp()
+        return self.timestamp if self.timestamp is not None else self.newest
 
     def payload(self, timestamp: float | None) -> bytes:
         when = self.when(timestamp)
@@ -146,26 +163,121 @@ def load(path: Path, raw: bytes | None = None) -> MetricsFile:
     """Parse and check the file (``raw``: its bytes, when already read)."""
     if raw is None:
         raw = read(path)
+    return _check_without_points(path, raw) or _load_points(path, raw)
+
+
+def _load_points(path: Path, raw: bytes) -> MetricsFile:
+    """The full check: every point built as a list, each error named (file, metric, point)."""
     try:
         data = wire.loads(raw)
     except UnicodeDecodeError as e:
         raise MetricsFileError(f"{path}: not UTF-8 (byte {e.start})") from e
     except ValueError as e:
         raise MetricsFileError(f"{path}: {_where(raw, e)}{e}") from e
+    metrics, timestamp, wrapped = _split(path, data)
+    notes = []
+    for name, series in metrics.items():
+        if check_series(path, name, series):
+            series.sort(key=itemgetter(0))  # stable: equal times keep the file's order
+            notes.append(f"{path}: metric {name!r} was not in time order; sorted it (oldest first)")
+    newest = [series[-1][0] for series in metrics.values() if series]
+    return MetricsFile(path, raw, timestamp, wrapped, max(newest) if newest else None, tuple(notes), metrics)
+
+
+def _split(path: Path, data: Any) -> tuple[dict[str, Any], float | None, bool]:
+    """(metrics, the file's timestamp, wrapped) of the parsed file."""
     if isinstance(data, dict) and isinstance(data.get("metrics"), dict):
         metrics, timestamp, wrapped = data["metrics"], data.get("timestamp"), True
     elif isinstance(data, dict):
         metrics, timestamp, wrapped = data, None, False
     else:
         raise MetricsFileError(f"{path}: expected a JSON object of metric name -> [[timestamp, value], ...]")
-    if timestamp is not None and (type(timestamp) not in _NUMBER_TYPES or not math.isfinite(timestamp)):
+    if timestamp is not None and (type(timestamp) not in _NUMBER_TYPES or not _finite(timestamp)):
         raise MetricsFileError(f"{path}: timestamp must be a number of seconds, got {timestamp!r}")
-    notes = []
-    for name, series in metrics.items():
-        if check_series(path, name, series):
-            series.sort(key=itemgetter(0))  # stable: equal times keep the file's order
-            notes.append(f"{path}: metric {name!r} was not in time order; sorted it (oldest first)")
-    return MetricsFile(path, raw, metrics, timestamp, wrapped, tuple(notes))
+    return metrics, timestamp, wrapped
+
+
+def _check_without_points(path: Path, raw: bytes) -> MetricsFile | None:
+    """The check for a file whose series are all well-formed and in time order, without a list per
+    point: None whenever it cannot vouch for the file (the full parse then decides and names the
+    error). Each series ``[[t,v],...]`` outside a string is checked in three whole-buffer steps:
+    its bytes less digits, number signs and whitespace must be exactly ``[[,],...,[,]]``; with the
+    brackets blanked it must parse as one flat JSON array (each number strictly, as the runner
+    parses it); and the flat list's times must be in order and its sums finite. The file with each
+    series replaced by a placeholder ``[[i]]`` (which no series left in it can be) is then parsed and
+    read as the full check reads it."""
+    if b"\\" in raw:
+        return None  # an escaped quote would hide where strings end
+    pieces: list[bytes] = []
+    newest: list[Any] = []
+    position = quotes = 0
+    while (start := _SERIES_START.search(raw, position)) is not None:
+        quotes += raw.count(b'"', position, start.start())
+        end = _SERIES_END.search(raw, start.end())
+        if quotes % 2 or end is None:
+            return None  # a "[[" inside a string, or a series that never closes
+        last = _check_flat_series(raw[start.start() : end.end()])
+        if last is None:
+            return None
+        pieces += (raw[position : start.start()], b"[[%d]]" % len(newest))
+        newest.append(last)
+        position = end.end()
+    try:
+        data = wire.loads(b"".join(pieces) + raw[position:])
+        metrics, timestamp, wrapped = _split(path, data)
+    except (ValueError, MetricsFileError):
+        return None
+    found = []
+    for series in metrics.values():
+        if type(series) is not list or (series and not _is_placeholder(series)):
+            return None  # a series the check above did not see: let the full check judge it
+        if series:
+            found.append(series[0][0])
+    if found != list(range(len(newest))):
+        return None  # a series placed elsewhere (a duplicate key, under "timestamp"): the full parse decides
+    return MetricsFile(path, raw, timestamp, wrapped, max(newest) if newest else None)
+
+
+def _is_placeholder(series: list[Any]) -> bool:
+    return len(series) == 1 and type(series[0]) is list and len(series[0]) == 1 and type(series[0][0]) is int
+
+
+def _check_flat_series(text: bytes) -> Any:
+    """The newest time of one ``[[t,v],...]`` series whose points are finite numbers in time order,
+    or None when it is not one (or not in order)."""
+    shape = text.translate(None, _NUMBER_BYTES)
+    points = shape.count(b",]")
+    if not points or shape != b"[" + b"[,]," * (points - 1) + b"[,]]":
+        return None
+    try:
+        flat = wire.loads(b"[" + text.translate(_BRACKETS_TO_SPACES) + b"]")
+    except ValueError:
+        return None
+    stamps, values = flat[0::2], flat[1::2]
+    if len(stamps) != points or len(values) != points:
+        return None
+    # Only numbers can come out of these bytes; finite if their sums are (else: the full check names it)
+    if not (_finite_sum(stamps) and _finite_sum(values)):
+        return None
+    if not all(map(operator.le, stamps, islice(stamps, 1, None))):
+        return None
+    return stamps[-1]
+
+
+def _finite_sum(numbers: list[Any]) -> bool:
+    """True when every number is finite (the sum of finite numbers overflows only when one is huge)."""
+    try:
+        return math.isfinite(sum(numbers))
+    except OverflowError:  # an integer beyond a float's range
+        return False
+
+
+def _finite(number: float) -> bool:
+    """``math.isfinite`` that says False, not OverflowError, for an integer too large for a float."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
 
 
 def check_series(path: Path, name: str, series: Any) -> bool:
@@ -186,8 +298,8 @@ def check_series(path: Path, name: str, series: Any) -> bool:
     for what, column in (("timestamp", stamps), ("value", values)):
         # The sum of numbers is finite when each is (the parser refused NaN; 1e999 reads as inf);
         # only a sum that overflows looks at each number, to find the bad one or none.
-        if not set(map(type, column)) <= _NUMBER_TYPES or not math.isfinite(sum(column)):
-            bad = [i for i, v in enumerate(column) if type(v) not in _NUMBER_TYPES or not math.isfinite(v)]
+        if not set(map(type, column)) <= _NUMBER_TYPES or not _finite_sum(column):
+            bad = [i for i, v in enumerate(column) if type(v) not in _NUMBER_TYPES or not _finite(v)]
             for i in bad[:1]:
                 raise MetricsFileError(
                     f"{path}: metric {name!r} point {i}: the {what} must be a finite number, got {column[i]!r}"
