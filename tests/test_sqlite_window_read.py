@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from clusterman.config.model import MetricType
+from clusterman.core.config import MetricType
 from clusterman.datastore.sqlite import SqliteStore
 from clusterman.datastore.store import Point
 
