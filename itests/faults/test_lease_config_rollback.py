@@ -42,8 +42,11 @@ def test_a_crash_loop_after_a_change_rolls_back_and_a_later_edit_is_applied(tmp_
         recovered = time.monotonic() - edited
         assert back["max_capacity"] == 9
         assert "the autoscaler finished a run under this configuration" in bootstrap.stderr
-        errors = [line for line in bootstrap.stderr.splitlines() if " ERROR " in line]
-        assert len(errors) == 1, errors
+        # on a loaded machine the stand-in's 0.3 s period can also trip the heartbeat watch (its own
+        # ERROR line, a restart): allowed; the rollback itself is said once, in one line
+        lines = [line for line in bootstrap.stderr.splitlines() if " ERROR " in line]
+        errors = [line for line in lines if "has not finished a run" not in line]
+        assert len(errors) == 1, lines
         assert "CONFIGURATION ROLLED BACK: the change to " + str(config.pool_path) in errors[0]
         assert "the autoscaler keeps exiting: started 3 times in" in errors[0]
         assert "cannot start with max_capacity 7" in errors[0]
