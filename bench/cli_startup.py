@@ -28,8 +28,8 @@ from clusterman.signals.client import SignalAddress
 
 EAGER = (
     "import sys\n"
-    "from clusterman.cli.main import Arguments, build_parser\n"
-    "args = build_parser().parse_args(sys.argv[1:], namespace=Arguments())\n"
+    "from clusterman.cli.main import build_parser\n"
+    "args = build_parser().parse_args(sys.argv[1:])\n"
     "sys.exit(args.func(args))\n"
 )
 ROOT = Path(__file__).resolve().parents[1]
