@@ -171,27 +171,29 @@ class InMemoryStore(MetricsStore):
     live in ``clusterman.datastore``' backend modules."""
 
     def __init__(self) -> None:
-        self._data: dict[tuple[MetricType, str], tuple[list[int], list[Value]]] = {}
+        # per series its timestamps (for bisect) and its points, each point one tuple made once: a
+        # read is a slice of pointers, not a new tuple per point (the simulator reads a day of
+        # points every simulated minute)
+        self._data: dict[tuple[MetricType, str], tuple[list[int], list[tuple[int, Value]]]] = {}
 
     def load(self, metric_type: MetricType, key: str, series: Series) -> None:
         """Put a whole series in at once (a metrics file's), replacing what the key held."""
-        ordered = sorted(series, key=lambda p: p[0])
-        self._data[(metric_type, key)] = ([int(t) for t, _ in ordered], [v for _, v in ordered])
+        ordered = [(int(t), v) for t, v in sorted(series, key=lambda p: p[0])]
+        self._data[(metric_type, key)] = ([t for t, _ in ordered], ordered)
 
     def write(self, points: Iterable[Point]) -> None:
         for p in points:
-            times, values = self._data.setdefault((p.metric_type, p.key), ([], []))
+            times, pairs = self._data.setdefault((p.metric_type, p.key), ([], []))
             i = bisect.bisect_left(times, p.timestamp)
             if i < len(times) and times[i] == p.timestamp:
-                values[i] = p.value
+                pairs[i] = (p.timestamp, p.value)
             else:
                 times.insert(i, p.timestamp)
-                values.insert(i, p.value)
+                pairs.insert(i, (p.timestamp, p.value))
 
     def read(self, metric_type: MetricType, key: str, start: int, end: int) -> Series:
-        times, values = self._data.get((metric_type, key), ([], []))
-        lo, hi = bisect.bisect_left(times, start), bisect.bisect_right(times, end)
-        return list(zip(times[lo:hi], values[lo:hi], strict=True))
+        times, pairs = self._data.get((metric_type, key), ([], []))
+        return pairs[bisect.bisect_left(times, start) : bisect.bisect_right(times, end)]
 
     def keys(self, metric_type: MetricType, prefix: str = "", regex: str | None = None) -> list[str]:
         return matching_keys((key for (t, key) in self._data if t == metric_type), prefix, regex)

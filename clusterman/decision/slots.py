@@ -20,6 +20,9 @@ millionths, as in fit.py.
 
 from __future__ import annotations
 
+import bisect
+import functools
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -52,13 +55,11 @@ def largest_request(nodes: Iterable[Node], pending: Iterable[Task] = ()) -> Need
     """Per resource, the largest request of any task that is demand (not a daemon, not revocable)
     on ``nodes`` (``NodeUsage.largest``, summed up when the node was built) or ``pending``; None
     when there is none or every request is zero."""
-    top = [0.0, 0.0, 0.0, 0.0]
     sizes: list[tuple[float, ...]] = [n.usage.largest for n in nodes]
     sizes += [tuple(t.requests) for t in pending if not (t.daemon or t.revocable)]
-    for size in sizes:
-        for d, v in enumerate(size):
-            if math.isfinite(v) and v > top[d]:
-                top[d] = v
+    if not sizes:
+        return None
+    top = [max(0.0, max(filter(math.isfinite, column), default=0.0)) for column in zip(*sizes, strict=True)]
     need = need_of(*top)
     return need if any(need) else None
 
@@ -84,57 +85,70 @@ def reserve(
     A scale-down (below the current target) keeps ``wanted + band`` free, at most the current
     target: hysteresis, so that the reserve alone does not remove a node one run and add it back
     a few runs later when the next large pods take the places a removal left just enough of."""
-    if fraction > 0 and slot is not None and view.ready_total > 0:
-        wanted = max(wanted, ceil(fraction * view.ready_total * _unit_slots(view, slot)))
-    kept = _reserve(view, proposed, slot, wanted)
+    if slot is None or view.ready_total <= 0:
+        return Reserve(proposed)
+    slots = _Slots(view, slot)
+    if fraction > 0:
+        wanted = max(wanted, ceil(fraction * view.ready_total * slots.per_unit))
+    kept = slots.reserve(proposed, wanted)
     if band <= 0 or kept.target >= view.target:
         return kept
-    wider = _reserve(view, kept.target, slot, wanted + band)
+    wider = slots.reserve(kept.target, wanted + band)
     if wider.target <= kept.target:
         return kept
     target = min(wider.target, view.target)
-    assert slot is not None  # _reserve changes nothing without a slot
     return Reserve(
         target, f"slot reserve: a scale-down keeps {wanted} + {band} free {describe(slot)} slots → {show(target)}"
     )
 
 
-def _reserve(view: PoolView, proposed: Fraction, slot: Need | None, wanted: int) -> Reserve:
-    W = view.ready_total
-    if wanted <= 0 or slot is None or W <= 0:
-        return Reserve(proposed)
-    per_unit = _unit_slots(view, slot)
-    ready = sorted(((node_slots(n.vector, slot), n.weight) for n in view.ready), reverse=True)
-    total = sum(s for s, _ in ready)
+class _Slots:
+    """The free slots of one snapshot's ready nodes, worked out once: the emptiest leave first, so
+    the slots a scale-down by ``leaving`` weight units loses are a prefix sum over the nodes sorted
+    by their slots, found by bisection."""
 
-    def slots_at(target: Fraction) -> int:
+    def __init__(self, view: PoolView, slot: Need) -> None:
+        self.slot = slot
+        self.ready_total = view.ready_total
+        self.per_unit = _unit_slots(view, slot)
+        self.ready = sorted(((node_slots(n.vector, slot), n.weight) for n in view.ready), reverse=True)
+        self.total = sum(s for s, _ in self.ready)
+
+    @functools.cached_property
+    def prefix(self) -> tuple[list[int], list[Fraction | int]]:
+        """(slots, weight) of the first k nodes, for k = 0..n: needed by scale-downs only."""
+        slots = list(itertools.accumulate((s for s, _ in self.ready), initial=0))
+        weights = (int(w) if float(w).is_integer() else Fraction(w) for _, w in self.ready)
+        return slots, list(itertools.accumulate(weights, initial=0))
+
+    def at(self, target: Fraction) -> int:
+        """Free slots with ``target`` weight units: new units add theirs, removed nodes take theirs."""
+        W = self.ready_total
         if target >= W:
-            return total + int((target - W) * per_unit)
-        leaving, lost = W - target, 0
-        for s, w in ready:  # the emptiest leave first: the most slots lost
-            if leaving <= 0:
-                break
-            lost += s
-            leaving -= Fraction(w)
-        return total - lost
+            return self.total + int((target - W) * self.per_unit)
+        # a node leaves while the weight still to remove is positive: the first k with weight >= leaving
+        lost, weight = self.prefix
+        return self.total - lost[min(bisect.bisect_left(weight, W - target), len(lost) - 1)]
 
-    have = slots_at(proposed)
-    if have >= wanted:
-        return Reserve(proposed)
-    target = proposed
-    if proposed < W:  # keep nodes: the fewest removed that leave enough
-        target = W
-        for removed in range(1, int(W - proposed) + 1):
-            if slots_at(W - removed) < wanted:
-                break
-            target = W - removed
-        target = max(target, proposed)
-    if slots_at(target) < wanted:
-        if per_unit <= 0:
-            return Reserve(proposed, f"slot reserve: a {describe(slot)} slot is larger than one weight unit")
-        target = max(target, W) + ceil(Fraction(wanted - slots_at(max(target, W)), per_unit))
-    why = f"slot reserve: {have} free {describe(slot)} slots < {wanted} → {show(target)}"
-    return Reserve(target, why)
+    def reserve(self, proposed: Fraction, wanted: int) -> Reserve:
+        W = self.ready_total
+        have = self.at(proposed)
+        if wanted <= 0 or have >= wanted:
+            return Reserve(proposed)
+        target = proposed
+        if proposed < W:  # keep nodes: the fewest removed that leave enough
+            target = W
+            for removed in range(1, int(W - proposed) + 1):
+                if self.at(W - removed) < wanted:
+                    break
+                target = W - removed
+            target = max(target, proposed)
+        if self.at(target) < wanted:
+            if self.per_unit <= 0:
+                return Reserve(proposed, f"slot reserve: a {describe(self.slot)} slot is larger than one weight unit")
+            target = max(target, W) + ceil(Fraction(wanted - self.at(max(target, W)), self.per_unit))
+        why = f"slot reserve: {have} free {describe(self.slot)} slots < {wanted} → {show(target)}"
+        return Reserve(target, why)
 
 
 def _unit_slots(view: PoolView, slot: Need) -> Fraction:
