@@ -115,8 +115,20 @@ def test_a_wave_asked_for_ahead_of_time_is_held_when_it_comes_late():
     # the fourth wave comes 4 minutes later than one period after the third
     values = waves(1200, jitter=(0, 0, 0, 4))
     signal = ForecastHeadroom("c", "p", {})
-    asked = [ask(signal, values[:m]) for m in range(1102, 1116)]
-    assert min(asked) > 480  # from 8 minutes before its usual time until it has come
+    asked = [ask(signal, values[:m]) for m in range(1105, 1116)]
+    assert min(asked) > 480  # from 6 minutes before its usual time (1110) until it has come (1114)
+
+
+def test_with_three_waves_seen_the_next_is_asked_for_at_the_earliest_start_less_horizon_and_2():
+    # waves at minutes 30, 390, 750: the fourth (1110) is asked for from minute 1104 (4 + 2
+    # before), not from 1100 (the horizon and 6 minutes past the third's start a period later)
+    values = waves(1200)
+    late = [ask(ForecastHeadroom("c", "p", {}), values[: t + 1]) for t in (1101, 1103, 1104)]
+    assert late[0] < 200 and late[1] < 200 and late[2] > 480
+    # the second wave came 2 minutes early (388): every period seen counts, so from minute 1102
+    values = waves(1200, jitter=(0, -2, 0, 0))
+    early = [ask(ForecastHeadroom("c", "p", {}), values[: t + 1]) for t in (1101, 1102)]
+    assert early[0] < 200 and early[1] > 480
 
 
 def test_min_spare_is_a_floor_on_the_spare_and_held_like_the_rest():

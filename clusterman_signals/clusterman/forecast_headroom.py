@@ -17,9 +17,12 @@ plus one run, the time a request takes to become capacity):
                which gets and keeps a node with room for it
                (remembered by the signal's process; a restart forgets it)
 
-  season(t)  = the rise seen one period P earlier, max(d over (t-P, t-P+H+LEAD]) - max(d over [t-P-J, t-P]),
-               (the window after t-P reaches ``LEAD`` = 6 points past the horizon: a period's waves
-               come a few minutes early or late),
+  season(t)  = the largest rise seen k periods P earlier, k = 1 .. as far as the history goes (up to
+               ``MAX_PERIODS``), max(d over (t-kP, t-kP+H+L]) - max(d over [t-kP-J, t-kP]):
+               the next rise is asked for at the earliest start seen so far less H + L; with fewer
+               than ``PERIODS_SEEN`` periods seen, L = ``LEAD`` = 6 points (a period's waves come a
+               few minutes early or late: ±4 against the one before), from then on ``SHORT_LEAD`` = 2
+               (the earliest of three or more starts is a better guess of the next one),
                less the rise of the last J points here (it has come already), when above the noise,
                when the history has a period (autocorrelation of the first differences of 5-minute
                means, strongest lag, its first harmonic that is nearly as strong); J = 4 minutes of
@@ -74,6 +77,9 @@ DEFAULTS: dict[str, float] = {
 BUCKET = 5  # points per bucket when looking for a period
 SLACK = 4  # points of slack around the period
 LEAD = 6  # points looked ahead past the horizon, one period ago: waves ±2 minutes apart (4 missed some)
+SHORT_LEAD = 2  # ... or 2 points, once PERIODS_SEEN periods are: the earliest of them, less 2 minutes
+PERIODS_SEEN = 3  # (2 were too few: batch's third wave, with 2 to go by, was 4 minutes short)
+MAX_PERIODS = 4  # periods looked back at most (a day of 6-hour waves has 3)
 EARLY_CORRELATION = 0.9  # a period longer than half the history: correlation needed
 EARLY_OVERLAP = 10  # ... over at least this many buckets
 SHORTFALL_WEIGHT = 20.0  # a CPU short costs this many CPUs idle, when choosing whether to use a period
@@ -255,12 +261,18 @@ class Rule:
         extra = 0.0
         p = self.period
         if p and j - p - SLACK >= 0:
-            # the rise one period ago, from the highest point of the slack before (t - P) to the
-            # highest of the horizon and slack after it, less what has risen here already
-            then = max(d[j - p - SLACK : j - p + 1])
-            top = max(d[j - p + 1 : min(j - p + self.horizon + LEAD, j) + 1])
+            # the largest rise k periods ago (k = 1 .., as far as the history goes), from the
+            # highest point of the slack before (t - kP) to the highest of the horizon and the lead
+            # after it, less what has risen here already: the earliest past start, less H + lead
+            backs = range(p, j - SLACK + 1, p)[:MAX_PERIODS]
+            lead = LEAD if len(backs) < PERIODS_SEEN else SHORT_LEAD
             seen = now - min(d[j - SLACK : j + 1])
-            rise = top - then - max(seen, 0.0)
+            top_rise = 0.0
+            for back in backs:
+                then = max(d[j - back - SLACK : j - back + 1])
+                top = max(d[j - back + 1 : min(j - back + self.horizon + lead, j) + 1])
+                top_rise = max(top_rise, top - then)
+            rise = top_rise - max(seen, 0.0)
             if rise > self.floor:  # a rise above the noise
                 extra = rise
         r = self.ramp_points
