@@ -10,6 +10,7 @@ The node sets (docs/scaling.md, "Which nodes count"):
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -45,11 +46,12 @@ class PoolView:
     capacity: dict[str, Fraction] = field(default_factory=dict)  # over ready nodes, per resource
     slack: dict[str, Fraction] = field(default_factory=dict)  # idle reservations on ready nodes
 
-    @property
+    # cached: a view is built once by view_of and only read after; the decision asks for these often
+    @functools.cached_property
     def ready_total(self) -> Fraction:
         return sum(self.ready_weight.values(), ZERO)
 
-    @property
+    @functools.cached_property
     def target(self) -> Fraction:
         """Clusterman's T: the sum of the targets of the groups that are not stale."""
         return sum((exact(g.target_capacity) for g in self.groups.values() if not g.stale), ZERO)

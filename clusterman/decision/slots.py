@@ -111,7 +111,15 @@ class _Slots:
         self.slot = slot
         self.ready_total = view.ready_total
         self.per_unit = _unit_slots(view, slot)
-        self.ready = sorted(((node_slots(n.vector, slot), n.weight) for n in view.ready), reverse=True)
+        dims = [d for d in _DIMS if slot[d] > 0]
+        if len(dims) == 1:  # the usual slot (CPUs only): node_slots in one pass, without a loop per node
+            d, size = dims[0], slot[dims[0]]
+            counts = [
+                max(round((v[d] - v[8 + d] - v[12 + d]) * MICRO), 0) // size for v in (n.vector for n in view.ready)
+            ]
+        else:
+            counts = [node_slots(n.vector, slot) for n in view.ready]
+        self.ready = sorted(zip(counts, (n.weight for n in view.ready), strict=True), reverse=True)
         self.total = sum(s for s, _ in self.ready)
 
     @functools.cached_property
