@@ -3,12 +3,14 @@
 Each trace is replayed by ``clusterman simulate``'s engine on one simulated group of m5.2xlarge
 (8 CPUs), instances joining 180 ± 30 s after launch, limits that never bind, draining on, demand
 run as pods of 0.5, 1, 2 and 4 CPUs that leave at random and live four hours on average (so
-scale-down meets fragmented nodes), for three configurations:
+scale-down meets fragmented nodes), for four configurations:
   old        the previous default: MostRecentResources (look-ahead 5 minutes over 10-minute
              windows), setpoint 0.7, margin 5%
   new        the shipped default: ``config/clusterman.yaml`` as it is
   escalator  no signal (``internal: true``: running + pending pods, as Escalator counts them) with
              Escalator's thresholds, tuned on these traces (``ESCALATOR``)
+  perfect    the shipped decision settings with a signal that knows the trace's future
+             (``bench/perfect_forecast.py``): the cost of the decision itself, without forecast error
 Per trace and configuration: cost ÷ the oracle's (``simulator/costs.py``: exactly the instances the
 demand needs each minute, launched one join delay ahead), unmet CPU-minutes, minutes with any
 shortfall, and target changes per day. With ``CLUSTERMAN_BENCH_PLOTS=DIR`` the new default's run
@@ -35,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from bench import perfect_forecast
 from bench._timing import median_of
 from bench._traces import TRACES
 from bench._traces import trace
@@ -95,15 +98,16 @@ ESCALATOR: dict[str, Any] = {
     "soft_delete_grace_period": "1m",
     "hard_delete_grace_period": "10m",
 }
-VARIANTS = ("old", "new", "escalator")
+VARIANTS = ("old", "new", "escalator", "perfect")
+TUNABLE = ("new", "perfect")  # the variants --set applies to
 AUTOSCALING_KEYS = ("setpoint", "target_capacity_margin", "slot_reserve", "slot_reserve_band", "slot_reserve_fraction")
 
 
 def main_config(workdir: Path, variant: str, overrides: dict[str, float] | None = None) -> Path:
     """The main file for a variant: the shipped one, or with the old default signal and settings;
-    ``overrides`` (new only) set signal parameters or ``autoscaling`` keys."""
+    ``overrides`` (new and perfect) set signal parameters or ``autoscaling`` keys."""
     raw = yaml.safe_load(MAIN.read_text())
-    if variant == "new" and overrides:
+    if variant in TUNABLE and overrides:
         for key, value in overrides.items():
             if key in AUTOSCALING_KEYS:
                 raw["autoscaling"][key] = int(value) if key in ("slot_reserve", "slot_reserve_band") else value
@@ -120,11 +124,21 @@ def main_config(workdir: Path, variant: str, overrides: dict[str, float] | None 
     return path
 
 
-def pool_file(workdir: Path, variant: str, name: str, initial: int) -> Path:
+def pool_file(workdir: Path, variant: str, name: str, initial: int, days: float) -> Path:
     pool: dict[str, Any] = {**POOL, "simulation": {**POOL["simulation"], "initial_capacity": initial}}
     if variant == "escalator":
         pool["autoscale_signal"] = {"internal": True, "period_minutes": 1}
         pool["autoscaling"] = ESCALATOR
+    if variant == "perfect":
+        perfect_forecast.register()
+        pool["autoscale_signal"] = {
+            "name": "PerfectForecast",
+            "namespace": perfect_forecast.NAMESPACE,
+            "branch_or_tag": "local",
+            "period_minutes": 1,
+            "parameters": [{"trace": name}, {"days": days}, {"horizon_minutes": 4}],
+            "required_metrics": [{"name": "cpus_allocated", "type": "system_metrics", "minute_range": 1}],
+        }
     path = workdir / f"{variant}-{name}" / "web.kubernetes"
     path.parent.mkdir(exist_ok=True)
     path.write_text(yaml.safe_dump(pool))
@@ -154,7 +168,7 @@ def score(
     if variant == "escalator":
         setpoint = ESCALATOR["scale_up_threshold_percent"] / 100
     initial = max(1, math.ceil(first / (NODE_CPUS * setpoint)))
-    scenario = load_scenario(main, Request(pool_file(workdir, variant, name, initial), [data]))
+    scenario = load_scenario(main, Request(pool_file(workdir, variant, name, initial, days), [data]))
     started = time.perf_counter()
     result = simulate(scenario)
     seconds = time.perf_counter() - started
@@ -312,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--traces", nargs="+", default=list(TRACES), choices=list(TRACES))
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="new default only")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=f"{' and '.join(TUNABLE)} only")
     parser.add_argument("--episodes", action="store_true", help="list each stretch of shortfall")
     parser.add_argument("--bound", nargs="*", type=float, metavar="SPARE", help="only the flash lower bound")
     args = parser.parse_args(argv)

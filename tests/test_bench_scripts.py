@@ -15,3 +15,26 @@ def test_the_eager_cli_baseline_still_builds_every_command():
     )
     assert done.returncode == 0, done.stderr
     assert "--metrics" in done.stdout
+
+
+def test_the_perfect_forecast_asks_for_the_largest_demand_of_the_next_horizon():
+    from bench._traces import START
+    from bench._traces import trace
+    from bench.perfect_forecast import PerfectForecast
+
+    demand = [v for _, v in trace("batch", 0.1)]
+    signal = PerfectForecast("c", "p", {"trace": "batch", "days": 0.1, "horizon_minutes": 4})
+    assert signal.value({}, START + 60 * 25 + 30).cpus == max(demand[25:30])
+    assert signal.value({}, START + 60 * 10_000).cpus == demand[-1]  # past the end: the last minute
+
+
+def test_the_scoreboard_replays_the_shipped_decision_with_the_perfect_forecast(tmp_path):
+    from bench import scoreboard
+
+    data, first = scoreboard.metrics_file(tmp_path, "batch", 0.1)
+    new = scoreboard.score(tmp_path, "new", "batch", data, first, 0.1)
+    perfect = scoreboard.score(tmp_path, "perfect", "batch", data, first, 0.1)
+    # the first wave (minute 30) comes during the default's warm-up: only a forecast that knows it
+    # has the capacity there when it starts
+    assert new["unmet_cpu_minutes"] > 0
+    assert perfect["unmet_cpu_minutes"] == 0

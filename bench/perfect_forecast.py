@@ -1,0 +1,41 @@
+"""A signal that knows the future, for the scoreboard only: the shipped decision fed a perfect forecast.
+
+It asks, each run, for the largest CPU demand of this minute and the next ``horizon_minutes`` of
+the trace being replayed (``bench/_traces.py``: the same seeded trace the run replays): what a
+request made now must cover when its capacity joins. Whatever the shipped default costs above
+this variant is the forecast's error; what this variant costs above the oracle is the decision's
+(setpoint, slot reserve, margin, packing pods onto nodes). It is not shipped in
+``clusterman_signals``; ``register`` makes it importable there for one process.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from bench._traces import START
+from bench._traces import trace
+from clusterman_signals.base_signal import BaseSignal
+from clusterman_signals.base_signal import MetricsValuesDict
+from clusterman_signals.base_signal import SignalResources
+
+NAMESPACE = "bench_perfect_forecast"
+
+
+class PerfectForecast(BaseSignal):
+    """Parameters: ``trace`` (a name of ``bench._traces.TRACES``), ``days``, ``horizon_minutes``."""
+
+    def __init__(self, cluster: str, pool: str, parameters: dict[str, Any] | None = None) -> None:
+        super().__init__(cluster, pool, parameters)
+        self.horizon = int(self.parameters.get("horizon_minutes", 4))
+        self.demand = [v for _, v in trace(str(self.parameters["trace"]), float(self.parameters["days"]))]
+
+    def value(self, metrics: MetricsValuesDict, timestamp: float) -> SignalResources:
+        minute = min(max(int((timestamp - START) // 60), 0), len(self.demand) - 1)
+        return SignalResources(cpus=max(self.demand[minute : minute + self.horizon + 1]))
+
+
+def register() -> None:
+    """Make ``clusterman_signals.bench_perfect_forecast`` importable (the simulator imports signals
+    by namespace from ``clusterman_signals``)."""
+    sys.modules[f"clusterman_signals.{NAMESPACE}"] = sys.modules[__name__]
