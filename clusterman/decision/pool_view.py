@@ -37,6 +37,7 @@ class SnapshotError(UserError, ValueError):
 @dataclass
 class PoolView:
     groups: dict[str, ResourceGroup]
+    nodes: tuple[Node, ...]  # the snapshot's, for folds over its chunks (slots.py)
     ready: list[Node] = field(default_factory=list)
     tainted: list[Node] = field(default_factory=list)
     orphans: list[Node] = field(default_factory=list)
@@ -78,7 +79,7 @@ def view_of(snapshot: PoolSnapshot) -> PoolView:
         if g.id in groups:
             raise SnapshotError(f"group {g.id}: listed twice")
         groups[g.id] = g
-    view = PoolView(groups)
+    view = PoolView(groups, snapshot.nodes)
     ready_weight: dict[str, float] = dict.fromkeys(groups, 0.0)
     cpus = mem = disk = gpus = 0.0
     reserving: list[Node] = []
@@ -159,6 +160,12 @@ def _sort_chunk(chunk: tuple[Node, ...], group_ids: Hashable) -> _Part:
 
 
 _PARTS = NodeFold(_sort_chunk)
+
+
+def ready_in(chunk: tuple[Node, ...], group_ids: frozenset[str]) -> tuple[Node, ...]:
+    """The nodes of ``chunk`` that ``view_of`` counts as ready, in order: for folds that summarize
+    ready nodes (``view.ready`` is these, chunk after chunk)."""
+    return _sort_chunk(chunk, group_ids).ready
 
 
 def _sum_allocatable(nodes: list[Node]) -> dict[str, Fraction]:

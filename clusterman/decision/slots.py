@@ -24,10 +24,13 @@ import bisect
 import functools
 import itertools
 import math
+from collections.abc import Hashable
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import cast
 
+from clusterman.core.fold import NodeFold
 from clusterman.core.model import Node
 from clusterman.core.model import Task
 from clusterman.core.resources import RESOURCE_NAMES
@@ -39,6 +42,7 @@ from clusterman.decision.fit import Need
 from clusterman.decision.fit import describe
 from clusterman.decision.fit import need_of
 from clusterman.decision.pool_view import PoolView
+from clusterman.decision.pool_view import ready_in
 
 _DIMS = range(len(RESOURCE_NAMES))
 
@@ -111,32 +115,30 @@ class _Slots:
         self.slot = slot
         self.ready_total = view.ready_total
         self.per_unit = _unit_slots(view, slot)
-        dims = [d for d in _DIMS if slot[d] > 0]
-        if len(dims) == 1:  # the usual slot (CPUs only): node_slots in one pass, without a loop per node
-            d, size = dims[0], slot[dims[0]]
-            counts = [
-                max(round((v[d] - v[8 + d] - v[12 + d]) * MICRO), 0) // size for v in (n.vector for n in view.ready)
-            ]
-        else:
-            counts = [node_slots(n.vector, slot) for n in view.ready]
-        self.ready = sorted(zip(counts, (n.weight for n in view.ready), strict=True), reverse=True)
+        chunks = _COUNTS.summaries(view.nodes, (slot, frozenset(view.groups)))
+        self.ready = sorted((pair for chunk in chunks for pair in chunk), reverse=True)
         self.total = sum(s for s, _ in self.ready)
 
     @functools.cached_property
-    def prefix(self) -> tuple[list[int], list[Fraction | int]]:
-        """(slots, weight) of the first k nodes, for k = 0..n: needed by scale-downs only."""
+    def prefix(self) -> tuple[list[int], list[int] | list[Fraction], bool]:
+        """(slots, weight) of the first k nodes, for k = 0..n, and whether the weights are whole
+        numbers (then compared as ints, much cheaper than Fractions): needed by scale-downs only."""
         slots = list(itertools.accumulate((s for s, _ in self.ready), initial=0))
-        weights = (int(w) if float(w).is_integer() else Fraction(w) for _, w in self.ready)
-        return slots, list(itertools.accumulate(weights, initial=0))
+        weights = [w for _, w in self.ready]
+        if all(map(float.is_integer, map(float, weights))):
+            return slots, list(itertools.accumulate(map(int, weights), initial=0)), True
+        return slots, list(itertools.accumulate(map(Fraction, weights), initial=ZERO)), False
 
     def at(self, target: Fraction) -> int:
         """Free slots with ``target`` weight units: new units add theirs, removed nodes take theirs."""
         W = self.ready_total
         if target >= W:
             return self.total + int((target - W) * self.per_unit)
-        # a node leaves while the weight still to remove is positive: the first k with weight >= leaving
-        lost, weight = self.prefix
-        return self.total - lost[min(bisect.bisect_left(weight, W - target), len(lost) - 1)]
+        # a node leaves while weight remains to remove: the first k whose weight reaches ``leaving``
+        lost, weight, whole = self.prefix
+        leaving = W - target
+        k = bisect.bisect_left(weight, ceil(leaving) if whole else leaving)
+        return self.total - lost[min(k, len(lost) - 1)]
 
     def reserve(self, proposed: Fraction, wanted: int) -> Reserve:
         W = self.ready_total
@@ -157,6 +159,23 @@ class _Slots:
             target = max(target, W) + ceil(Fraction(wanted - self.at(max(target, W)), self.per_unit))
         why = f"slot reserve: {have} free {describe(self.slot)} slots < {wanted} → {show(target)}"
         return Reserve(target, why)
+
+
+def _count_chunk(chunk: tuple[Node, ...], context: Hashable) -> tuple[tuple[int, float], ...]:
+    """(slots, weight) of each ready node of one chunk of the snapshot (``core/fold.py``: a chunk
+    that did not change is not counted again). ``node_slots`` per node, as a list per resource the
+    slot asks for and their minimum: a loop per node costs several times more."""
+    slot, group_ids = cast(tuple[Need, frozenset[str]], context)
+    ready = ready_in(chunk, group_ids)
+    vectors = [n.vector for n in ready]
+    per_resource = [
+        [max(round((v[d] - v[8 + d] - v[12 + d]) * MICRO), 0) // slot[d] for v in vectors] for d in _DIMS if slot[d] > 0
+    ]
+    counts = list(map(min, *per_resource)) if len(per_resource) > 1 else per_resource[0]
+    return tuple(zip(counts, (n.weight for n in ready), strict=True))
+
+
+_COUNTS = NodeFold(_count_chunk)
 
 
 def _unit_slots(view: PoolView, slot: Need) -> Fraction:
