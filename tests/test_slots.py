@@ -101,3 +101,34 @@ def test_a_large_pool_keeps_a_fraction_of_its_places_free():
     small = snapshot(fragmented(10))
     used = sum(n.usage.allocated_unreserved.cpus for n in small.nodes)
     assert run(small, request(cpus=used), policy(slot_reserve=2, slot_reserve_fraction=0.05)).target_capacity == 11
+
+
+def test_the_remembered_chunks_give_what_a_fresh_pass_gives_as_the_pool_changes():
+    # largest_in and the reserve's counts are remembered per chunk of 32 nodes (core/fold.py):
+    # a pool of 100 nodes changed a few nodes at a time must get the same answers as a fresh count
+    import random
+    from dataclasses import replace
+
+    from clusterman.core.model import NodeState
+    from clusterman.decision.pool_view import view_of
+    from clusterman.decision.slots import largest_in
+    from clusterman.decision.slots import reserve
+
+    rng = random.Random(7)
+    states = [NodeState.READY] * 6 + [NodeState.TAINTED, NodeState.CORDONED]
+
+    def random_node(i: int):
+        tasks = tuple(Task(f"t{i}-{k}", Resources(cpus=rng.choice([0.5, 1, 2, 4]))) for k in range(rng.randint(0, 5)))
+        return replace(node(f"n{i}", cpus=8, mem=0, tasks=tasks), state=rng.choice(states))
+
+    nodes = [random_node(i) for i in range(100)]
+    for _ in range(30):
+        for i in rng.sample(range(len(nodes)), 3):
+            nodes[i] = random_node(i)
+        view = view_of(snapshot(nodes))
+        slot = largest_in(view)
+        assert slot == largest_request((*view.ready, *view.tainted))
+        assert slot is not None
+        fresh = sum(node_slots(n.vector, slot) for n in view.ready)
+        assert reserve(view, view.ready_total, slot, fresh).reason == ""  # exactly enough: unchanged
+        assert reserve(view, view.ready_total, slot, fresh + 1).reason  # one more: a node is added

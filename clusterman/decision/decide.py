@@ -37,7 +37,7 @@ from clusterman.decision.policy import ScalingPolicy
 from clusterman.decision.pool_view import PoolView
 from clusterman.decision.pool_view import view_of
 from clusterman.decision.scale_lock import ScaleLock
-from clusterman.decision.slots import largest_request
+from clusterman.decision.slots import largest_in
 from clusterman.decision.state import AutoscalerState
 from clusterman.decision.target import propose
 from clusterman.decision.utilisation import Utilisation
@@ -79,7 +79,7 @@ def decide(
         why = Reason.SCALE_LOCK if view.live_groups else Reason.NO_GROUPS
         return _decision(view, util, T, as_is, NodeActions(), held, notes, after, why)
 
-    slot = largest_request((*view.ready, *view.tainted), snapshot.pending) if policy.slot_reserve else None
+    slot = largest_in(view, snapshot.pending) if policy.slot_reserve else None
     proposal = propose(view, util, policy, slot)
     clamped = clamp(T, proposal.target, policy, blocked, Reason.CAPACITY_LOSS if lost else Reason.HELD)
     why = clamped.reason

@@ -162,10 +162,11 @@ def _sort_chunk(chunk: tuple[Node, ...], group_ids: Hashable) -> _Part:
 _PARTS = NodeFold(_sort_chunk)
 
 
-def ready_in(chunk: tuple[Node, ...], group_ids: frozenset[str]) -> tuple[Node, ...]:
-    """The nodes of ``chunk`` that ``view_of`` counts as ready, in order: for folds that summarize
-    ready nodes (``view.ready`` is these, chunk after chunk)."""
-    return _sort_chunk(chunk, group_ids).ready
+def counted_in(chunk: tuple[Node, ...], group_ids: frozenset[str]) -> tuple[tuple[Node, ...], tuple[Node, ...]]:
+    """The nodes of ``chunk`` that ``view_of`` counts as ready and as tainted, in order: for folds
+    over them (``view.ready`` is the ready ones, chunk after chunk; likewise ``view.tainted``)."""
+    part = _sort_chunk(chunk, group_ids)
+    return part.ready, part.tainted
 
 
 def _sum_allocatable(nodes: list[Node]) -> dict[str, Fraction]:

@@ -26,6 +26,7 @@ import itertools
 import math
 from collections.abc import Hashable
 from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import cast
@@ -42,7 +43,7 @@ from clusterman.decision.fit import Need
 from clusterman.decision.fit import describe
 from clusterman.decision.fit import need_of
 from clusterman.decision.pool_view import PoolView
-from clusterman.decision.pool_view import ready_in
+from clusterman.decision.pool_view import counted_in
 
 _DIMS = range(len(RESOURCE_NAMES))
 
@@ -59,13 +60,36 @@ def largest_request(nodes: Iterable[Node], pending: Iterable[Task] = ()) -> Need
     """Per resource, the largest request of any task that is demand (not a daemon, not revocable)
     on ``nodes`` (``NodeUsage.largest``, summed up when the node was built) or ``pending``; None
     when there is none or every request is zero."""
-    sizes: list[tuple[float, ...]] = [n.usage.largest for n in nodes]
+    return _largest([n.usage.largest for n in nodes], pending)
+
+
+def largest_in(view: PoolView, pending: Iterable[Task] = ()) -> Need | None:
+    """``largest_request`` over the view's ready and tainted nodes, each chunk's maximum remembered
+    while the chunk does not change (``core/fold.py``)."""
+    tops = _LARGEST.summaries(view.nodes, frozenset(view.groups))
+    return _largest([top for top in tops if top is not None], pending)
+
+
+def _largest(sizes: list[tuple[float, ...]], pending: Iterable[Task]) -> Need | None:
     sizes += [tuple(t.requests) for t in pending if not (t.daemon or t.revocable)]
     if not sizes:
         return None
-    top = [max(0.0, max(filter(math.isfinite, column), default=0.0)) for column in zip(*sizes, strict=True)]
-    need = need_of(*top)
+    need = need_of(*_column_max(sizes))
     return need if any(need) else None
+
+
+def _column_max(sizes: Sequence[tuple[float, ...]]) -> list[float]:
+    """Per resource the largest finite value, at least 0."""
+    return [max(0.0, max(filter(math.isfinite, column), default=0.0)) for column in zip(*sizes, strict=True)]
+
+
+def _chunk_largest(chunk: tuple[Node, ...], context: Hashable) -> tuple[float, ...] | None:
+    ready, tainted = counted_in(chunk, cast(frozenset[str], context))
+    sizes = [n.usage.largest for n in (*ready, *tainted)]
+    return tuple(_column_max(sizes)) if sizes else None
+
+
+_LARGEST = NodeFold(_chunk_largest)
 
 
 def node_slots(vector: tuple[float, ...], slot: Need) -> int:
@@ -166,7 +190,7 @@ def _count_chunk(chunk: tuple[Node, ...], context: Hashable) -> tuple[tuple[int,
     that did not change is not counted again). ``node_slots`` per node, as a list per resource the
     slot asks for and their minimum: a loop per node costs several times more."""
     slot, group_ids = cast(tuple[Need, frozenset[str]], context)
-    ready = ready_in(chunk, group_ids)
+    ready, _ = counted_in(chunk, group_ids)
     vectors = [n.vector for n in ready]
     per_resource = [
         [max(round((v[d] - v[8 + d] - v[12 + d]) * MICRO), 0) // slot[d] for v in vectors] for d in _DIMS if slot[d] > 0
