@@ -13,6 +13,8 @@ import json
 import signal
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
 from itests.aws_world import REGION
 from itests.aws_world import World
@@ -51,7 +53,7 @@ def test_a_stopped_runner_never_makes_a_run_act_on_an_old_snapshot(tmp_path, mot
     )
     try:
         autoscaler.wait_for(acted, timeout=60)
-        beat = json.loads(heartbeat.read_text())
+        beat = next_beat(heartbeat, after=0.0)  # written when the run ends, just after its decision line
         assert beat["period_seconds"] == PERIOD and abs(beat["finished_at"] - time.time()) < 30
 
         stopped = time.monotonic()
@@ -61,7 +63,7 @@ def test_a_stopped_runner_never_makes_a_run_act_on_an_old_snapshot(tmp_path, mot
         _, line = autoscaler.wait_for(lambda line: line.startswith("overrun:") or " overrun: the run took" in line,
                                       timeout=20, after=stopped)  # fmt: skip
         assert world.desired(asg) == 1
-        assert json.loads(heartbeat.read_text())["finished_at"] > beat["finished_at"]
+        next_beat(heartbeat, after=beat["finished_at"])
 
         resumed = time.monotonic()
         runners[1].send_signal(signal.SIGCONT)
@@ -73,6 +75,17 @@ def test_a_stopped_runner_never_makes_a_run_act_on_an_old_snapshot(tmp_path, mot
         for proc in runners:
             proc.kill()
             proc.wait()
+
+
+def next_beat(path: Path, after: float, timeout: float = 10.0) -> dict[str, Any]:
+    """The heartbeat once it records a run finished later than ``after`` (Unix seconds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        beat: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        if beat.get("finished_at", 0.0) > after:
+            return beat
+        assert time.monotonic() < deadline, f"no heartbeat after {after} in {path}: {beat}"
+        time.sleep(0.05)
 
 
 def metrics_text(autoscaler: Autoscaler) -> str:
