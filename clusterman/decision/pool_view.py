@@ -37,7 +37,6 @@ class SnapshotError(UserError, ValueError):
 @dataclass
 class PoolView:
     groups: dict[str, ResourceGroup]
-    nodes: tuple[Node, ...]  # the snapshot's, for folds over its chunks (slots.py)
     ready: list[Node] = field(default_factory=list)
     tainted: list[Node] = field(default_factory=list)
     orphans: list[Node] = field(default_factory=list)
@@ -46,6 +45,9 @@ class PoolView:
     ready_weight: dict[str, Fraction] = field(default_factory=dict)  # per group, weight units
     capacity: dict[str, Fraction] = field(default_factory=dict)  # over ready nodes, per resource
     slack: dict[str, Fraction] = field(default_factory=dict)  # idle reservations on ready nodes
+    # per chunk of the snapshot with ready or tainted nodes, the largest request of any of their
+    # tasks, per resource (``NodeUsage.largest``): the slot reserve's slot size (slots.py)
+    largest: list[tuple[float, ...]] = field(default_factory=list)
 
     # cached: a view is built once by view_of and only read after; the decision asks for these often
     @functools.cached_property
@@ -79,7 +81,7 @@ def view_of(snapshot: PoolSnapshot) -> PoolView:
         if g.id in groups:
             raise SnapshotError(f"group {g.id}: listed twice")
         groups[g.id] = g
-    view = PoolView(groups, snapshot.nodes)
+    view = PoolView(groups)
     ready_weight: dict[str, float] = dict.fromkeys(groups, 0.0)
     cpus = mem = disk = gpus = 0.0
     reserving: list[Node] = []
@@ -94,6 +96,8 @@ def view_of(snapshot: PoolSnapshot) -> PoolView:
         c, m, d, u = part.allocatable
         cpus, mem, disk, gpus = cpus + c, mem + m, disk + d, gpus + u
         reserving += part.reserving
+        if part.largest is not None:
+            view.largest.append(part.largest)
     view.ready_weight = {g: exact(w) for g, w in ready_weight.items()}
     view.capacity = _exact_totals({"cpus": cpus, "mem": mem, "disk": disk, "gpus": gpus}, view.ready)
     view.slack = _slack(reserving)
@@ -113,6 +117,7 @@ class _Part:
     ready_weight: tuple[tuple[str, float], ...]  # per group
     allocatable: tuple[float, float, float, float]  # of the ready nodes
     reserving: tuple[Node, ...]  # ready nodes holding reservations: the only ones with slack
+    largest: tuple[float, ...] | None  # over ready and tainted nodes; None when there are none
 
 
 def _sort_chunk(chunk: tuple[Node, ...], group_ids: Hashable) -> _Part:
@@ -156,17 +161,18 @@ def _sort_chunk(chunk: tuple[Node, ...], group_ids: Hashable) -> _Part:
         tuple(weights.items()),
         (cpus, mem, disk, gpus),
         tuple(sets[4]),
+        column_max([n.usage.largest for n in (*sets[0], *sets[1])]),
     )
 
 
 _PARTS = NodeFold(_sort_chunk)
 
 
-def counted_in(chunk: tuple[Node, ...], group_ids: frozenset[str]) -> tuple[tuple[Node, ...], tuple[Node, ...]]:
-    """The nodes of ``chunk`` that ``view_of`` counts as ready and as tainted, in order: for folds
-    over them (``view.ready`` is the ready ones, chunk after chunk; likewise ``view.tainted``)."""
-    part = _sort_chunk(chunk, group_ids)
-    return part.ready, part.tainted
+def column_max(sizes: list[tuple[float, ...]]) -> tuple[float, ...] | None:
+    """Per resource the largest finite value, at least 0; None for no sizes."""
+    if not sizes:
+        return None
+    return tuple(max(0.0, max(filter(math.isfinite, column), default=0.0)) for column in zip(*sizes, strict=True))
 
 
 def _sum_allocatable(nodes: list[Node]) -> dict[str, Fraction]:

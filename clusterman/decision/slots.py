@@ -23,10 +23,8 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-import math
 from collections.abc import Hashable
 from collections.abc import Iterable
-from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import cast
@@ -43,7 +41,7 @@ from clusterman.decision.fit import Need
 from clusterman.decision.fit import describe
 from clusterman.decision.fit import need_of
 from clusterman.decision.pool_view import PoolView
-from clusterman.decision.pool_view import counted_in
+from clusterman.decision.pool_view import column_max
 
 _DIMS = range(len(RESOURCE_NAMES))
 
@@ -64,32 +62,18 @@ def largest_request(nodes: Iterable[Node], pending: Iterable[Task] = ()) -> Need
 
 
 def largest_in(view: PoolView, pending: Iterable[Task] = ()) -> Need | None:
-    """``largest_request`` over the view's ready and tainted nodes, each chunk's maximum remembered
-    while the chunk does not change (``core/fold.py``)."""
-    tops = _LARGEST.summaries(view.nodes, frozenset(view.groups))
-    return _largest([top for top in tops if top is not None], pending)
+    """``largest_request`` over the view's ready and tainted nodes, from their chunks' maxima
+    (``PoolView.largest``, remembered with the rest of the view while a chunk does not change)."""
+    return _largest(list(view.largest), pending)
 
 
 def _largest(sizes: list[tuple[float, ...]], pending: Iterable[Task]) -> Need | None:
     sizes += [tuple(t.requests) for t in pending if not (t.daemon or t.revocable)]
-    if not sizes:
+    top = column_max(sizes)
+    if top is None:
         return None
-    need = need_of(*_column_max(sizes))
+    need = need_of(*top)
     return need if any(need) else None
-
-
-def _column_max(sizes: Sequence[tuple[float, ...]]) -> list[float]:
-    """Per resource the largest finite value, at least 0."""
-    return [max(0.0, max(filter(math.isfinite, column), default=0.0)) for column in zip(*sizes, strict=True)]
-
-
-def _chunk_largest(chunk: tuple[Node, ...], context: Hashable) -> tuple[float, ...] | None:
-    ready, tainted = counted_in(chunk, cast(frozenset[str], context))
-    sizes = [n.usage.largest for n in (*ready, *tainted)]
-    return tuple(_column_max(sizes)) if sizes else None
-
-
-_LARGEST = NodeFold(_chunk_largest)
 
 
 def node_slots(vector: tuple[float, ...], slot: Need) -> int:
@@ -139,7 +123,7 @@ class _Slots:
         self.slot = slot
         self.ready_total = view.ready_total
         self.per_unit = _unit_slots(view, slot)
-        chunks = _COUNTS.summaries(view.nodes, (slot, frozenset(view.groups)))
+        chunks = _COUNTS.summaries(tuple(view.ready), slot)
         self.ready = sorted((pair for chunk in chunks for pair in chunk), reverse=True)
         self.total = sum(s for s, _ in self.ready)
 
@@ -185,15 +169,14 @@ class _Slots:
         return Reserve(target, why)
 
 
-def _count_chunk(chunk: tuple[Node, ...], context: Hashable) -> tuple[tuple[int, float], ...]:
-    """(slots, weight) of each ready node of one chunk of the snapshot (``core/fold.py``: a chunk
-    that did not change is not counted again). ``node_slots`` per node, as a list per resource the
-    slot asks for and their minimum: a loop per node costs several times more."""
-    slot, group_ids = cast(tuple[Need, frozenset[str]], context)
-    ready, _ = counted_in(chunk, group_ids)
+def _count_chunk(ready: tuple[Node, ...], slot: Hashable) -> tuple[tuple[int, float], ...]:
+    """(slots, weight) of each node of one chunk of the ready nodes (``core/fold.py``: a chunk that
+    did not change is not counted again). ``node_slots`` per node, as a list per resource the slot
+    asks for and their minimum: a loop per node costs several times more."""
+    size = cast(Need, slot)
     vectors = [n.vector for n in ready]
     per_resource = [
-        [max(round((v[d] - v[8 + d] - v[12 + d]) * MICRO), 0) // slot[d] for v in vectors] for d in _DIMS if slot[d] > 0
+        [max(round((v[d] - v[8 + d] - v[12 + d]) * MICRO), 0) // size[d] for v in vectors] for d in _DIMS if size[d] > 0
     ]
     counts = list(map(min, *per_resource)) if len(per_resource) > 1 else per_resource[0]
     return tuple(zip(counts, (n.weight for n in ready), strict=True))
