@@ -5,7 +5,7 @@ the trace being replayed (``bench/_traces.py``: the same seeded trace the run re
 request made now must cover when its capacity joins. Whatever the shipped default costs above
 this variant is the forecast's error; what this variant costs above the oracle is the decision's
 (setpoint, slot reserve, margin, packing pods onto nodes). It is not shipped in
-``clusterman_signals``; ``register`` makes it importable there for one process.
+``clusterman_signals``; ``pool_signal`` makes it importable there for one process.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class PerfectForecast(BaseSignal):
 
     def __init__(self, cluster: str, pool: str, parameters: dict[str, Any] | None = None) -> None:
         super().__init__(cluster, pool, parameters)
-        self.horizon = int(self.parameters.get("horizon_minutes", 4))
+        self.horizon = int(self.parameters["horizon_minutes"])
         self.demand = [v for _, v in trace(str(self.parameters["trace"]), float(self.parameters["days"]))]
 
     def value(self, metrics: MetricsValuesDict, timestamp: float) -> SignalResources:
@@ -35,7 +35,16 @@ class PerfectForecast(BaseSignal):
         return SignalResources(cpus=max(self.demand[minute : minute + self.horizon + 1]))
 
 
-def register() -> None:
-    """Make ``clusterman_signals.bench_perfect_forecast`` importable (the simulator imports signals
-    by namespace from ``clusterman_signals``)."""
+def pool_signal(trace_name: str, days: float, horizon_minutes: float) -> dict[str, Any]:
+    """A pool's ``autoscale_signal`` running this signal, made importable as
+    ``clusterman_signals.bench_perfect_forecast`` (the simulator imports signals by namespace from
+    ``clusterman_signals``) for the rest of this process."""
     sys.modules[f"clusterman_signals.{NAMESPACE}"] = sys.modules[__name__]
+    return {
+        "name": PerfectForecast.__name__,
+        "namespace": NAMESPACE,
+        "branch_or_tag": "local",
+        "period_minutes": 1,
+        "parameters": [{"trace": trace_name}, {"days": days}, {"horizon_minutes": horizon_minutes}],
+        "required_metrics": [{"name": "cpus_allocated", "type": "system_metrics", "minute_range": 1}],
+    }

@@ -124,21 +124,14 @@ def main_config(workdir: Path, variant: str, overrides: dict[str, float] | None 
     return path
 
 
-def pool_file(workdir: Path, variant: str, name: str, initial: int, days: float) -> Path:
+def pool_file(workdir: Path, variant: str, name: str, initial: int, signal: dict[str, Any] | None = None) -> Path:
+    """The pool file; ``signal``: the pool's own ``autoscale_signal``, if any."""
     pool: dict[str, Any] = {**POOL, "simulation": {**POOL["simulation"], "initial_capacity": initial}}
     if variant == "escalator":
         pool["autoscale_signal"] = {"internal": True, "period_minutes": 1}
         pool["autoscaling"] = ESCALATOR
-    if variant == "perfect":
-        perfect_forecast.register()
-        pool["autoscale_signal"] = {
-            "name": "PerfectForecast",
-            "namespace": perfect_forecast.NAMESPACE,
-            "branch_or_tag": "local",
-            "period_minutes": 1,
-            "parameters": [{"trace": name}, {"days": days}, {"horizon_minutes": 4}],
-            "required_metrics": [{"name": "cpus_allocated", "type": "system_metrics", "minute_range": 1}],
-        }
+    if signal is not None:
+        pool["autoscale_signal"] = signal
     path = workdir / f"{variant}-{name}" / "web.kubernetes"
     path.parent.mkdir(exist_ok=True)
     path.write_text(yaml.safe_dump(pool))
@@ -168,7 +161,10 @@ def score(
     if variant == "escalator":
         setpoint = ESCALATOR["scale_up_threshold_percent"] / 100
     initial = max(1, math.ceil(first / (NODE_CPUS * setpoint)))
-    scenario = load_scenario(main, Request(pool_file(workdir, variant, name, initial, days), [data]))
+    signal = None
+    if variant == "perfect":  # looking as far ahead as the shipped signal's horizon
+        signal = perfect_forecast.pool_signal(name, days, main.autoscale_signal.parameters["horizon_minutes"])
+    scenario = load_scenario(main, Request(pool_file(workdir, variant, name, initial, signal), [data]))
     started = time.perf_counter()
     result = simulate(scenario)
     seconds = time.perf_counter() - started

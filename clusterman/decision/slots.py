@@ -64,12 +64,11 @@ def largest_request(nodes: Iterable[Node], pending: Iterable[Task] = ()) -> Need
 def largest_in(view: PoolView, pending: Iterable[Task] = ()) -> Need | None:
     """``largest_request`` over the view's ready and tainted nodes, from their chunks' maxima
     (``PoolView.largest``, remembered with the rest of the view while a chunk does not change)."""
-    return _largest(list(view.largest), pending)
+    return _largest(view.largest, pending)
 
 
 def _largest(sizes: list[tuple[float, ...]], pending: Iterable[Task]) -> Need | None:
-    sizes += [tuple(t.requests) for t in pending if not (t.daemon or t.revocable)]
-    top = column_max(sizes)
+    top = column_max([*sizes, *(tuple(t.requests) for t in pending if not (t.daemon or t.revocable))])
     if top is None:
         return None
     need = need_of(*top)
@@ -78,14 +77,19 @@ def _largest(sizes: list[tuple[float, ...]], pending: Iterable[Task]) -> Need | 
 
 def node_slots(vector: tuple[float, ...], slot: Need) -> int:
     """How many ``slot``s fit in the free room of a node (its ``Node.vector``)."""
-    count = -1
-    for d in _DIMS:
-        if slot[d] <= 0:
-            continue
-        free = round((vector[d] - vector[8 + d] - vector[12 + d]) * MICRO)
-        fits = max(free, 0) // slot[d]
-        count = fits if count < 0 else min(count, fits)
-    return max(count, 0)
+    return slot_counts([vector], slot)[0]
+
+
+def slot_counts(vectors: list[tuple[float, ...]], slot: Need) -> list[int]:
+    """``node_slots`` of each of ``vectors``: per resource the slot asks for, whole slots in the free
+    room (allocatable less what the tasks request), the least of them. Computed as a list per
+    resource and their minimum, since a loop per node costs several times more on large pools."""
+    per_resource = [
+        [max(round((v[d] - v[8 + d] - v[12 + d]) * MICRO), 0) // slot[d] for v in vectors] for d in _DIMS if slot[d] > 0
+    ]
+    if len(per_resource) > 1:
+        return list(map(min, *per_resource))
+    return per_resource[0] if per_resource else [0] * len(vectors)
 
 
 def reserve(
@@ -171,14 +175,8 @@ class _Slots:
 
 def _count_chunk(ready: tuple[Node, ...], slot: Hashable) -> tuple[tuple[int, float], ...]:
     """(slots, weight) of each node of one chunk of the ready nodes (``core/fold.py``: a chunk that
-    did not change is not counted again). ``node_slots`` per node, as a list per resource the slot
-    asks for and their minimum: a loop per node costs several times more."""
-    size = cast(Need, slot)
-    vectors = [n.vector for n in ready]
-    per_resource = [
-        [max(round((v[d] - v[8 + d] - v[12 + d]) * MICRO), 0) // size[d] for v in vectors] for d in _DIMS if size[d] > 0
-    ]
-    counts = list(map(min, *per_resource)) if len(per_resource) > 1 else per_resource[0]
+    did not change is not counted again)."""
+    counts = slot_counts([n.vector for n in ready], cast(Need, slot))
     return tuple(zip(counts, (n.weight for n in ready), strict=True))
 
 
