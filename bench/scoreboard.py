@@ -10,7 +10,7 @@ scale-down meets fragmented nodes), for four configurations:
   escalator  no signal (``internal: true``: running + pending pods, as Escalator counts them) with
              Escalator's thresholds, tuned on these traces (``ESCALATOR``)
   perfect    the shipped decision settings with a signal that knows the trace's future
-             (``bench/perfect_forecast.py``): the cost of the decision itself, without forecast error
+             (``bench/_perfect_forecast.py``): the cost of the decision itself, without forecast error
 Per trace and configuration: cost ÷ the oracle's (``simulator/costs.py``: exactly the instances the
 demand needs each minute, launched one join delay ahead), unmet CPU-minutes, minutes with any
 shortfall, and target changes per day. With ``CLUSTERMAN_BENCH_PLOTS=DIR`` the new default's run
@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from bench import perfect_forecast
+from bench import _perfect_forecast as perfect_forecast
 from bench._timing import median_of
 from bench._traces import TRACES
 from bench._traces import trace
