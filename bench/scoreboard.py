@@ -42,6 +42,7 @@ from bench._timing import median_of
 from bench._traces import TRACES
 from bench._traces import trace
 from clusterman.config.loader import load_main_config
+from clusterman.core.config import PLACEMENTS
 from clusterman.core.config import MetricType
 from clusterman.datastore.datafile import write_metrics_file
 from clusterman.datastore.store import system_key
@@ -124,9 +125,18 @@ def main_config(workdir: Path, variant: str, overrides: dict[str, float] | None 
     return path
 
 
-def pool_file(workdir: Path, variant: str, name: str, initial: int, signal: dict[str, Any] | None = None) -> Path:
-    """The pool file; ``signal``: the pool's own ``autoscale_signal``, if any."""
-    pool: dict[str, Any] = {**POOL, "simulation": {**POOL["simulation"], "initial_capacity": initial}}
+def pool_file(
+    workdir: Path,
+    variant: str,
+    name: str,
+    initial: int,
+    signal: dict[str, Any] | None = None,
+    placement: str = "first_fit",
+) -> Path:
+    """The pool file; ``signal``: the pool's own ``autoscale_signal``, if any; ``placement``: the
+    simulated scheduler's (``docs/simulator.md``)."""
+    simulation = {**POOL["simulation"], "initial_capacity": initial, "placement": placement}
+    pool: dict[str, Any] = {**POOL, "simulation": simulation}
     if variant == "escalator":
         pool["autoscale_signal"] = {"internal": True, "period_minutes": 1}
         pool["autoscaling"] = ESCALATOR
@@ -155,6 +165,7 @@ def score(
     days: float,
     overrides: dict[str, float] | None = None,
     episodes: bool = False,
+    placement: str = "first_fit",
 ) -> dict[str, Any]:
     main = load_main_config(main_config(workdir, variant, overrides))
     setpoint = OLD_AUTOSCALING["setpoint"] if variant == "old" else main.autoscaling.setpoint
@@ -164,7 +175,7 @@ def score(
     signal = None
     if variant == "perfect":  # looking as far ahead as the shipped signal's horizon
         signal = perfect_forecast.pool_signal(name, days, main.autoscale_signal.parameters["horizon_minutes"])
-    scenario = load_scenario(main, Request(pool_file(workdir, variant, name, initial, signal), [data]))
+    scenario = load_scenario(main, Request(pool_file(workdir, variant, name, initial, signal, placement), [data]))
     started = time.perf_counter()
     result = simulate(scenario)
     seconds = time.perf_counter() - started
@@ -274,6 +285,7 @@ def run(
     variants: tuple[str, ...] = VARIANTS,
     overrides: dict[str, float] | None = None,
     episodes: bool = False,
+    placement: str = "first_fit",
 ) -> dict[str, Any]:
     days = days or (1.5 if quick else 7.0)
     out: dict[str, Any] = {"days": days, "traces": {}, "totals": {}}
@@ -281,7 +293,9 @@ def run(
         workdir = Path(tmp)
         for name in traces:
             data, first = metrics_file(workdir, name, days)
-            out["traces"][name] = {v: score(workdir, v, name, data, first, days, overrides, episodes) for v in variants}
+            out["traces"][name] = {
+                v: score(workdir, v, name, data, first, days, overrides, episodes, placement) for v in variants
+            }
     for v in variants:
         rows = [out["traces"][name][v] for name in traces]
         out["totals"][v] = {
@@ -324,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=f"{' and '.join(TUNABLE)} only")
     parser.add_argument("--episodes", action="store_true", help="list each stretch of shortfall")
+    parser.add_argument("--placement", default="first_fit", choices=PLACEMENTS, help="the simulated scheduler's")
     parser.add_argument("--bound", nargs="*", type=float, metavar="SPARE", help="only the flash lower bound")
     args = parser.parse_args(argv)
     if args.bound is not None:
@@ -332,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"spare {spare:.2f}: {crowds} crowds, at least {unmet:,.0f} unmet CPU-minutes")
         return 0
     overrides = {k: float(v) for k, _, v in (item.partition("=") for item in args.set)}
-    run(False, args.days, tuple(args.traces), tuple(args.variants), overrides, args.episodes)
+    run(False, args.days, tuple(args.traces), tuple(args.variants), overrides, args.episodes, args.placement)
     return 0
 
 

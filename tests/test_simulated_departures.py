@@ -65,6 +65,8 @@ def test_tasks_with_a_lifetime_end_and_are_replaced():
 def test_the_block_names_a_bad_departure_mode_and_refuses_both_task_shapes():
     with pytest.raises(ConfigError, match=r"simulation\.departures: must be one of newest, random"):
         parse(SimulationConfig, {"departures": "oldest"}, "pool.yaml", "simulation")
+    with pytest.raises(ConfigError, match=r"simulation\.placement: must be one of first_fit, most_allocated"):
+        parse(SimulationConfig, {"placement": "best_fit"}, "pool.yaml", "simulation")
     with pytest.raises(ConfigError, match="demand_task or demand_mix"):
         parse(SimulationConfig, {"demand_task": {"cpus": 1}, "demand_mix": [{"weight": 1, "cpus": 1}]}, "p", "")
     sim = parse(SimulationConfig, {"demand_mix": [{"weight": 2, "cpus": 0.5}], "departures": "random"}, "p", "")

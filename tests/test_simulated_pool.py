@@ -127,6 +127,28 @@ def test_first_fit_and_pending_until_capacity_joins():
     assert account_nodes(snap.nodes).allocated == Resources(cpus=10)
 
 
+@pytest.mark.parametrize("mode, b, c", [("first_fit", 0, 0), ("least_allocated", 1, 2), ("most_allocated", 0, 0)])
+def test_placement_first_fit_spreads_or_packs(mode, b, c):
+    """A 2-CPU task, then two of 1 CPU, on three empty 4-CPU nodes: first fit and MostAllocated put
+    them all on the first node; LeastAllocated (Kubernetes' default scoring) on the emptiest each time."""
+    work = TaskList(
+        [
+            WorkItem("a", Resources(cpus=2)),
+            WorkItem("b", Resources(cpus=1), start=60.0),
+            WorkItem("c", Resources(cpus=1), start=120.0),
+        ]
+    )
+    pool = Pool(target=3, delay=0.0, workload=work, placement=mode)
+    nodes = [n.id for n in pool.snapshot(0.0).nodes]
+    pool.snapshot(60.0)
+    assert placement(pool.snapshot(120.0)) == {"a": nodes[0], "b": nodes[b], "c": nodes[c]}
+
+
+def test_an_unknown_placement_is_refused():
+    with pytest.raises(ValueError, match="unknown placement 'best'"):
+        SimulatedScheduler(placement="best")
+
+
 def test_departures_make_room_for_waiting_work():
     work = TaskList([*tasks(4, cpus=1.0, end=100.0), WorkItem("big", Resources(cpus=3), start=50.0)])
     pool = Pool(target=1, delay=0.0, workload=work)

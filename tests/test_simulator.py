@@ -301,3 +301,10 @@ def test_pods_of_several_sizes_leaving_at_random_simulate_and_are_reported(files
     assert summary["inputs"]["departures"] == "random" and summary["inputs"]["task_lifetime_minutes"] == 60
     assert summary["inputs"]["demand_mix"] == [{"weight": 2, "cpus": 0.5}, {"weight": 1, "cpus": 1.5}]
     assert summary["scaling"]["scale_ups"] > 0 and summary["capacity"]["instances_terminated"] > 0
+    assert summary["inputs"]["placement"] == "first_fit"
+    # the same run with Kubernetes' default scoring: tasks spread over the nodes, the run differs
+    pool.write_text(pool.read_text() + "  placement: least_allocated\n")
+    assert simulate_cli(capsys, data, pool, tmp_path / "spread")[0] == 0
+    spread = json.loads((tmp_path / "spread.json").read_bytes())
+    assert spread["inputs"]["placement"] == "least_allocated"
+    assert (spread["cost"], spread["capacity"]) != (summary["cost"], summary["capacity"])

@@ -334,11 +334,17 @@ class SimulatedScheduler:
         seed: int = 0,
         allocatable: Callable[[CloudInstance, ResourceGroup | None], Resources] = node_allocatable,
         initial_nodes_joined: bool = False,
+        placement: str = "first_fit",
     ) -> None:
         """``initial_nodes_joined``: the instances of the first cloud view have already joined (the
-        pool was running before the story starts); otherwise they join after the delay too."""
+        pool was running before the story starts); otherwise they join after the delay too.
+        ``placement``: ``first_fit`` (join order), ``most_allocated`` or ``least_allocated``
+        (scored as Kubernetes' NodeResourcesFit strategies; see ``_scored``)."""
         if join_delay_seconds < 0 or join_delay_stdev_seconds < 0:
             raise ValueError("simulated scheduler: join delays must be >= 0")
+        if placement not in ("first_fit", "most_allocated", "least_allocated"):
+            raise ValueError(f"simulated scheduler: unknown placement {placement!r}")
+        self._packs = {"most_allocated": True, "least_allocated": False}.get(placement)
         self.workload = workload
         self._initial_joined = initial_nodes_joined
         self._delay = join_delay_seconds
@@ -521,8 +527,11 @@ class SimulatedScheduler:
                 self._no_fit_before[key] = index
 
     def _place(self) -> None:
-        """First fit, in join order, oldest pending task first."""
+        """First fit, in join order, oldest pending task first (or scored: ``_scored``)."""
         if not self._pending:
+            return
+        if self._packs is not None:
+            self._scored(self._packs)
             return
         joined = self._joined
         placed = []
@@ -543,6 +552,41 @@ class SimulatedScheduler:
             del self._pending[task_id]
         if placed:
             self._pending_value = None
+
+    def _scored(self, packs: bool) -> None:
+        """Each pending task, oldest first, on the ready node with room that scores best, as
+        Kubernetes' NodeResourcesFit scores nodes: the share of CPUs and of memory requested with the
+        task, averaged over the two (a resource the node lacks left out); highest first when it
+        ``packs`` (MostAllocated), lowest first otherwise (LeastAllocated, the default scheduler's
+        spreading); ties in join order."""
+        placed = []
+        for task in self._pending.values():
+            best: _SimNode | None = None
+            best_score = 0.0
+            for node in self._joined:
+                if node.state is not NodeState.READY or not node.fits(task.requests):
+                    continue
+                score = _requested_share(node, task.requests)
+                if best is None or (score > best_score if packs else score < best_score):
+                    best, best_score = node, score
+            if best is None:
+                continue
+            best.tasks[task.value.id] = task
+            best.add(task, 1.0)
+            task.node = best
+            self._touch(best)
+            placed.append(task.value.id)
+        for task_id in placed:
+            del self._pending[task_id]
+        if placed:
+            self._pending_value = None
+
+
+def _requested_share(node: _SimNode, requests: tuple[float, ...]) -> float:
+    """The mean over CPUs and memory (those the node has) of the share requested with ``requests``."""
+    have = (node.allocatable.cpus, node.allocatable.mem)
+    shares = [(have[k] - node.free[k] + requests[k]) / have[k] for k in (0, 1) if have[k] > 0]
+    return sum(shares) / len(shares) if shares else 0.0
 
 
 class SimulatedConnector(ClusterConnector):

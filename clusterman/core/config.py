@@ -472,6 +472,7 @@ class DemandPod:
 
 
 DEPARTURES = ("newest", "random")
+PLACEMENTS = ("first_fit", "most_allocated", "least_allocated")
 
 
 @dataclass(frozen=True)
@@ -539,6 +540,12 @@ class SimulationConfig:
     )
     task_lifetime_minutes: float | None = field(
         None, check=positive, doc="mean lifetime of a demand task (exponential); it is replaced when it ends"
+    )
+    placement: str = field(
+        "first_fit",
+        check=Check(lambda v: v in PLACEMENTS, f"must be one of {', '.join(PLACEMENTS)}"),
+        doc="where the scheduler puts a task: the first ready node with room in join order, or "
+        "scored as Kubernetes' MostAllocated (packs) or LeastAllocated (spreads, its default)",
     )
 
     def __post_init__(self) -> None:

@@ -108,6 +108,7 @@ def simulated_connector(
         seed=sim.seed,
         allocatable=market_allocatable(m for g in simulated for m in g.markets),
         initial_nodes_joined=True,
+        placement=sim.placement,
     )
     return SimulatedConnector(cloud, scheduler)
 

@@ -44,6 +44,7 @@ def summary(result: SimulationResult, pool_config: str, metrics_files: Sequence[
                 for p in sim.demand_mix
             ],
             "departures": sim.departures,
+            "placement": sim.placement,
             "task_lifetime_minutes": sim.task_lifetime_minutes,
             "spot_priced_markets": [f"{kind}, {zone}" for kind, zone in result.spot_priced],
         },
