@@ -101,6 +101,8 @@ ESCALATOR: dict[str, Any] = {
 }
 VARIANTS = ("old", "new", "escalator", "perfect")
 TUNABLE = ("new", "perfect")  # the variants --set applies to
+# the simulated scheduler's placements the old and new defaults are also scored under (docs/simulator.md)
+OTHER_PLACEMENTS = ("most_allocated", "least_allocated")
 AUTOSCALING_KEYS = ("setpoint", "target_capacity_margin", "slot_reserve", "slot_reserve_band", "slot_reserve_fraction")
 
 
@@ -287,15 +289,41 @@ def run(
     episodes: bool = False,
     placement: str = "first_fit",
 ) -> dict[str, Any]:
+    """The scoreboard; run whole (``make bench``), also the old and new defaults under the
+    simulated scheduler's other placements (``OTHER_PLACEMENTS``)."""
     days = days or (1.5 if quick else 7.0)
-    out: dict[str, Any] = {"days": days, "traces": {}, "totals": {}}
+    whole = variants == VARIANTS and traces == tuple(TRACES)
     with tempfile.TemporaryDirectory(prefix="bench-scoreboard-") as tmp:
         workdir = Path(tmp)
-        for name in traces:
-            data, first = metrics_file(workdir, name, days)
-            out["traces"][name] = {
-                v: score(workdir, v, name, data, first, days, overrides, episodes, placement) for v in variants
-            }
+        out: dict[str, Any] = {"days": days, "placement": placement}
+        out |= board(workdir, days, traces, variants, overrides, episodes, placement)
+        print(table(out), file=sys.stderr)
+        if whole:
+            out["signal_cost"] = signal_cost()
+            out["placements"] = {}
+            for other in OTHER_PLACEMENTS:
+                scores = board(workdir, days, traces, ("old", "new"), None, False, other)
+                out["placements"][other] = scores
+                print(f"placement {other}:\n" + table({"days": days, **scores}), file=sys.stderr)
+    return out
+
+
+def board(
+    workdir: Path,
+    days: float,
+    traces: tuple[str, ...],
+    variants: tuple[str, ...],
+    overrides: dict[str, float] | None,
+    episodes: bool,
+    placement: str,
+) -> dict[str, Any]:
+    """Every trace under every variant, and the totals per variant."""
+    out: dict[str, Any] = {"traces": {}, "totals": {}}
+    for name in traces:
+        data, first = metrics_file(workdir, name, days)
+        out["traces"][name] = {
+            v: score(workdir, v, name, data, first, days, overrides, episodes, placement) for v in variants
+        }
     for v in variants:
         rows = [out["traces"][name][v] for name in traces]
         out["totals"][v] = {
@@ -304,9 +332,6 @@ def run(
             "minutes_short": sum(r["minutes_short"] for r in rows),
             "target_changes_per_day": round(sum(r["target_changes_per_day"] for r in rows), 1),
         }
-    if variants == VARIANTS and traces == tuple(TRACES):
-        out["signal_cost"] = signal_cost()
-    print(table(out), file=sys.stderr)
     return out
 
 

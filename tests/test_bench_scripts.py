@@ -38,6 +38,9 @@ def test_the_scoreboard_replays_the_shipped_decision_with_the_perfect_forecast(t
     # has the capacity there when it starts
     assert new["unmet_cpu_minutes"] > 0
     assert perfect["unmet_cpu_minutes"] == 0
+    # the scheduler's placement reaches the simulated pool: spreading costs more than first fit
+    spread = scoreboard.score(tmp_path, "new", "batch", data, first, 0.1, placement="least_allocated")
+    assert spread["cost_vs_oracle"] > new["cost_vs_oracle"]
 
 
 def test_every_module_make_bench_runs_is_a_benchmark():
