@@ -32,6 +32,7 @@ from clusterman.core.cloud_view import CloudInstance
 from clusterman.core.cloud_view import CloudView
 from clusterman.core.cloud_view import CloudViewSource
 from clusterman.core.cloud_view import orphan
+from clusterman.core.config import PLACEMENTS
 from clusterman.core.model import NO_TIME
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
@@ -339,10 +340,10 @@ class SimulatedScheduler:
         """``initial_nodes_joined``: the instances of the first cloud view have already joined (the
         pool was running before the story starts); otherwise they join after the delay too.
         ``placement``: ``first_fit`` (join order), ``most_allocated`` or ``least_allocated``
-        (scored as Kubernetes' NodeResourcesFit strategies; see ``_scored``)."""
+        (scored as Kubernetes' NodeResourcesFit strategies; see ``_best``)."""
         if join_delay_seconds < 0 or join_delay_stdev_seconds < 0:
             raise ValueError("simulated scheduler: join delays must be >= 0")
-        if placement not in ("first_fit", "most_allocated", "least_allocated"):
+        if placement not in PLACEMENTS:
             raise ValueError(f"simulated scheduler: unknown placement {placement!r}")
         self._packs = {"most_allocated": True, "least_allocated": False}.get(placement)
         self.workload = workload
@@ -527,59 +528,47 @@ class SimulatedScheduler:
                 self._no_fit_before[key] = index
 
     def _place(self) -> None:
-        """First fit, in join order, oldest pending task first (or scored: ``_scored``)."""
+        """Each pending task, oldest first, on a ready node with room: the first in join order, or
+        the best scored (``_best``); what fits nowhere waits."""
         if not self._pending:
-            return
-        if self._packs is not None:
-            self._scored(self._packs)
             return
         joined = self._joined
         placed = []
         for task in self._pending.values():
-            index = self._no_fit_before.get(task.requests, 0)
-            while index < len(joined):
-                node = joined[index]
-                if node.state is NodeState.READY and node.fits(task.requests):
-                    node.tasks[task.value.id] = task
-                    node.add(task, 1.0)
-                    task.node = node
-                    self._touch(node)
-                    placed.append(task.value.id)
-                    break
-                index += 1
-            self._no_fit_before[task.requests] = index
+            if self._packs is not None:
+                node = self._best(task.requests, self._packs)
+            else:
+                index = self._no_fit_before.get(task.requests, 0)
+                while index < len(joined) and not (
+                    joined[index].state is NodeState.READY and joined[index].fits(task.requests)
+                ):
+                    index += 1
+                self._no_fit_before[task.requests] = index
+                node = joined[index] if index < len(joined) else None
+            if node is not None:
+                node.tasks[task.value.id] = task
+                node.add(task, 1.0)
+                task.node = node
+                self._touch(node)
+                placed.append(task.value.id)
         for task_id in placed:
             del self._pending[task_id]
         if placed:
             self._pending_value = None
 
-    def _scored(self, packs: bool) -> None:
-        """Each pending task, oldest first, on the ready node with room that scores best, as
-        Kubernetes' NodeResourcesFit scores nodes: the share of CPUs and of memory requested with the
-        task, averaged over the two (a resource the node lacks left out); highest first when it
-        ``packs`` (MostAllocated), lowest first otherwise (LeastAllocated, the default scheduler's
-        spreading); ties in join order."""
-        placed = []
-        for task in self._pending.values():
-            best: _SimNode | None = None
-            best_score = 0.0
-            for node in self._joined:
-                if node.state is not NodeState.READY or not node.fits(task.requests):
-                    continue
-                score = _requested_share(node, task.requests)
+    def _best(self, requests: tuple[float, ...], packs: bool) -> _SimNode | None:
+        """The ready node with room that Kubernetes' NodeResourcesFit scoring ranks first: by the
+        share of CPUs and of memory requested with the task, averaged over the two (a resource the
+        node lacks left out); the highest when it ``packs`` (MostAllocated), else the lowest
+        (LeastAllocated, the default scheduler's spreading); ties in join order."""
+        best: _SimNode | None = None
+        best_score = 0.0
+        for node in self._joined:
+            if node.state is NodeState.READY and node.fits(requests):
+                score = _requested_share(node, requests)
                 if best is None or (score > best_score if packs else score < best_score):
                     best, best_score = node, score
-            if best is None:
-                continue
-            best.tasks[task.value.id] = task
-            best.add(task, 1.0)
-            task.node = best
-            self._touch(best)
-            placed.append(task.value.id)
-        for task_id in placed:
-            del self._pending[task_id]
-        if placed:
-            self._pending_value = None
+        return best
 
 
 def _requested_share(node: _SimNode, requests: tuple[float, ...]) -> float:
