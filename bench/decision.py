@@ -10,6 +10,7 @@ linear for a tenfold pool.
 
 from __future__ import annotations
 
+import functools
 import gc
 from typing import Any
 
@@ -80,8 +81,8 @@ def run(quick: bool) -> dict[str, Any]:
         for case, busy in (("scale_up", True), ("scale_down", False)):
             snapshot = build(size, busy)
             gc.collect()
-            base = best_of(lambda s=snapshot: baseline(s), repeat)
-            took = best_of(lambda s=snapshot: decision(s, policy), repeat)
+            base = best_of(functools.partial(baseline, snapshot), repeat)
+            took = best_of(functools.partial(decision, snapshot, policy), repeat)
             d = decision(snapshot, policy)
             row[case] = {
                 "baseline_seconds": round(base, 4),

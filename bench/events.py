@@ -74,7 +74,7 @@ def workload(n: int, mix: tuple[float, ...], seed: int = 7) -> Iterator[Event]:
         ts = 1_700_000_000_000_000_000 + i * 1_000_000_000
         if kind == "signal":
             app = apps[rnd.randrange(20)]
-            amounts = (("cpus", round(rnd.gauss(100, 15), 1)), ("mem", round(rnd.gauss(400_000, 50_000), -2)))
+            requested = (("cpus", round(rnd.gauss(100, 15), 1)), ("mem", round(rnd.gauss(400_000, 50_000), -2)))
             ms = int(rnd.lognormvariate(3, 0.6))
             yield Event(
                 EventType.SIGNAL,
@@ -83,7 +83,7 @@ def workload(n: int, mix: tuple[float, ...], seed: int = 7) -> Iterator[Event]:
                 ts,
                 f"{app}",
                 f"clusterman_signals.{app}.Signal@v3",
-                amounts,
+                requested,
                 f"answered in {ms} ms",
             )
         elif kind == "decision":

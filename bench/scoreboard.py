@@ -43,7 +43,9 @@ from bench._traces import TRACES
 from bench._traces import trace
 from clusterman.config.loader import load_main_config
 from clusterman.core.config import PLACEMENTS
+from clusterman.core.config import MainConfig
 from clusterman.core.config import MetricType
+from clusterman.core.config import SignalConfig
 from clusterman.datastore.datafile import write_metrics_file
 from clusterman.datastore.store import system_key
 from clusterman.simulator.inputs import Request
@@ -176,7 +178,7 @@ def score(
     initial = max(1, math.ceil(first / (NODE_CPUS * setpoint)))
     signal = None
     if variant == "perfect":  # looking as far ahead as the shipped signal's horizon
-        signal = perfect_forecast.pool_signal(name, days, main.autoscale_signal.parameters["horizon_minutes"])
+        signal = perfect_forecast.pool_signal(name, days, shipped_signal(main).parameters["horizon_minutes"])
     scenario = load_scenario(main, Request(pool_file(workdir, variant, name, initial, signal, placement), [data]))
     started = time.perf_counter()
     result = simulate(scenario)
@@ -206,13 +208,19 @@ def score(
     }
 
 
+def shipped_signal(main: MainConfig) -> SignalConfig:
+    """The main file's default signal (``config/clusterman.yaml`` names one)."""
+    if main.autoscale_signal is None:
+        raise ValueError(f"{MAIN}: no autoscale_signal")
+    return main.autoscale_signal
+
+
 def signal_cost(points: int = 1500) -> dict[str, Any]:
     """One run of the default signal over ``points`` points of each metric it reads."""
     from clusterman_signals.clusterman import ForecastHeadroom
     from clusterman_signals.clusterman import MostRecentResources
 
-    main = load_main_config(MAIN)
-    names = [m.name for m in main.autoscale_signal.required_metrics]
+    names = [m.name for m in shipped_signal(load_main_config(MAIN)).required_metrics]
     window = {n: [[1_700_000_000 + 60 * k, 100.0 + (k % 37)] for k in range(points)] for n in names}
     new = ForecastHeadroom("c", "p", {})
     old = MostRecentResources("c", "p", {"lookahead_minutes": 5})

@@ -8,6 +8,7 @@ once and answers one byte. The ratio is what the protocol costs on top of the by
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import struct
@@ -73,7 +74,7 @@ def run(quick: bool = False) -> dict[str, Any]:
          "--log-level", "WARNING"],
     )  # fmt: skip
     floor_name = f"bench-floor-{tag}"
-    procs = [runner]
+    procs: list[subprocess.Popen[Any]] = [runner]
     results: dict[str, Any] = {"sizes": {}}
     try:
         floor = subprocess.Popen([sys.executable, "-c", FLOOR_SERVER, floor_name], stdout=subprocess.PIPE, text=True)
@@ -89,8 +90,8 @@ def run(quick: bool = False) -> dict[str, Any]:
             repeat = 3 if size >= 10_000_000 else 15
             client.evaluate(metrics, 1)  # warm both paths once
             floor_round_trip(floor_sock, metrics)
-            evaluate = best_of(lambda m=metrics: client.evaluate(m, 1), repeat)
-            bare = best_of(lambda m=metrics: floor_round_trip(floor_sock, m), repeat)
+            evaluate = best_of(functools.partial(client.evaluate, metrics, 1), repeat)
+            bare = best_of(functools.partial(floor_round_trip, floor_sock, metrics), repeat)
             payload = len(json.dumps({"metrics": metrics, "timestamp": 1}, separators=(",", ":")))
             results["sizes"][label] = {
                 "payload_bytes": payload,
