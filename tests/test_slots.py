@@ -40,7 +40,12 @@ def test_free_cpus_split_over_nodes_none_with_room_for_the_largest_pod_add_a_nod
     assert without.target_capacity <= 10
     kept = run(snap, request(cpus=used), policy(slot_reserve=2))
     assert kept.target_capacity == 11  # one new 8-CPU node: two 4-CPU slots
-    assert "slot reserve: 0 free 4-CPU slots < 2 → 11" in kept.explanation
+    # the explanation says where the room went: 30 CPUs free, none of it a whole slot
+    why = "slot reserve: 0 free 4-CPU slots < 2 (30 free CPUs, split over 10 nodes in pieces smaller than a slot) → 11"
+    assert why in kept.explanation
+    # full nodes: no room split anywhere, nothing to say about it
+    full = run(snapshot(fragmented(10, free=0.0)), request(cpus=80), policy(slot_reserve=2, setpoint=1))
+    assert "slot reserve: 0 free 4-CPU slots < 2 → " in full.explanation and "split over" not in full.explanation
 
 
 def test_enough_slots_leave_the_target_alone():

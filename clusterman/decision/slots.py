@@ -44,6 +44,7 @@ from clusterman.decision.pool_view import PoolView
 from clusterman.decision.pool_view import column_max
 
 _DIMS = range(len(RESOURCE_NAMES))
+_TOTAL_UNITS = {"cpus": "CPUs", "mem": "MB of memory", "disk": "MB of disk", "gpus": "GPUs"}
 
 
 @dataclass(frozen=True)
@@ -84,12 +85,16 @@ def slot_counts(vectors: list[tuple[float, ...]], slot: Need) -> list[int]:
     """``node_slots`` of each of ``vectors``: per resource the slot asks for, whole slots in the free
     room (allocatable less what the tasks request), the least of them. Computed as a list per
     resource and their minimum, since a loop per node costs several times more on large pools."""
-    per_resource = [
-        [max(round((v[d] - v[8 + d] - v[12 + d]) * MICRO), 0) // slot[d] for v in vectors] for d in _DIMS if slot[d] > 0
-    ]
+    per_resource = [[f // slot[d] for f in free_room(vectors, d)] for d in _DIMS if slot[d] > 0]
     if len(per_resource) > 1:
         return list(map(min, *per_resource))
     return per_resource[0] if per_resource else [0] * len(vectors)
+
+
+def free_room(vectors: list[tuple[float, ...]], d: int) -> list[int]:
+    """Per node (its ``Node.vector``), resource ``d``'s allocatable less what its tasks request, in
+    millionths, at least 0."""
+    return [max(round((v[d] - v[8 + d] - v[12 + d]) * MICRO), 0) for v in vectors]
 
 
 def reserve(
@@ -106,10 +111,10 @@ def reserve(
     slots = _Slots(view, slot)
     if fraction > 0:
         wanted = max(wanted, ceil(fraction * view.ready_total * slots.per_unit))
-    kept = slots.reserve(proposed, wanted)
+    kept = slots.reserve(proposed, wanted, view.target)
     if band <= 0 or kept.target >= view.target:
         return kept
-    wider = slots.reserve(kept.target, wanted + band)
+    wider = slots.reserve(kept.target, wanted + band, view.target)
     if wider.target <= kept.target:
         return kept
     target = min(wider.target, view.target)
@@ -125,6 +130,7 @@ class _Slots:
 
     def __init__(self, view: PoolView, slot: Need) -> None:
         self.slot = slot
+        self.nodes = view.ready
         self.ready_total = view.ready_total
         self.per_unit = _unit_slots(view, slot)
         chunks = _COUNTS.summaries(tuple(view.ready), slot)
@@ -152,7 +158,8 @@ class _Slots:
         k = bisect.bisect_left(weight, ceil(leaving) if whole else leaving)
         return self.total - lost[min(k, len(lost) - 1)]
 
-    def reserve(self, proposed: Fraction, wanted: int) -> Reserve:
+    def reserve(self, proposed: Fraction, wanted: int, current: Fraction) -> Reserve:
+        """``current``: the pool's target now; a reserve that raises it says where the room went."""
         W = self.ready_total
         have = self.at(proposed)
         if wanted <= 0 or have >= wanted:
@@ -169,8 +176,23 @@ class _Slots:
             if self.per_unit <= 0:
                 return Reserve(proposed, f"slot reserve: a {describe(self.slot)} slot is larger than one weight unit")
             target = max(target, W) + ceil(Fraction(wanted - self.at(max(target, W)), self.per_unit))
-        why = f"slot reserve: {have} free {describe(self.slot)} slots < {wanted} → {show(target)}"
+        split = self._split() if target > current else ""
+        why = f"slot reserve: {have} free {describe(self.slot)} slots < {wanted}{split} → {show(target)}"
         return Reserve(target, why)
+
+    def _split(self) -> str:
+        """Where the free room is when the places are missing: much of it in pieces smaller than a
+        slot over many nodes is fragmentation, the mark of a scheduler that spreads pods
+        (docs/cluster.md, "The scheduler's scoring"); "" when no ready node has such a piece."""
+        vectors = [n.vector for n in self.nodes]
+        dims = [d for d in _DIMS if self.slot[d] > 0]
+        room = {d: free_room(vectors, d) for d in dims}
+        places = slot_counts(vectors, self.slot)
+        pieces = sum(1 for k, p in enumerate(places) if p == 0 and any(room[d][k] for d in dims))
+        if not pieces:
+            return ""
+        amounts = ", ".join(f"{sum(room[d]) / MICRO:g} free {_TOTAL_UNITS[RESOURCE_NAMES[d]]}" for d in dims)
+        return f" ({amounts}, split over {pieces} nodes in pieces smaller than a slot)"
 
 
 def _count_chunk(ready: tuple[Node, ...], slot: Hashable) -> tuple[tuple[int, float], ...]:
