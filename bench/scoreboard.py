@@ -303,14 +303,15 @@ def run(
     whole = variants == VARIANTS and traces == tuple(TRACES)
     with tempfile.TemporaryDirectory(prefix="bench-scoreboard-") as tmp:
         workdir = Path(tmp)
+        files = {name: metrics_file(workdir, name, days) for name in traces}  # each trace written once
         out: dict[str, Any] = {"days": days, "placement": placement}
-        out |= board(workdir, days, traces, variants, overrides, episodes, placement)
+        out |= board(workdir, days, files, variants, overrides, episodes, placement)
         print(table(out), file=sys.stderr)
         if whole:
             out["signal_cost"] = signal_cost()
             out["placements"] = {}
             for other in OTHER_PLACEMENTS:
-                scores = board(workdir, days, traces, ("old", "new"), None, False, other)
+                scores = board(workdir, days, files, ("old", "new"), None, False, other)
                 out["placements"][other] = scores
                 print(f"placement {other}:\n" + table({"days": days, **scores}), file=sys.stderr)
     return out
@@ -319,21 +320,20 @@ def run(
 def board(
     workdir: Path,
     days: float,
-    traces: tuple[str, ...],
+    files: dict[str, tuple[Path, float]],
     variants: tuple[str, ...],
     overrides: dict[str, float] | None,
     episodes: bool,
     placement: str,
 ) -> dict[str, Any]:
-    """Every trace under every variant, and the totals per variant."""
+    """Every trace (its ``metrics_file``) under every variant, and the totals per variant."""
     out: dict[str, Any] = {"traces": {}, "totals": {}}
-    for name in traces:
-        data, first = metrics_file(workdir, name, days)
+    for name, (data, first) in files.items():
         out["traces"][name] = {
             v: score(workdir, v, name, data, first, days, overrides, episodes, placement) for v in variants
         }
     for v in variants:
-        rows = [out["traces"][name][v] for name in traces]
+        rows = [out["traces"][name][v] for name in files]
         out["totals"][v] = {
             "worst_cost_vs_oracle": max(r["cost_vs_oracle"] for r in rows),
             "unmet_cpu_minutes": round(sum(r["unmet_cpu_minutes"] for r in rows), 1),

@@ -345,7 +345,7 @@ class SimulatedScheduler:
             raise ValueError("simulated scheduler: join delays must be >= 0")
         if placement not in PLACEMENTS:
             raise ValueError(f"simulated scheduler: unknown placement {placement!r}")
-        self._packs = {"most_allocated": True, "least_allocated": False}.get(placement)
+        self._placement = placement
         self.workload = workload
         self._initial_joined = initial_nodes_joined
         self._delay = join_delay_seconds
@@ -535,8 +535,8 @@ class SimulatedScheduler:
         joined = self._joined
         placed = []
         for task in self._pending.values():
-            if self._packs is not None:
-                node = self._best(task.requests, self._packs)
+            if self._placement != "first_fit":
+                node = self._best(task.requests, packs=self._placement == "most_allocated")
             else:
                 index = self._no_fit_before.get(task.requests, 0)
                 while index < len(joined) and not (

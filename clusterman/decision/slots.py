@@ -133,9 +133,10 @@ class _Slots:
         self.nodes = view.ready
         self.ready_total = view.ready_total
         self.per_unit = _unit_slots(view, slot)
-        chunks = _COUNTS.summaries(tuple(view.ready), slot)
-        self.ready = sorted((pair for chunk in chunks for pair in chunk), reverse=True)
-        self.total = sum(s for s, _ in self.ready)
+        counted = [pair for chunk in _COUNTS.summaries(tuple(view.ready), slot) for pair in chunk]
+        self.places = [s for s, _ in counted]  # in the order of ``nodes``
+        self.ready = sorted(counted, reverse=True)
+        self.total = sum(self.places)
 
     @functools.cached_property
     def prefix(self) -> tuple[list[int], list[int] | list[Fraction], bool]:
@@ -187,8 +188,7 @@ class _Slots:
         vectors = [n.vector for n in self.nodes]
         dims = [d for d in _DIMS if self.slot[d] > 0]
         room = {d: free_room(vectors, d) for d in dims}
-        places = slot_counts(vectors, self.slot)
-        pieces = sum(1 for k, p in enumerate(places) if p == 0 and any(room[d][k] for d in dims))
+        pieces = sum(1 for k, p in enumerate(self.places) if p == 0 and any(room[d][k] for d in dims))
         if not pieces:
             return ""
         amounts = ", ".join(f"{sum(room[d]) / MICRO:g} free {_TOTAL_UNITS[RESOURCE_NAMES[d]]}" for d in dims)
