@@ -60,6 +60,25 @@ def wait_until(test, timeout: float, what: str, why=lambda: "") -> None:  # type
         time.sleep(0.005)
 
 
+def freeze_between_writes(autoscaler: Autoscaler, state_db: Path) -> None:
+    """SIGSTOP the autoscaler outside a write to the state store: frozen inside one it would hold
+    SQLite's write lock, and manage could not write its request (in a tree the watcher kills a
+    stopped autoscaler, which frees it: docs/operations.md). It renews its lease every third of the
+    lease's seconds, so on a loaded machine a stop lands inside a write now and then; stopped
+    there, it is let go and stopped again a moment later."""
+    for _ in range(100):
+        autoscaler.signal(signal.SIGSTOP)
+        try:
+            with sqlite3.connect(state_db, timeout=0.5, isolation_level=None) as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:  # locked: stopped inside a write
+            autoscaler.signal(signal.SIGCONT)
+            time.sleep(0.05)
+    raise AssertionError(f"the autoscaler was inside a write to {state_db} each time it was stopped")
+
+
 def test_a_killed_manage_blocks_the_autoscaler_seconds_only(tmp_path, moto_server):
     world = World(moto_server.url)
     world.asg(POOL, desired=1)
@@ -85,7 +104,7 @@ def test_a_killed_manage_blocks_the_autoscaler_seconds_only(tmp_path, moto_serve
         print(f"manage killed while waiting: the autoscaler acts again {waiting:.1f} s after the kill")
 
         # 2. killed while it holds the lease: stuck in a cloud call (moto stopped), then killed
-        autoscaler.signal(signal.SIGSTOP)  # cannot hand over: manage takes the lease once its TTL ran out
+        freeze_between_writes(autoscaler, state_db)  # cannot hand over: manage takes the lease once its TTL ran out
         manage = start_manage(config, world.cluster, "--target-capacity", "4", "--wait", "30s")
         manages.append(manage)
         wait_until(lambda: asked(state_db, manage), 60, "manage's request")
