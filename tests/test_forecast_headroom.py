@@ -137,3 +137,26 @@ def test_min_spare_is_a_floor_on_the_spare_and_held_like_the_rest():
     assert ask(ForecastHeadroom("c", "p", {"min_spare": 0.4}), base) >= 140
     signal = ForecastHeadroom("c", "p", {"min_spare": 0.4, "release_headrooms": 100})
     assert ask(signal, [*base, *[80.0] * 10]) >= 140  # the hold keeps it after a fall
+
+
+def test_a_wave_that_came_earlier_than_an_old_one_is_not_asked_for_again():
+    # the first wave came 6 minutes late (36): a period after it, the fourth wave (1110) has come
+    # by the time the first's start a period later (1116) is in view; what rose here since the
+    # horizon and lead before is that rise, not another one to ask for on top
+    values = waves(1200, jitter=(6, 0, 0, 0))
+    signal = ForecastHeadroom("c", "p", {})
+    asked = [ask(signal, values[:m]) for m in range(1104, 1130)]
+    assert min(asked[4:]) > 480  # the wave is asked for
+    assert max(asked) < 560  # and not twice (it asked for about 850)
+
+
+def test_a_period_that_scores_barely_better_is_not_used(monkeypatch):
+    # diurnal demand with bursts finds lags of 70 or 285 minutes that score within 0.2% of no
+    # period: chance, not a season
+    values = waves(1200)
+    signal = ForecastHeadroom("c", "p", {})
+    scores = {0: 100.0, 360: 99.0}
+    monkeypatch.setattr(signal, "_headroom", lambda _values, rule: (5.0, scores[rule.period]))
+    assert signal.refresh(values, 60.0, T0).period == 0
+    scores[360] = 97.0
+    assert signal.refresh(values, 60.0, T0).period == 360

@@ -23,7 +23,9 @@ plus one run, the time a request takes to become capacity):
                than ``PERIODS_SEEN`` periods seen, L = ``LEAD`` = 6 points (a period's waves come a
                few minutes early or late: ±4 against the one before), from then on ``SHORT_LEAD`` = 2
                (the earliest of three or more starts is a better guess of the next one),
-               less the rise of the last J points here (it has come already), when above the noise,
+               less what has risen here already: over the last J points, or over the last H + L + J
+               less the noise floor (a wave that comes here earlier than it came in an old period is
+               that wave, not another to ask for on top), when above the noise,
                when the history has a period (autocorrelation of the first differences of 5-minute
                means, strongest lag, its first harmonic that is nearly as strong); J = 4 minutes of
                slack for a period that is not exact
@@ -36,8 +38,8 @@ plus one run, the time a request takes to become capacity):
 The period and the headroom are worked out again every ``refresh_minutes`` from the window the
 signal is given; in between a run costs a few dozen steps, however long the window. With the
 period the headroom is measured both with and without the seasonal term, and the term is used only
-when it scores better: the average request plus ``SHORTFALL_WEIGHT`` times the demand it would
-have left unmet. With less history than ``min_history_minutes`` the
+when it scores better by ``PERIOD_GAIN``: the average request plus ``SHORTFALL_WEIGHT`` times the
+demand it would have left unmet. With less history than ``min_history_minutes`` the
 headroom is ``warmup_headroom`` × d(now). A resource with no ``{r}_allocated`` data gets no opinion.
 """
 
@@ -83,6 +85,7 @@ MAX_PERIODS = 4  # periods looked back at most (a day of 6-hour waves has 3)
 EARLY_CORRELATION = 0.9  # a period longer than half the history: correlation needed
 EARLY_OVERLAP = 10  # ... over at least this many buckets
 SHORTFALL_WEIGHT = 20.0  # a CPU short costs this many CPUs idle, when choosing whether to use a period
+PERIOD_GAIN = 0.98  # ... and a period is used only when it lowers that score by 2% (a near tie is chance)
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,7 @@ class ForecastHeadroom(BaseSignal):
             period = find_period(values, int(self.p("min_period_minutes") * 60 / step), self.p("min_correlation"))
             if period:
                 seasonal_headroom, seasonal_score = self._headroom(values, Rule(self, step, period, noise))
-                if seasonal_score < score:
+                if seasonal_score < PERIOD_GAIN * score:
                     best = Model(now, period, seasonal_headroom, noise)
         return best
 
@@ -266,7 +269,10 @@ class Rule:
             # after it, less what has risen here already: the earliest past start, less H + lead
             backs = range(p, j - SLACK + 1, p)[:MAX_PERIODS]
             lead = LEAD if len(backs) < PERIODS_SEEN else SHORT_LEAD
-            seen = now - min(d[j - SLACK : j + 1])
+            seen = max(
+                now - min(d[j - SLACK : j + 1]),
+                now - min(d[max(0, j - SLACK - self.horizon - lead) : j + 1]) - self.floor,
+            )
             top_rise = 0.0
             for back in backs:
                 then = max(d[j - back - SLACK : j - back + 1])
