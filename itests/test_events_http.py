@@ -13,6 +13,7 @@ from clusterman.core.config import EventsConfig
 from clusterman.events.client import EventClient
 from clusterman.events.client import Heartbeat
 from clusterman.events.client import StreamEnded
+from clusterman.events.http import ConnectionLimits
 from clusterman.events.record import ChangeDetail
 from clusterman.events.record import ChangeType
 from clusterman.events.record import Event
@@ -288,6 +289,59 @@ def test_a_client_that_stops_reading_is_sent_an_error_and_dropped(make_service):
     # the autoscaler side lost nothing
     assert service.publisher.dropped == 0
     assert len(service.ring) == n
+
+
+def connect(service: EventService, source: str) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", service.server.port), timeout=10, source_address=(source, 0))
+
+
+def read_to_end(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    sock.close()
+    return data
+
+
+def test_idle_connections_are_capped_and_let_go_and_the_api_answers_again(make_service):
+    service = make_service()
+    service.server.connections = ConnectionLimits(max_total=4, max_per_client=3, timeout_seconds=3.0)
+    idle = [connect(service, "127.0.0.1") for _ in range(3)]  # connected, sending nothing
+    # a fourth from the same address is refused with a 503, not left waiting behind them
+    refused = read_to_end(connect(service, "127.0.0.1"))
+    assert refused.startswith(b"HTTP/1.0 503")
+    assert b"127.0.0.1 has 3 connections open, the limit per client is 3" in refused
+    idle.append(connect(service, "127.0.0.2"))  # another address still gets in, up to the total
+    refused = read_to_end(connect(service, "127.0.0.3"))
+    assert b"4 connections are open, the limit is 4" in refused
+    # the idle peers are let go after the timeout (not the client's 10): the server closes them
+    assert [read_to_end(sock) for sock in idle] == [b""] * 4
+    deadline = time.monotonic() + 5
+    while service.server.connection_slots.total and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert service.server.connection_slots.total == 0
+    assert get(service, "/healthz")[0] == 200
+    assert get(service, "/ws/v1/events/batch")[0] == 200
+
+
+def test_a_client_that_stops_reading_an_answer_is_let_go(make_service):
+    service = make_service(rest_response_size=100_000)
+    publish(service, 0, 100_000)
+    service.server.connections = ConnectionLimits(timeout_seconds=1.0)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", service.server.port))
+    sock.sendall(b"GET /ws/v1/events/batch HTTP/1.0\r\n\r\n")  # about 15 MB, never read
+    slots = service.server.connection_slots
+    deadline = time.monotonic() + 10
+    while slots.total == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert slots.total == 1  # being answered
+    while slots.total and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert slots.total == 0  # the thread that was writing is free again
+    sock.close()
+    assert get(service, "/healthz")[0] == 200
 
 
 def test_server_stop_ends_streams_with_a_line_saying_so(make_service):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import socket
 import threading
@@ -47,6 +48,7 @@ BATCH_PATH: Final = "/ws/v1/events/batch"
 STREAM_PATH: Final = "/ws/v1/events/stream"
 HISTORY_PAGE: Final = 1000  # events read from the ring per lock hold while sending stream history
 STREAM_SEND_BUFFER: Final = 64 * 1024  # kernel memory per stream is bounded too
+REFUSED_LOG_SECONDS: Final = 60.0  # connections refused over the limits are logged at most this often
 _WHOLE_NUMBER: Final = re.compile(r"[0-9]{1,100}")
 
 
@@ -57,6 +59,16 @@ class StreamLimits:
     buffer_size: int = 1000  # live events waiting for one client before it is cut off
     heartbeat_seconds: float = 15.0  # a line every so often when idle, so clients see a live link
     write_timeout_seconds: float = 10.0  # a client that reads nothing for this long is cut off
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """Every connection holds a thread while it is open, whatever it is for: an idle or hostile peer
+    must neither pile threads up in the autoscaler's process nor shut other clients out."""
+
+    max_total: int = 256  # open connections, all clients (streams are connections too)
+    max_per_client: int = 64  # from one client address
+    timeout_seconds: float = 10.0  # to send each piece of a request, or to read each piece of an answer
 
 
 class BadRequest(Exception):
@@ -111,22 +123,24 @@ def check_known(params: Mapping[str, list[str]], known: tuple[str, ...]) -> None
         raise BadRequest(f"unknown parameter(s) {', '.join(unknown)}", f"known parameters: {', '.join(known)}")
 
 
-class _StreamSlots:
-    """Counts concurrent streams, in total and per client address (not the Host header)."""
+class _Slots:
+    """Counts what is open (streams, connections), in total and per client address (not the Host
+    header)."""
 
-    def __init__(self) -> None:
+    def __init__(self, what: str) -> None:
+        self.what = what
         self._lock = threading.Lock()
         self._per_client: dict[str, int] = {}
         self.total = 0
 
-    def acquire(self, client: str, limits: StreamLimits) -> str | None:
+    def acquire(self, client: str, limits: StreamLimits | ConnectionLimits) -> str | None:
         """None when granted, else why not."""
         with self._lock:
             if self.total >= limits.max_total:
-                return f"{self.total} streams are open, the limit is {limits.max_total}"
+                return f"{self.total} {self.what} are open, the limit is {limits.max_total}"
             mine = self._per_client.get(client, 0)
             if mine >= limits.max_per_client:
-                return f"{client} has {mine} streams open, the limit per client is {limits.max_per_client}"
+                return f"{client} has {mine} {self.what} open, the limit per client is {limits.max_per_client}"
             self._per_client[client] = mine + 1
             self.total += 1
             return None
@@ -153,6 +167,7 @@ class EventServer:
         port: int = 0,
         rest_response_size: int = 10_000,
         limits: StreamLimits | None = None,
+        connections: ConnectionLimits | None = None,
     ) -> None:
         self.publisher = publisher
         self.metrics = metrics
@@ -160,7 +175,9 @@ class EventServer:
         self.requested_port = port
         self.rest_response_size = rest_response_size
         self.limits = limits or StreamLimits()
-        self.slots = _StreamSlots()
+        self.connections = connections or ConnectionLimits()
+        self.slots = _Slots("streams")
+        self.connection_slots = _Slots("connections")
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._streams: set[Subscription] = set()
@@ -392,12 +409,55 @@ class _HTTPServer(ThreadingHTTPServer):
     ) -> None:
         self.address_family = family
         self.app = app
+        self._refused = 0  # connections refused since the last line that said so
+        self._refused_logged = -math.inf
         super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread per connection, within ``ConnectionLimits``; beyond them a 503 at once, sent
+        without waiting (the accepting thread must never block on a peer)."""
+        slots = self.app.connection_slots
+        refused = slots.acquire(client_address[0], self.app.connections)
+        if refused is None:
+            try:
+                super().process_request(request, client_address)
+            except BaseException:
+                slots.release(client_address[0])  # no thread (out of them?): the slot is free again
+                raise
+            return
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refused_logged >= REFUSED_LOG_SECONDS:  # a flood makes one line a minute
+            log.warning(
+                "event API: %d connection(s) refused, the last from %s: %s", self._refused, client_address[0], refused
+            )
+            self._refused, self._refused_logged = 0, now
+        body = json.dumps(error_body(503, "too many connections", refused)).encode()
+        head = (
+            f"HTTP/1.0 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        try:
+            request.setblocking(False)
+            request.send(head.encode() + body)
+            request.recv(65536)  # what the peer sent already: closing over unread data would reset the 503
+        except OSError:
+            pass
+        self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.app.connection_slots.release(client_address[0])
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _HTTPServer
     server_version = "clusterman-events"
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.app.connections.timeout_seconds)  # a silent peer is let go
 
     def do_GET(self) -> None:
         app = self.server.app
@@ -416,8 +476,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_json(404, error_body(404, f"no such endpoint: {url.path}", _ENDPOINTS))
         except BadRequest as e:
             self.send_json(400, error_body(400, e.message, e.description))
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            pass  # the client left, or stopped reading an answer
         except Exception as e:  # a bug: answer and keep serving, never take the autoscaler down
             log.exception("event API: %s failed", self.path)
             self.send_json(500, error_body(500, "internal error", f"{type(e).__name__}: {e}"))
