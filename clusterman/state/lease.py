@@ -78,7 +78,7 @@ class LeaseStatus:
     def describe(self) -> str:
         """What follows "the pool's lease": ``is held by pid 42 on host-b (started …) until …``."""
         if self.error:
-            return f"cannot be read: {self.error}"
+            return f"cannot be read or written: {self.error}"
         if self.held:
             return f"is ours until {format_time(self.expires_at)}"
         who = Holder.describe_id(self.holder)

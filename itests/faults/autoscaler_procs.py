@@ -89,8 +89,11 @@ def make_state_table(url: str, name: str) -> None:
 class Autoscaler:
     """``python -m clusterman.batch.autoscaler`` with its stdout and stderr lines collected."""
 
-    def __init__(self, config: str, cluster: str, *args: str, env: dict[str, str] | None = None) -> None:
-        command = [sys.executable, "-m", "clusterman.batch.autoscaler", "--env-config-path", config,
+    def __init__(
+        self, config: str, cluster: str, *args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+    ) -> None:
+        """``prefix``: a command the autoscaler's is run under (one that execs it, keeping the pid)."""
+        command = [*prefix, sys.executable, "-m", "clusterman.batch.autoscaler", "--env-config-path", config,
                    "--cluster", cluster, "--pool", POOL, "--scheduler", "simulated", *args]  # fmt: skip
         self.proc = subprocess.Popen(
             command,
