@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import threading
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -172,3 +173,46 @@ def recorded_api() -> Iterator[RecordedApi]:
     with http_server(api.answer) as url:
         api.url = url
         yield api
+
+
+class SilentServer:
+    """An API server that accepts connections and never answers (a hung or stopped process behind
+    a live port): ``connections`` counts the attempts the client made."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._accepted: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def connections(self) -> int:
+        return len(self._accepted)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            self._accepted.append(conn)
+
+    def close(self) -> None:
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread (close alone does not)
+        except OSError:
+            pass
+        self._listener.close()
+        self._thread.join(5)
+        for conn in self._accepted:
+            conn.close()
+
+
+@contextmanager
+def silent_api() -> Iterator[SilentServer]:
+    server = SilentServer()
+    try:
+        yield server
+    finally:
+        server.close()

@@ -2,6 +2,7 @@
 client, configured from a kubeconfig file like an operator's (nothing in the client is patched)."""
 
 import logging
+import time
 
 import pytest
 
@@ -18,6 +19,7 @@ from clusterman.core.model import ResourceGroup
 from itests.recorded_api import kubeconfig
 from itests.recorded_api import load
 from itests.recorded_api import recorded_api
+from itests.recorded_api import silent_api
 
 N = "ip-10-0-1-{}.us-west-2.compute.internal"
 POOL = KubernetesPool(
@@ -180,3 +182,13 @@ def test_unreachable_api_and_bad_kubeconfig(tmp_path):
     missing = KubernetesConnector(POOL, str(tmp_path / "nope"))
     with pytest.raises(ConnectorError, match=r"kubeconfig .*nope"):
         missing.snapshot(NOW)
+
+
+def test_an_api_server_that_does_not_answer_costs_three_timeouts(tmp_path):
+    with silent_api() as silent:
+        connector = KubernetesConnector(POOL, kubeconfig(tmp_path / "kubeconfig", silent.url), timeout_seconds=0.5)
+        started = time.monotonic()
+        with pytest.raises(ConnectorError, match=f"kubernetes API {silent.url}: listing nodes: cannot reach it"):
+            connector.snapshot(NOW)
+        assert silent.connections == 3  # urllib3 alone makes 4 attempts
+        assert time.monotonic() - started < 3 * 0.5 + 1.0

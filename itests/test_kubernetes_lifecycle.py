@@ -1,6 +1,8 @@
 """The Kubernetes node lifecycle against a stateful fake API server on loopback, driven by the real
 ``kubernetes`` client configured from a kubeconfig file (nothing in the client is patched)."""
 
+import time
+
 import pytest
 
 from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEY
@@ -13,6 +15,7 @@ from clusterman.core.model import NodeState
 from clusterman.local.moto_server import free_port
 from itests.recorded_api import kubeconfig
 from itests.recorded_api import load
+from itests.recorded_api import silent_api
 from itests.stateful_api import FakeKubernetes
 from itests.stateful_api import serving
 from itests.stateful_api import status
@@ -229,3 +232,21 @@ def test_unreachable_api_or_bad_kubeconfig_fail_each_node_without_raising(tmp_pa
     drained = nobody.drain("a", NOW)
     assert drained.status is DrainStatus.FAILED and "cannot reach the kubernetes API" in drained.detail
     assert nobody.untaint(["a"])["a"].outcome is Outcome.FAILED
+
+
+def test_an_api_server_that_does_not_answer_holds_a_batch_for_one_call_not_one_per_node(tmp_path):
+    with silent_api() as silent:
+        lifecycle = KubernetesLifecycle(kubeconfig(tmp_path / "kc", silent.url), timeout_seconds=0.5)
+        started = time.monotonic()
+        results = lifecycle.taint(["a", "b", "c", "d", "e"], NOW)
+        took = time.monotonic() - started
+        assert [r.outcome for r in results.values()] == [Outcome.FAILED] * 5
+        assert "cannot reach the kubernetes API" in results["a"].detail
+        assert all("not tried: the kubernetes API did not answer reading node a" in results[n].detail for n in "bcde")
+        assert silent.connections == 3  # the first node's call, its attempts (3), and nothing after
+        assert took < 4 * 0.5 + 1.0  # before: 5 nodes x 4 attempts x the timeout
+        drained = lifecycle.drain("f", NOW)  # the same run: not tried either
+        assert drained.status is DrainStatus.FAILED and "not tried" in drained.detail
+        time.sleep(3 * 0.5)  # a run later it is tried again
+        assert lifecycle.untaint(["a"])["a"].outcome is Outcome.FAILED
+        assert silent.connections == 6

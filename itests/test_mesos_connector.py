@@ -14,6 +14,7 @@ from clusterman.core.model import ResourceGroup
 from clusterman.core.resources import Resources
 from itests.recorded_api import load
 from itests.recorded_api import recorded_api
+from itests.recorded_api import silent_api
 
 PREFIX = "a1b2c3d4-5e6f-4a5b-9c8d-7e6f5a4b0000-S"
 
@@ -100,3 +101,10 @@ def test_unreachable_master():
         url = gone.url
     with pytest.raises(ConnectorError, match=f"mesos master {url}/master/slaves: cannot reach it"):
         MesosConnector(MesosPool("default"), url, timeout_seconds=2).snapshot(0.0)
+
+
+def test_a_master_that_does_not_answer_costs_one_timeout():
+    with silent_api() as silent:
+        with pytest.raises(ConnectorError, match=f"mesos master {silent.url}/master/slaves: cannot reach it"):
+            MesosConnector(MesosPool("default"), silent.url, timeout_seconds=0.5).snapshot(0.0)
+        assert silent.connections == 1

@@ -39,6 +39,8 @@ from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import ConfigError
 from clusterman.core.model import NodeState
 from clusterman.core.resources import Resources
+from clusterman.manager.connectors import connector_for_pool
+from clusterman.manager.connectors import scheduler_timeout
 from clusterman.manager.lifecycles import lifecycle_for_pool
 
 CORDON = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": "2024-05-02T07:00:00Z"}
@@ -233,6 +235,19 @@ def test_factory_builds_each_scheduler_and_honours_draining_enabled():
     connector, _, _ = simulated()
     sim = lifecycle_for_pool(MAIN, PoolIdentity("c1", "sim", Scheduler.SIMULATED), draining, connector=connector)
     assert isinstance(sim, SimulatedLifecycle) and sim.scheduler is connector.scheduler
+
+
+def test_scheduler_api_calls_are_bounded_by_the_runs_budget():
+    # each attempt a third of the budget (a Kubernetes call makes 3 at most), never above 30 s
+    assert scheduler_timeout(None) == 30.0
+    assert scheduler_timeout(60.0) == 20.0
+    assert scheduler_timeout(3.0) == 1.0
+    assert scheduler_timeout(600.0) == 30.0
+    pool = PoolConfig(scaling_limits=LIMITS, draining_enabled=True)
+    for scheduler in (Scheduler.KUBERNETES, Scheduler.MESOS):
+        identity = PoolIdentity("c1", "web", scheduler)
+        assert lifecycle_for_pool(MAIN, identity, pool, timeout_seconds=4.0).timeout_seconds == 4.0
+        assert connector_for_pool(MAIN, identity, pool, timeout_seconds=4.0).timeout_seconds == 4.0  # type: ignore[attr-defined]
 
 
 def test_factory_errors_name_what_is_missing():

@@ -55,6 +55,15 @@ SCALE_DOWN_TAINT_KEY = "clusterman.com/scale-down"
 # Yelp Clusterman's drain taint (value: Unix seconds), so pools taken over from either keep going.
 SCALE_DOWN_TAINT_KEYS = (SCALE_DOWN_TAINT_KEY, "atlassian.com/escalator", "clusterman.yelp.com/terminating")
 SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+# attempts per API call, each bounded by the caller's timeout: the first and two retries (urllib3's
+# default is four in all), so a call to an API server that does not answer ends within 3 timeouts
+ATTEMPTS = 3
+
+
+def request_timeout(seconds: float) -> tuple[float, float]:
+    """``_request_timeout`` for the client: (connect, read). The client silently ignores a float
+    (it takes an int or a pair), and 30.0 had meant no timeout at all."""
+    return (seconds, seconds)
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
@@ -434,7 +443,7 @@ class KubernetesConnector(ClusterConnector):
                     limit=self.page_size,
                     _continue=token,
                     _preload_content=False,
-                    _request_timeout=self.timeout_seconds,
+                    _request_timeout=request_timeout(self.timeout_seconds),
                     **selectors,
                 )
                 body = json.loads(response.data)
@@ -460,8 +469,14 @@ def api_client(kubeconfig_path: str) -> kubernetes.client.ApiClient:
         raise ConnectorError(
             f"Kubernetes pools need clusterman's kubernetes extra: pip install 'clusterman[kubernetes]' ({e})"
         ) from e
+    import kubernetes.client
+
+    configuration = kubernetes.client.Configuration()
+    configuration.retries = ATTEMPTS - 1
     try:
-        return kubernetes.config.new_client_from_config(config_file=kubeconfig_path, persist_config=False)
+        return kubernetes.config.new_client_from_config(
+            config_file=kubeconfig_path, persist_config=False, client_configuration=configuration
+        )
     except (kubernetes.config.ConfigException, OSError, ValueError) as e:
         raise ConnectorError(f"kubeconfig {kubeconfig_path}: {e}") from e
 

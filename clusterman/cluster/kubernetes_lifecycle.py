@@ -12,13 +12,17 @@
 Taints are written with a patch that carries the ``resourceVersion`` read just before: the API
 server refuses it with 409 Conflict when someone else changed the node meanwhile (a kubelet, an
 operator's own taint), and the edit is redone on the fresh node, so no other writer's taint is lost.
-Responses are read as raw JSON (``_preload_content=False``), like the connector does.
+Responses are read as raw JSON (``_preload_content=False``), like the connector does. A call the API
+server does not answer (``ATTEMPTS`` timeouts) makes the calls that follow within as long again fail
+at once, saying so: nodes are handled one after another, and a silent API must not hold the run
+for a timeout per node.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -28,6 +32,7 @@ from typing import Any
 import urllib3
 
 from clusterman.cluster.connector import ConnectorError
+from clusterman.cluster.kubernetes import ATTEMPTS
 from clusterman.cluster.kubernetes import FALSE_WORDS
 from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
 from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEY
@@ -36,6 +41,7 @@ from clusterman.cluster.kubernetes import api_client
 from clusterman.cluster.kubernetes import api_error
 from clusterman.cluster.kubernetes import is_daemon
 from clusterman.cluster.kubernetes import pod_name
+from clusterman.cluster.kubernetes import request_timeout
 from clusterman.cluster.lifecycle import UNKNOWN_COUNT
 from clusterman.cluster.lifecycle import DrainResult
 from clusterman.cluster.lifecycle import DrainStatus
@@ -116,6 +122,10 @@ class KubernetesLifecycle(NodeLifecycle):
         self.conflict_retries = conflict_retries
         self.page_size = page_size
         self._client: kubernetes.client.ApiClient | None = None
+        # after a call the API did not answer: until when (monotonic) the other calls are not tried,
+        # and why: each would wait as long again, node after node, past the run's budget
+        self._silent_until = 0.0
+        self._silence = ""
 
     def taint(self, node_ids: Iterable[str], now: float) -> Results:
         def edit(taints: list[Taint]) -> list[Taint] | None:
@@ -268,13 +278,20 @@ class KubernetesLifecycle(NodeLifecycle):
         """Call the API; the raw JSON answer, or ApiFailure (caused by the ApiException, if any)."""
         from kubernetes.client.exceptions import ApiException
 
+        if time.monotonic() < self._silent_until:
+            raise ApiFailure(f"{what}: not tried: {self._silence}")
         try:
-            response = method(*args, _preload_content=False, _request_timeout=self.timeout_seconds, **kwargs)
+            timeout = request_timeout(self.timeout_seconds)
+            response = method(*args, _preload_content=False, _request_timeout=timeout, **kwargs)
             data = response.data
             return json.loads(data) if data else {}
         except ApiException as e:
             raise ApiFailure(f"{what}: {api_error(e)}", e.status or 0) from e
         except urllib3.exceptions.HTTPError as e:
+            # the calls of the next ATTEMPTS timeouts (the rest of this run) fail at once; a run a
+            # period later tries again
+            self._silent_until = time.monotonic() + ATTEMPTS * self.timeout_seconds
+            self._silence = f"the kubernetes API did not answer {what} just before"
             raise ApiFailure(f"{what}: cannot reach the kubernetes API: {e}") from e
         except ValueError as e:
             raise ApiFailure(f"{what}: the answer is not JSON: {e}") from e

@@ -20,6 +20,7 @@ from clusterman.cloud.simulated_group import groups_from_config
 from clusterman.cloud.simulated_group import markets_from_config
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.connector import ClusterConnector
+from clusterman.cluster.kubernetes import ATTEMPTS
 from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
 from clusterman.cluster.kubernetes import KubernetesConnector
 from clusterman.cluster.kubernetes import KubernetesPool
@@ -46,10 +47,26 @@ from clusterman.core.model import ResourceGroup
 from clusterman.core.resources import Resources
 from clusterman.manager.trace_workload import load_trace
 
+SCHEDULER_TIMEOUT_SECONDS = 30.0  # each attempt of a scheduler API call, when no run budget bounds it
+
+
+def scheduler_timeout(budget_seconds: float | None) -> float:
+    """Each attempt of a call to the scheduler's API (Kubernetes, Mesos): a third of the run's budget
+    (a Kubernetes call makes up to ``ATTEMPTS``, 3), so an API server that does not answer holds a
+    call at most the budget, not two minutes; never more than 30 s."""
+    if budget_seconds is None:
+        return SCHEDULER_TIMEOUT_SECONDS
+    return min(SCHEDULER_TIMEOUT_SECONDS, budget_seconds / ATTEMPTS)
+
 
 def connector_for_pool(
-    main: MainConfig, identity: PoolIdentity, pool: PoolConfig, cloud: CloudViewSource | None = None
+    main: MainConfig,
+    identity: PoolIdentity,
+    pool: PoolConfig,
+    cloud: CloudViewSource | None = None,
+    timeout_seconds: float = SCHEDULER_TIMEOUT_SECONDS,
 ) -> ClusterConnector:
+    """``timeout_seconds``: each attempt of each call to the scheduler's API (see ``scheduler_timeout``)."""
     if identity.scheduler is Scheduler.KUBERNETES:
         kubeconfig = _cluster(main, identity).kubeconfig_path
         if not kubeconfig:
@@ -62,13 +79,13 @@ def connector_for_pool(
             default_request=pool.default_pod_request,
             safe_to_evict_keys=tuple(dict.fromkeys(keys)),
         )
-        return KubernetesConnector(settings, kubeconfig, cloud=cloud)
+        return KubernetesConnector(settings, kubeconfig, cloud=cloud, timeout_seconds=timeout_seconds)
     if identity.scheduler is Scheduler.MESOS:
         fqdn = _cluster(main, identity).mesos_master_fqdn
         if not fqdn:
             raise ConfigError(f"clusters.{identity.cluster}", "mesos_master_fqdn", f"required for the pool {identity}")
         mesos = MesosPool(identity.pool, non_batch_framework_prefixes=pool.non_batch_framework_prefixes)
-        return MesosConnector(mesos, master_url(fqdn), cloud=cloud)
+        return MesosConnector(mesos, master_url(fqdn), cloud=cloud, timeout_seconds=timeout_seconds)
     base_dir = pool_config_path(main.cluster_config_directory, identity).parent
     return simulated_connector(identity, pool, cloud, base_dir=base_dir)
 

@@ -21,6 +21,7 @@ from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import ConfigError
+from clusterman.manager.connectors import SCHEDULER_TIMEOUT_SECONDS
 from clusterman.manager.connectors import _cluster
 
 
@@ -31,19 +32,23 @@ def lifecycle_for_pool(
     *,
     connector: ClusterConnector | None = None,
     dry_run: bool = False,
+    timeout_seconds: float = SCHEDULER_TIMEOUT_SECONDS,
 ) -> NodeLifecycle:
+    """``timeout_seconds``: each attempt of each call to the scheduler's API (``scheduler_timeout``)."""
     lifecycle: NodeLifecycle
     if identity.scheduler is Scheduler.KUBERNETES:
         kubeconfig = _cluster(main, identity).kubeconfig_path
         if not kubeconfig:
             raise ConfigError(f"clusters.{identity.cluster}", "kubeconfig_path", f"required for the pool {identity}")
         keys = tuple(dict.fromkeys((SAFE_TO_EVICT_ANNOTATION, pool.safe_to_evict_key)))
-        lifecycle = KubernetesLifecycle(kubeconfig, dry_run=dry_run, safe_to_evict_keys=keys)
+        lifecycle = KubernetesLifecycle(
+            kubeconfig, dry_run=dry_run, safe_to_evict_keys=keys, timeout_seconds=timeout_seconds
+        )
     elif identity.scheduler is Scheduler.MESOS:
         fqdn = _cluster(main, identity).mesos_master_fqdn
         if not fqdn:
             raise ConfigError(f"clusters.{identity.cluster}", "mesos_master_fqdn", f"required for the pool {identity}")
-        lifecycle = MesosLifecycle(master_url(fqdn), dry_run=dry_run)
+        lifecycle = MesosLifecycle(master_url(fqdn), dry_run=dry_run, timeout_seconds=timeout_seconds)
     else:
         if not isinstance(connector, SimulatedConnector):
             raise ValueError(f"the simulated pool {identity}: pass the pool's SimulatedConnector as connector=")

@@ -22,6 +22,7 @@ from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import RetentionPass
 from clusterman.events.recorder import Recorder
 from clusterman.manager.connectors import connector_for_pool
+from clusterman.manager.connectors import scheduler_timeout
 from clusterman.manager.cycle import Cycle
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.demand import InternalDemand
@@ -115,10 +116,14 @@ def build_cycle(
     separate collector, such as a simulated scheduler, which lives only in this process).
     ``holder``: act only while holding the pool's lease for ``lease_seconds`` (a dry run, which
     changes nothing, takes no lease and never stands in the way of the real autoscaler).
-    ``budget_seconds``: never act on a snapshot older than that; signal reads wait at most that."""
+    ``budget_seconds``: never act on a snapshot older than that; signal reads wait at most that, and a
+    call to the scheduler's API, its attempts together, about that (``scheduler_timeout``)."""
     cloud = cloud_for(setup, simulated, budget_seconds)
-    connector = connector_for_pool(setup.main, setup.identity, setup.pool, cloud=cloud)
-    lifecycle = lifecycle_for_pool(setup.main, setup.identity, setup.pool, connector=connector, dry_run=dry_run)
+    timeout = scheduler_timeout(budget_seconds)
+    connector = connector_for_pool(setup.main, setup.identity, setup.pool, cloud=cloud, timeout_seconds=timeout)
+    lifecycle = lifecycle_for_pool(
+        setup.main, setup.identity, setup.pool, connector=connector, dry_run=dry_run, timeout_seconds=timeout
+    )
     state_store = open_state_store(setup.main, budget_seconds)
 
     def paused(now: float) -> PauseStatus:
