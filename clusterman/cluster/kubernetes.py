@@ -58,12 +58,6 @@ SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 # attempts per API call, each bounded by the caller's timeout: the first and two retries (urllib3's
 # default is four in all), so a call to an API server that does not answer ends within 3 timeouts
 ATTEMPTS = 3
-
-
-def request_timeout(seconds: float) -> tuple[float, float]:
-    """``_request_timeout`` for the client: (connect, read). The client silently ignores a float
-    (it takes an int or a pair), and 30.0 had meant no timeout at all."""
-    return (seconds, seconds)
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
@@ -459,6 +453,12 @@ class KubernetesConnector(ClusterConnector):
             token = (body.get("metadata") or {}).get("continue") or None
             if token is None:
                 return items
+
+
+def request_timeout(seconds: float) -> tuple[float, float]:
+    """``_request_timeout`` for the client: (connect, read). The client silently ignores a float
+    (it takes an int or a pair), and 30.0 had meant no timeout at all."""
+    return (seconds, seconds)
 
 
 def api_client(kubeconfig_path: str) -> kubernetes.client.ApiClient:
