@@ -13,6 +13,7 @@ from clusterman.batch.metrics_collector import load_pools
 from clusterman.batch.metrics_collector import run_forever
 from clusterman.cli.main import main as cli_main
 from clusterman.cluster.connector import ConnectorError
+from clusterman.cluster.kubernetes import KubernetesConnector
 from clusterman.cluster.simulated_scheduler import SimulatedConnector
 from clusterman.config import load_main_config
 from clusterman.core.config import MetricType
@@ -159,6 +160,17 @@ def test_pools_with_bad_config_are_left_out_and_named(config_dir, caplog):
         load_pools(main, "c1", ["nope"])
     with pytest.raises(ConfigError, match="no pool to collect"):
         load_pools(main, "c1", ["typo"])
+
+
+def test_a_scheduler_api_call_waits_at_most_one_run_interval(config_dir):
+    # each attempt a third of run_interval_seconds (60): a silent API server holds a run, not the collector
+    (config_dir / "clusterman.yaml").write_text(
+        "clusters:\n  c1: {aws_region: us-west-2, kubeconfig_path: /etc/kube.conf}\n"
+        "cluster_config_directory: pools\nbatches:\n  cluster_metrics: {run_interval_seconds: 60}\n"
+    )
+    main = load_main_config(config_dir / "clusterman.yaml")
+    (kube,) = [c for i, c in load_pools(main, "c1", ["kube"])]
+    assert isinstance(kube, KubernetesConnector) and kube.timeout_seconds == 20.0
 
 
 def test_once_to_stdout_through_the_cli(config_dir, capsys):

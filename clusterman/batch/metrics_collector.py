@@ -50,6 +50,7 @@ from clusterman.datastore.store import Series
 from clusterman.manager.arguments import add_program_arguments
 from clusterman.manager.arguments import configure_logging
 from clusterman.manager.connectors import connector_for_pool
+from clusterman.manager.connectors import scheduler_timeout
 from clusterman.manager.setup import PoolSetup
 from clusterman.manager.wiring import cloud_for
 
@@ -179,13 +180,15 @@ def load_pools(main: MainConfig, cluster: str, wanted: Sequence[str], directory:
         if missing:
             raise ConfigError(f"{directory}/{cluster}", "", f"no pool file for {', '.join(sorted(missing))}")
     pools: list[Pool] = []
+    timeout = scheduler_timeout(main.batches.cluster_metrics.run_interval_seconds)  # a silent API: one run at most
     for identity in identities:
         try:
             pool_config = load_pool_config(main, identity, directory)
             uses_cloud = any(entry.kind in ("asg", "sfr") for entry in pool_config.resource_groups)
             cloud = cloud_for(PoolSetup(main, identity, pool_config)) if uses_cloud else None
             source = WholeCloud(cloud) if cloud is not None and identity.scheduler is Scheduler.SIMULATED else cloud
-            pools.append((identity, connector_for_pool(main, identity, pool_config, cloud=source)))
+            connector = connector_for_pool(main, identity, pool_config, cloud=source, timeout_seconds=timeout)
+            pools.append((identity, connector))
         except (ConfigError, ValueError) as e:
             log.error("%s: not collected: %s", identity, e)
     if not pools:
