@@ -17,6 +17,7 @@ from itests.aws_proxy import Fault
 from itests.aws_proxy import FaultyProxy
 from itests.aws_world import World
 from itests.pool_harness import harness
+from itests.recorded_api import silent_api
 
 
 @pytest.fixture
@@ -82,6 +83,22 @@ def test_status_reports_an_unreadable_group_and_shows_the_rest(tmp_path, world, 
     assert f"  cannot read: asg {broken}: DescribeAutoScalingGroups failed: AccessDenied: not for you" in out
     assert "nodes: 2 ready; tasks: 1 running, 0 pending" in out
     assert "last decisions: unknown: no event API to ask" in out
+
+
+def test_status_with_a_cloud_that_does_not_answer_ends_within_its_timeout(tmp_path, world, capsys):
+    world.asg("web", desired=1)
+    with silent_api() as silent, harness(tmp_path, world, aws_url=silent.url) as pool:
+        config = pool.configure(tasks=1)
+        args = ("status", "--cluster", world.cluster, "--pool", "web", "--no-events", "--timeout", "2")
+        started = time.monotonic()
+        status, out, _ = cli(capsys, config, *args)
+        took = time.monotonic() - started
+        refused, _, err = cli(capsys, config, *args[:-1], "0")
+    assert refused == 1 and "--timeout 0: must be a number of seconds > 0" in err
+    print(f"status took {took:.1f} s:\n{out}")
+    assert status == 0
+    assert "cannot read" in out, out
+    assert took < 8, out  # botocore alone: 60 s per attempt, 5 attempts
 
 
 def test_manage_clamps_exactly_like_the_autoscaler_and_spreads_over_groups(tmp_path, world, capsys, monkeypatch):

@@ -2,8 +2,9 @@
 
 Read from the cloud, the scheduler and the state store as the autoscaler reads them, and from the
 autoscaler's event API (``--events-url``, default: the main config's ``events`` block) for its
-last decisions. A part that cannot be read says why; the rest is still shown. ``--json`` prints
-one document for tools.
+last decisions. A part that cannot be read says why; the rest is still shown, and no part waits
+longer than ``--timeout`` (an unreachable cloud or API server is shown as such, not waited on for
+minutes). ``--json`` prints one document for tools.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import json
 import time
 
 from clusterman.core.timestamps import format_time
+from clusterman.errors import UserError
 from clusterman.events.client import EventClient
 from clusterman.events.client import api_url
 from clusterman.manager.arguments import add_pool_arguments
 from clusterman.manager.arguments import resolve_pool
+from clusterman.manager.connectors import scheduler_timeout
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.status import PoolStatus
 from clusterman.manager.status import Unavailable
@@ -35,27 +38,38 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--no-events", action="store_true", help="do not ask the event API")
     parser.add_argument("--decisions", type=int, default=5, help="how many of the last decisions to show")
     parser.add_argument("--json", action="store_true", help="one JSON document")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=15.0,
+        help="seconds each part may take (the cloud, the scheduler's API, the state store, signals); "
+        "a part that takes longer is shown as unknown",
+    )
     parser.set_defaults(func=run_status)
 
 
 def run_status(args: argparse.Namespace) -> int:
+    if not args.timeout > 0:
+        raise UserError(f"--timeout {args.timeout:g}: must be a number of seconds > 0")
     setup = resolve_pool(args)
+    timeout = args.timeout
     events = None
     if not args.no_events:
-        events = EventClient(args.events_url or api_url(setup.main.events), timeout=5.0)
+        events = EventClient(args.events_url or api_url(setup.main.events), timeout=min(5.0, timeout))
 
     def demand() -> DemandSource:
-        return demand_for(setup)
+        return demand_for(setup, budget_seconds=timeout)
 
     now = time.time()
     status = gather(
         setup,
         now,
-        store=open_state_store(setup.main),
-        cloud=cloud_for(setup),
+        store=open_state_store(setup.main, timeout),
+        cloud=cloud_for(setup, budget_seconds=timeout),
         demand=demand,
         events=events,
         decisions=args.decisions,
+        scheduler_timeout_seconds=scheduler_timeout(timeout),
     )
     print(json.dumps(status.as_json(), indent=2) if args.json else "\n".join(text_lines(status)))
     return 0

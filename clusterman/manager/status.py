@@ -37,6 +37,7 @@ from clusterman.events.client import EventClient
 from clusterman.events.exporter import NAMESPACE
 from clusterman.events.record import EventRecord
 from clusterman.events.record import EventType
+from clusterman.manager.connectors import SCHEDULER_TIMEOUT_SECONDS
 from clusterman.manager.connectors import connector_for_pool
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.setup import PoolSetup
@@ -231,10 +232,11 @@ def gather(
     demand: Callable[[], DemandSource],
     events: EventClient | None,
     decisions: int = 5,
+    scheduler_timeout_seconds: float = SCHEDULER_TIMEOUT_SECONDS,
 ) -> PoolStatus:
     identity = setup.identity
     view = cloud.cloud_view(now)
-    snapshot = read("nodes", lambda: _snapshot(setup, view, now))
+    snapshot = read("nodes", lambda: _snapshot(setup, view, now, scheduler_timeout_seconds))
     history: tuple[DecisionLine, ...] | Unavailable = Unavailable("no event API to ask")
     from_metrics: UtilisationReading | Unavailable = Unavailable("no event API to ask")
     if events is not None:
@@ -256,8 +258,8 @@ def gather(
     )
 
 
-def _snapshot(setup: PoolSetup, view: CloudView, now: float) -> PoolSnapshot:
-    connector = connector_for_pool(setup.main, setup.identity, setup.pool, _Seen(view))
+def _snapshot(setup: PoolSetup, view: CloudView, now: float, timeout_seconds: float) -> PoolSnapshot:
+    connector = connector_for_pool(setup.main, setup.identity, setup.pool, _Seen(view), timeout_seconds)
     try:
         return connector.snapshot(now)
     finally:
