@@ -85,8 +85,8 @@ def test_status_reports_an_unreadable_group_and_shows_the_rest(tmp_path, world, 
     assert "last decisions: unknown: no event API to ask" in out
 
 
-def test_status_with_a_cloud_that_does_not_answer_ends_within_its_timeout(tmp_path, world, capsys):
-    world.asg("web", desired=1)
+def test_status_and_manage_with_a_cloud_that_does_not_answer_end_within_their_timeout(tmp_path, world, capsys):
+    group = world.asg("web", desired=1)
     with silent_api() as silent, harness(tmp_path, world, aws_url=silent.url) as pool:
         config = pool.configure(tasks=1)
         args = ("status", "--cluster", world.cluster, "--pool", "web", "--no-events", "--timeout", "2")
@@ -94,11 +94,17 @@ def test_status_with_a_cloud_that_does_not_answer_ends_within_its_timeout(tmp_pa
         status, out, _ = cli(capsys, config, *args)
         took = time.monotonic() - started
         refused, _, err = cli(capsys, config, *args[:-1], "0")
-    assert refused == 1 and "--timeout 0: must be a number of seconds > 0" in err
-    print(f"status took {took:.1f} s:\n{out}")
+        assert refused == 1 and "--timeout 0: must be a number of seconds > 0" in err
+        manage = ("manage", "--cluster", world.cluster, "--pool", "web", "--target-capacity", "3", "--yes")
+        started = time.monotonic()
+        changed, _, manage_err = cli(capsys, config, *manage, "--timeout", "2")
+        manage_took = time.monotonic() - started
+    print(f"status took {took:.1f} s, manage {manage_took:.1f} s:\n{out}{manage_err}")
     assert status == 0
-    assert "cannot read" in out, out
+    assert "cannot read" in out and "no answer within the call budget of 2 s" in out, out
     assert took < 8, out  # botocore alone: 60 s per attempt, 5 attempts
+    assert changed == 1 and "cannot find every resource group, nothing changed" in manage_err, manage_err
+    assert manage_took < 8 and world.desired(group) == 1
 
 
 def test_manage_clamps_exactly_like_the_autoscaler_and_spreads_over_groups(tmp_path, world, capsys, monkeypatch):

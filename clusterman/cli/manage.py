@@ -26,6 +26,7 @@ from clusterman.core.config import PoolIdentity
 from clusterman.core.durations import parse_duration
 from clusterman.core.timestamps import format_time
 from clusterman.decision.exact import show
+from clusterman.errors import UserError
 from clusterman.errors import reading_input
 from clusterman.manager.arguments import add_pool_arguments
 from clusterman.manager.arguments import resolve_pool
@@ -70,15 +71,24 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="how long to wait for the running autoscaler to finish its run and hand the pool's lease over "
         "(default 60s; 0 = refuse at once if it is held)",
     )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds each call to the cloud or the state store may take, its retries included (default 30); "
+        "one that does not answer in time changes nothing and says so",
+    )
     parser.set_defaults(func=run_manage)
 
 
 def run_manage(args: argparse.Namespace) -> int:
+    if not args.timeout > 0:
+        raise UserError(f"--timeout {args.timeout:g}: must be a number of seconds > 0")
     setup = resolve_pool(args)
     policy = setup.policy
     with reading_input():
         requested = parse_target(args.target_capacity, policy)
-    found = discovery_for(setup)()
+    found = discovery_for(setup, budget_seconds=args.timeout)()
     if found.errors:
         problems = "; ".join(str(e) for e in found.errors)
         raise ManualTargetError(f"cannot find every resource group, nothing changed: {problems}")
@@ -101,7 +111,7 @@ def run_manage(args: argparse.Namespace) -> int:
         return 1 if result.errors else 0
 
     operator = f"{getpass.getuser()}@{socket.gethostname()}"
-    store = open_state_store(setup.main)
+    store = open_state_store(setup.main, args.timeout)
     lease = PoolLease(
         store, setup.identity, Holder.this_process(now), LEASE_SECONDS, purpose=f"clusterman manage by {operator}"
     )
