@@ -9,8 +9,10 @@ from __future__ import annotations
 import io
 import json
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from clusterman.cli.main import main
 from itests.aws_proxy import Fault
@@ -93,8 +95,10 @@ def test_status_and_manage_with_a_cloud_that_does_not_answer_end_within_their_ti
         started = time.monotonic()
         status, out, _ = cli(capsys, config, *args)
         took = time.monotonic() - started
-        refused, _, err = cli(capsys, config, *args[:-1], "0")
-        assert refused == 1 and "--timeout 0: must be a number of seconds > 0" in err
+        with pytest.raises(SystemExit) as refused:
+            cli(capsys, config, *args[:-1], "0")
+        assert refused.value.code == 2
+        assert "argument --timeout: expected a number of seconds > 0, got '0'" in capsys.readouterr().err
         manage = ("manage", "--cluster", world.cluster, "--pool", "web", "--target-capacity", "3", "--yes")
         started = time.monotonic()
         changed, _, manage_err = cli(capsys, config, *manage, "--timeout", "2")
@@ -105,6 +109,22 @@ def test_status_and_manage_with_a_cloud_that_does_not_answer_end_within_their_ti
     assert took < 8, out  # botocore alone: 60 s per attempt, 5 attempts
     assert changed == 1 and "cannot find every resource group, nothing changed" in manage_err, manage_err
     assert manage_took < 8 and world.desired(group) == 1
+
+
+def test_disable_with_a_state_table_that_does_not_answer_ends_within_its_timeout(tmp_path, world, capsys):
+    world.asg("web", desired=1)
+    with silent_api() as silent, harness(tmp_path, world, aws_url=silent.url) as pool:
+        config = pool.configure(tasks=1)
+        path = Path(config)
+        main = yaml.safe_load(path.read_text())
+        main["aws"]["state_table"] = "clusterman-state"
+        main["state"] = {"backend": "dynamodb"}
+        path.write_text(yaml.safe_dump(main))
+        started = time.monotonic()
+        status, _, err = cli(capsys, config, "disable", "--cluster", world.cluster, "--pool", "web", "--timeout", "2")
+        took = time.monotonic() - started
+    assert status == 1 and "no answer within the call budget of 2 s" in err, err
+    assert took < 8  # botocore alone: 60 s per attempt, 5 attempts
 
 
 def test_manage_clamps_exactly_like_the_autoscaler_and_spreads_over_groups(tmp_path, world, capsys, monkeypatch):

@@ -26,10 +26,10 @@ from clusterman.core.config import PoolIdentity
 from clusterman.core.durations import parse_duration
 from clusterman.core.timestamps import format_time
 from clusterman.decision.exact import show
-from clusterman.errors import UserError
 from clusterman.errors import reading_input
 from clusterman.manager.arguments import add_pool_arguments
 from clusterman.manager.arguments import resolve_pool
+from clusterman.manager.arguments import timeout_argument
 from clusterman.manager.manual import ManualTarget
 from clusterman.manager.manual import ManualTargetError
 from clusterman.manager.manual import parse_target
@@ -73,7 +73,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=timeout_argument,
         default=30.0,
         help="seconds each call to the cloud or the state store may take, its retries included (default 30); "
         "one that does not answer in time changes nothing and says so",
@@ -82,8 +82,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run_manage(args: argparse.Namespace) -> int:
-    if not args.timeout > 0:
-        raise UserError(f"--timeout {args.timeout:g}: must be a number of seconds > 0")
     setup = resolve_pool(args)
     policy = setup.policy
     with reading_input():

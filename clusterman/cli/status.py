@@ -14,11 +14,11 @@ import json
 import time
 
 from clusterman.core.timestamps import format_time
-from clusterman.errors import UserError
 from clusterman.events.client import EventClient
 from clusterman.events.client import api_url
 from clusterman.manager.arguments import add_pool_arguments
 from clusterman.manager.arguments import resolve_pool
+from clusterman.manager.arguments import timeout_argument
 from clusterman.manager.connectors import scheduler_timeout
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.status import PoolStatus
@@ -40,7 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--json", action="store_true", help="one JSON document")
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=timeout_argument,
         default=15.0,
         help="seconds each part may take (the cloud, the scheduler's API, the state store, signals); "
         "a part that takes longer is shown as unknown",
@@ -49,8 +49,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run_status(args: argparse.Namespace) -> int:
-    if not args.timeout > 0:
-        raise UserError(f"--timeout {args.timeout:g}: must be a number of seconds > 0")
     setup = resolve_pool(args)
     timeout = args.timeout
     events = None

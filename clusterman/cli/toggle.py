@@ -8,6 +8,7 @@ import time
 from clusterman.errors import reading_input
 from clusterman.manager.arguments import add_pool_arguments
 from clusterman.manager.arguments import resolve_pool
+from clusterman.manager.arguments import timeout_argument
 from clusterman.state.factory import open_state_store
 from clusterman.state.pause import parse_until
 from clusterman.state.pause import pause
@@ -24,12 +25,19 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     enable = subparsers.add_parser("enable", help="resume a paused pool's autoscaler")
     add_pool_arguments(enable)
     enable.set_defaults(func=run_enable)
+    for parser in (disable, enable):
+        parser.add_argument(
+            "--timeout",
+            type=timeout_argument,
+            default=15.0,
+            help="seconds each call to the state store may take, its retries included (default 15)",
+        )
 
 
 def run_disable(args: argparse.Namespace) -> int:
     ctx = resolve_pool(args)
     now = time.time()
-    store = open_state_store(ctx.main)
+    store = open_state_store(ctx.main, args.timeout)
     with reading_input():
         until = parse_until(args.until, now)
     pause(store, ctx.identity, now, until, args.reason)
@@ -39,7 +47,7 @@ def run_disable(args: argparse.Namespace) -> int:
 
 def run_enable(args: argparse.Namespace) -> int:
     ctx = resolve_pool(args)
-    store = open_state_store(ctx.main)
+    store = open_state_store(ctx.main, args.timeout)
     resume(store, ctx.identity)
     print(f"{ctx.identity}: {pause_status(store, ctx.identity, time.time()).describe()}")
     return 0
