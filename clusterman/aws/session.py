@@ -65,6 +65,16 @@ def session(settings: AwsSettings) -> boto3.session.Session:
     return boto3.session.Session(region_name=settings.region)
 
 
+def budget_config(timeout_seconds: float | None) -> dict[str, float]:
+    """``client`` keywords for a call that may take ``timeout_seconds`` with all its retries: each
+    attempt gets a third as botocore's connect and read timeouts (its default is 60 s each), so a call
+    can still retry once or twice within the budget. None: botocore's defaults."""
+    if timeout_seconds is None:
+        return {}
+    attempt = min(60.0, max(1.0, timeout_seconds / 3))
+    return {"connect_timeout": attempt, "read_timeout": attempt, "call_budget_seconds": timeout_seconds}
+
+
 def client(settings: AwsSettings, service: str, call_budget_seconds: float | None = None, **config: Any) -> Any:
     """A boto3 client; ``config`` goes to botocore's Config (e.g. retries, timeouts).
 

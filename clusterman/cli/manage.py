@@ -28,8 +28,8 @@ from clusterman.core.timestamps import format_time
 from clusterman.decision.exact import show
 from clusterman.errors import reading_input
 from clusterman.manager.arguments import add_pool_arguments
+from clusterman.manager.arguments import add_timeout_argument
 from clusterman.manager.arguments import resolve_pool
-from clusterman.manager.arguments import timeout_argument
 from clusterman.manager.manual import ManualTarget
 from clusterman.manager.manual import ManualTargetError
 from clusterman.manager.manual import parse_target
@@ -71,13 +71,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="how long to wait for the running autoscaler to finish its run and hand the pool's lease over "
         "(default 60s; 0 = refuse at once if it is held)",
     )
-    parser.add_argument(
-        "--timeout",
-        type=timeout_argument,
-        default=30.0,
-        help="seconds each call to the cloud or the state store may take, its retries included (default 30); "
-        "one that does not answer in time changes nothing and says so",
-    )
+    add_timeout_argument(parser, 30.0, "seconds each call to the cloud or the state store may take, retries included")
     parser.set_defaults(func=run_manage)
 
 

@@ -17,8 +17,8 @@ from clusterman.core.timestamps import format_time
 from clusterman.events.client import EventClient
 from clusterman.events.client import api_url
 from clusterman.manager.arguments import add_pool_arguments
+from clusterman.manager.arguments import add_timeout_argument
 from clusterman.manager.arguments import resolve_pool
-from clusterman.manager.arguments import timeout_argument
 from clusterman.manager.connectors import scheduler_timeout
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.status import PoolStatus
@@ -38,12 +38,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--no-events", action="store_true", help="do not ask the event API")
     parser.add_argument("--decisions", type=int, default=5, help="how many of the last decisions to show")
     parser.add_argument("--json", action="store_true", help="one JSON document")
-    parser.add_argument(
-        "--timeout",
-        type=timeout_argument,
-        default=15.0,
-        help="seconds each part may take (the cloud, the scheduler's API, the state store, signals); "
-        "a part that takes longer is shown as unknown",
+    add_timeout_argument(
+        parser, 15.0, "seconds each part (the cloud, the scheduler's API, the state store, signals) may take"
     )
     parser.set_defaults(func=run_status)
 

@@ -7,8 +7,8 @@ import time
 
 from clusterman.errors import reading_input
 from clusterman.manager.arguments import add_pool_arguments
+from clusterman.manager.arguments import add_timeout_argument
 from clusterman.manager.arguments import resolve_pool
-from clusterman.manager.arguments import timeout_argument
 from clusterman.state.factory import open_state_store
 from clusterman.state.pause import parse_until
 from clusterman.state.pause import pause
@@ -26,12 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_pool_arguments(enable)
     enable.set_defaults(func=run_enable)
     for parser in (disable, enable):
-        parser.add_argument(
-            "--timeout",
-            type=timeout_argument,
-            default=15.0,
-            help="seconds each call to the state store may take, its retries included (default 15)",
-        )
+        add_timeout_argument(parser, 15.0, "seconds each call to the state store may take, retries included")
 
 
 def run_disable(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from clusterman.aws.session import AwsSettings
+from clusterman.aws.session import budget_config
 from clusterman.aws.session import client
 
 DEFAULT_RETRIES: Mapping[str, Any] = {"max_attempts": 5, "mode": "standard"}
@@ -18,18 +19,10 @@ class AwsClients:
         self, settings: AwsSettings, retries: Mapping[str, Any] = DEFAULT_RETRIES, timeout_seconds: float | None = None
     ) -> None:
         """``timeout_seconds``: what one call may take with all its retries (the autoscaler's run
-        budget). Each attempt gets a third of it as botocore's connect and read timeouts (its default
-        is 60 s each), so a call can still retry once or twice within the budget."""
+        budget; ``budget_config``)."""
         self.settings = settings
         self.retries = dict(retries)
-        self.timeouts: dict[str, float] = {}
-        if timeout_seconds is not None:
-            attempt = max(1.0, timeout_seconds / 3)
-            self.timeouts = {
-                "connect_timeout": attempt,
-                "read_timeout": attempt,
-                "call_budget_seconds": timeout_seconds,
-            }
+        self.timeouts = budget_config(timeout_seconds)
         self._clients: dict[str, Any] = {}
 
     def get(self, service: str) -> Any:

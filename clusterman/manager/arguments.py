@@ -62,6 +62,11 @@ def timeout_argument(text: str) -> float:
     return seconds
 
 
+def add_timeout_argument(parser: argparse.ArgumentParser, default: float, bounds: str) -> None:
+    """An operator command's ``--timeout`` (seconds): ``bounds`` says what it bounds."""
+    parser.add_argument("--timeout", type=timeout_argument, default=default, help=f"{bounds} (default {default:g} s)")
+
+
 def add_program_arguments(
     parser: argparse.ArgumentParser, *, log_level_default: str = "INFO", pool_files: bool = True
 ) -> None:
