@@ -127,7 +127,12 @@ class BootstrapSettings:
             codename=args.codename or default_codename(),
             allowed_uids=uids,
             autoscaler_command=args.autoscaler_command or default_command,
-            timeouts=Timeouts(fetch=args.fetch_timeout, signals=args.signal_timeout, stop=args.stop_timeout),
+            timeouts=Timeouts(
+                supervisor=args.supervisor_timeout,
+                fetch=args.fetch_timeout,
+                signals=args.signal_timeout,
+                stop=args.stop_timeout,
+            ),
             poll_interval=args.poll_interval,
             fetch_retry_seconds=args.fetch_retry,
             liveness=LivenessRules(
@@ -484,6 +489,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fetch-timeout", type=float, default=300.0, help="seconds for all versions to be fetched")
     parser.add_argument("--signal-timeout", type=float, default=60.0, help="seconds for all signals to answer")
     parser.add_argument("--stop-timeout", type=float, default=60.0, help="seconds for the tree to stop")
+    parser.add_argument(
+        "--supervisor-timeout", type=float, default=15.0,
+        help="seconds for supervisord to start and to answer each call; one that does not answer (stopped or hung) "
+        "is killed with its programs and the bootstrap exits 1",
+    )  # fmt: skip
     parser.add_argument("--poll-interval", type=float, default=10.0, help="seconds between config checks")
     parser.add_argument(
         "--fetch-retry", type=float, default=60.0,

@@ -2,7 +2,9 @@
 
 supervisord runs in the foreground as our child, in its own session (a Ctrl-C reaches only the
 bootstrap, which stops the tree in order) and with a parent-death signal, so it stops its
-programs even when the bootstrap is killed outright.
+programs even when the bootstrap is killed outright. Every call waits at most the start timeout
+for an answer: supervisor's client has no timeout, so a stopped (SIGSTOP) or hung supervisord
+held the bootstrap, its watch and even its SIGTERM, for good.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import http.client
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.xmlrpc import SupervisorTransport
+from supervisor.xmlrpc import UnixStreamHTTPConnection
 
 from clusterman.errors import UserError
 from clusterman.tree.parent_death import die_with_parent
@@ -64,6 +68,27 @@ class ProcessStatus:
         )
 
 
+class _TimedConnection(UnixStreamHTTPConnection):
+    """supervisor's Unix-socket connection, with the timeout ``http.client`` keeps but it ignores."""
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socketfile)
+
+
+class _TimedTransport(SupervisorTransport):
+    def __init__(self, socket_path: Path, timeout: float) -> None:
+        super().__init__(None, None, f"unix://{socket_path}")
+
+        def timed_connection() -> _TimedConnection:
+            connection = _TimedConnection("localhost", timeout=timeout)
+            connection.socketfile = str(socket_path)
+            return connection
+
+        self._get_connection = timed_connection
+
+
 class Supervisor:
     def __init__(self, config: Path, private_dir: Path, env: Mapping[str, str]) -> None:
         self.config = config
@@ -75,6 +100,8 @@ class Supervisor:
         self._proc: subprocess.Popen[bytes] | None = None
         self._rpc: Any = None
         self._transport: Any = None
+        self._timeout = 0.0
+        self.unresponsive = False  # a call went unanswered: stopped or hung, it is killed, not asked
 
     @staticmethod
     def socket_in(private_dir: Path) -> Path:
@@ -82,7 +109,8 @@ class Supervisor:
         return private_dir / "supervisor.sock"
 
     def start(self, timeout: float) -> None:
-        """Start supervisord and wait until its control socket answers."""
+        """Start supervisord and wait until its control socket answers; every later call waits at
+        most ``timeout`` for its answer."""
         parent = os.getpid()
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "supervisor.supervisord", "-c", str(self.config)],
@@ -92,7 +120,8 @@ class Supervisor:
             # SIGTERM when the bootstrap's thread ends: supervisord then stops its programs in order.
             preexec_fn=lambda: die_with_parent(parent),
         )
-        self._transport = SupervisorTransport(None, None, f"unix://{self.socket_path}")
+        self._timeout = timeout
+        self._transport = _TimedTransport(self.socket_path, timeout)
         self._rpc = xmlrpc.client.ServerProxy("http://127.0.0.1", transport=self._transport)
         deadline = time.monotonic() + timeout
         while True:
@@ -114,10 +143,19 @@ class Supervisor:
 
     def _call(self, method: str, *args: Any) -> Any:
         try:
-            return getattr(self._rpc.supervisor, method)(*args)
-        except RPC_ERRORS as e:
+            answer = getattr(self._rpc.supervisor, method)(*args)
+        except TimeoutError as e:
             self._transport.close()  # the kept-alive connection is unusable after a failure
+            self.unresponsive = True
+            pid = self._proc.pid if self._proc is not None else "?"
+            raise SupervisorError(
+                f"supervisord (pid {pid}) did not answer {method} within {self._timeout:g} s: stopped or hung"
+            ) from e
+        except RPC_ERRORS as e:
+            self._transport.close()
             raise SupervisorError(f"supervisord: {method} failed: {e}") from e
+        self.unresponsive = False
+        return answer
 
     def processes(self, group: str | None = None) -> list[ProcessStatus]:
         infos = [ProcessStatus.from_rpc(i) for i in self._call("getAllProcessInfo")]
@@ -137,22 +175,33 @@ class Supervisor:
             return ""
 
     def stop(self, timeout: float) -> None:
-        """Ask supervisord to stop every program and exit; kill what is left after ``timeout``."""
+        """Ask supervisord to stop every program and exit; kill what is left after ``timeout``, or at
+        once when supervisord does not answer (a stopped process would not act on SIGTERM either)."""
         if self._proc is None:
             return
         clean = False
         if self._proc.poll() is None:
-            try:
-                self._call("shutdown")
-            except SupervisorError:
-                self._proc.terminate()
-            try:
-                self._proc.wait(timeout)
-                clean = True
-            except subprocess.TimeoutExpired:
-                log.error("supervisord did not stop within %g s; killing it and its programs", timeout)
+            asked = False
+            if not self.unresponsive:
+                try:
+                    self._call("shutdown")
+                    asked = True
+                except SupervisorError:
+                    pass
+            if self.unresponsive:
+                log.warning("supervisord does not answer: killing it and its programs")
                 self._proc.kill()
                 self._proc.wait()
+            else:
+                if not asked:
+                    self._proc.terminate()
+                try:
+                    self._proc.wait(timeout)
+                    clean = True
+                except subprocess.TimeoutExpired:
+                    log.error("supervisord did not stop within %g s; killing it and its programs", timeout)
+                    self._proc.kill()
+                    self._proc.wait()
         if not clean:  # supervisord died or was killed: its programs may live on as orphans
             for pid in processes_with_env(self.marker):
                 log.warning("killing pid %d left over from the tree", pid)
