@@ -104,3 +104,40 @@ def test_an_unreachable_table_is_no_lease(moto_server):
     lease = PoolLease(DynamoStateStore(client, "no_such_lease_table"), POOL, Holder("h", 1, 0.0), 30)
     with pytest.raises(StateError, match="DynamoDB state table no_such_lease_table"):
         lease.claim(1000)
+
+
+@pytest.mark.parametrize(
+    ("table", "payload"), [("state_damaged_json", {"S": "{not json"}), ("state_damaged_type", {"N": "5"})]
+)
+def test_a_damaged_item_is_a_state_error_naming_it_and_a_lease_is_written_over(moto_server, table, payload):
+    """An item edited by hand or by a broken tool: readers get one line naming it, not a
+    JSONDecodeError or KeyError; a damaged lease past its expiry is claimed over as ever."""
+    from clusterman.state.lease import AUTOSCALER_LEASE
+    from clusterman.state.lease import Holder
+    from clusterman.state.lease import PoolLease
+    from clusterman.state.store import DamagedItem
+
+    client = boto3.client("dynamodb", endpoint_url=moto_server.url, region_name="us-west-2")
+    make_table(client, table)
+    store = DynamoStateStore(client, table)
+    pause(store, POOL, 1000, reason="maintenance")
+    key = {"state": {"S": "autoscaler_paused"}, "entity": {"S": "norcal.batch.mesos"}}
+    client.update_item(
+        TableName=table, Key=key, UpdateExpression="SET payload = :p", ExpressionAttributeValues={":p": payload}
+    )
+    with pytest.raises(DamagedItem, match=r"the autoscaler_paused item of norcal\.batch\.mesos cannot be read"):
+        pause_status(store, POOL, 1500)
+    resume(store, POOL)
+    assert not pause_status(store, POOL, 1500).paused
+
+    a = PoolLease(store, POOL, Holder("host-a", 1, 1000.0), ttl_seconds=30)
+    b = PoolLease(store, POOL, Holder("host-b", 2, 1000.0), ttl_seconds=30)
+    assert a.claim(1000).held
+    key["state"] = {"S": AUTOSCALER_LEASE}
+    client.update_item(
+        TableName=table, Key=key, UpdateExpression="SET payload = :p", ExpressionAttributeValues={":p": payload}
+    )
+    with pytest.raises(DamagedItem):  # held by a until 1030: who holds it cannot be shown
+        b.claim(1010)
+    assert b.claim(1031).held  # expired (DynamoDB checks the expires_at attribute): written over
+    assert store.get(AUTOSCALER_LEASE, "norcal.batch.mesos").payload["holder"] == b.holder.id

@@ -11,6 +11,7 @@ from __future__ import annotations
 from clusterman.core.config import PoolIdentity
 from clusterman.decision.state import AutoscalerState
 from clusterman.state.pause import entity
+from clusterman.state.store import DamagedItem
 from clusterman.state.store import StateError
 from clusterman.state.store import StateItem
 from clusterman.state.store import StateStore
@@ -32,7 +33,10 @@ class StoredState:
     def load(self) -> AutoscalerState:
         """The saved state, or a fresh one when none was saved. StateError when unreadable,
         CorruptState when the item is not one ``save`` wrote."""
-        item = self.store.get(AUTOSCALER_STATE, self.entity)
+        try:
+            item = self.store.get(AUTOSCALER_STATE, self.entity)
+        except DamagedItem as e:
+            raise CorruptState(str(e)) from e
         if item is None:
             return AutoscalerState()
         try:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from clusterman.core.config import PoolIdentity
 from clusterman.core.timestamps import format_time
 from clusterman.state.pause import entity
+from clusterman.state.store import DamagedItem
 from clusterman.state.store import StateItem
 from clusterman.state.store import StateStore
 
@@ -175,7 +176,10 @@ def read_lease(store: StateStore, identity: PoolIdentity, now: float) -> LeaseSt
 
 
 def pending_request(store: StateStore, pool_entity: str, now: float) -> LeaseRequest | None:
-    item = store.get(LEASE_REQUEST, pool_entity)
+    try:
+        item = store.get(LEASE_REQUEST, pool_entity)
+    except DamagedItem:
+        return None  # a request that cannot be read asks for nothing (its command writes it again)
     if item is None:
         return None
     until = item.payload.get("until", 0.0)

@@ -26,6 +26,25 @@ class StateError(UserError):
     """The state store could not be read or written; the message names the store."""
 
 
+class DamagedItem(StateError):
+    """An item whose fields cannot be read (edited by hand, written by a broken tool). Readers treat
+    it as unreadable; a lease claim treats it as no valid lease, as one without an expiry."""
+
+
+def _item(where: str, state: str, entity: str, timestamp: Any, expiry: Any, payload: Any) -> StateItem:
+    """An item from its stored fields; DamagedItem, naming the item, when they are not what we write."""
+    try:
+        decoded = json.loads(payload) if isinstance(payload, str) else payload
+        if not isinstance(decoded, dict):
+            raise ValueError(f"payload is {type(decoded).__name__}, not an object")
+        return StateItem(state, entity, int(timestamp), int(expiry), decoded)
+    except (TypeError, ValueError) as e:
+        raise DamagedItem(
+            f"{where}: the {state} item of {entity} cannot be read ({e}); "
+            "the next write of it replaces it (for a pause: `clusterman disable` or `enable`)"
+        ) from e
+
+
 @dataclass(frozen=True)
 class StateItem:
     state: str
@@ -83,7 +102,7 @@ class SqliteStateStore(StateStore):
             )
             return conn
         except (OSError, sqlite3.Error) as e:
-            raise StateError(f"state store {self.path}: {e}") from e
+            raise _sqlite_error(self.path, e) from e
 
     def get(self, state: str, entity: str) -> StateItem | None:
         with self._guard() as conn:
@@ -103,7 +122,10 @@ class SqliteStateStore(StateStore):
     def claim(self, item: StateItem, owner: str, now: float) -> StateItem | None:
         with self._guard() as conn:
             conn.execute("BEGIN IMMEDIATE")  # the write lock first: read, check and write as one step
-            existing = self._read(conn, item.state, item.entity)
+            try:
+                existing = self._read(conn, item.state, item.entity)
+            except DamagedItem:
+                existing = None  # no valid lease: written over
             if not _claimable(existing, owner, now):
                 return existing
             conn.execute(
@@ -119,18 +141,29 @@ class SqliteStateStore(StateStore):
             if existing is not None and existing.payload.get("holder") == owner:
                 conn.execute("DELETE FROM state WHERE state = ? AND entity = ?", (state, entity))
 
-    @staticmethod
-    def _read(conn: sqlite3.Connection, state: str, entity: str) -> StateItem | None:
+    def _read(self, conn: sqlite3.Connection, state: str, entity: str) -> StateItem | None:
         row = conn.execute(
             "SELECT timestamp, expiration_timestamp, payload FROM state WHERE state = ? AND entity = ?",
             (state, entity),
         ).fetchone()
         if row is None:
             return None
-        return StateItem(state, entity, int(row[0]), int(row[1]), json.loads(row[2]))
+        return _item(f"state store {self.path}", state, entity, *row)
 
     def _guard(self) -> _SqliteGuard:
         return _SqliteGuard(self)
+
+
+def _sqlite_error(path: Path, e: Exception) -> StateError:
+    """SQLite keeps its file whole through crashes and full disks; a damaged one (overwritten, a
+    disk fault) stays so, so the message says what to do."""
+    damaged = getattr(e, "sqlite_errorname", "") in ("SQLITE_NOTADB", "SQLITE_CORRUPT")
+    hint = (
+        " (the file is damaged: move it aside to start afresh; a pause set with `clusterman disable` goes with it)"
+        if damaged
+        else ""
+    )
+    return StateError(f"state store {path}: {e}{hint}")
 
 
 class _SqliteGuard:
@@ -152,7 +185,7 @@ class _SqliteGuard:
         finally:
             self.conn.close()
         if isinstance(exc, sqlite3.Error):
-            raise StateError(f"state store {self.store.path}: {exc}") from exc
+            raise _sqlite_error(self.store.path, exc) from exc
 
 
 class DynamoStateStore(StateStore):
@@ -178,12 +211,13 @@ class DynamoStateStore(StateStore):
         raw = response.get("Item")
         if raw is None:
             return None
-        return StateItem(
+        return _item(
+            f"DynamoDB state table {self.table}",
             state,
             entity,
-            int(raw.get("timestamp", {}).get("N", "0")),
-            int(raw.get("expiration_timestamp", {}).get("N", str(NO_EXPIRY))),
-            json.loads(raw["payload"]["S"]) if "payload" in raw else {},
+            raw.get("timestamp", {}).get("N", "0"),
+            raw.get("expiration_timestamp", {}).get("N", str(NO_EXPIRY)),
+            raw["payload"].get("S") if "payload" in raw else {},
         )
 
     def put(self, item: StateItem) -> None:
