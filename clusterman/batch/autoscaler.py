@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def show(report: RunReport) -> None:
         print(report.line(), flush=True)
+        events.listen()
 
     def beat(finished_at: float) -> None:
         if heartbeat_path:
@@ -237,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     events.start()
     follow_tree(os.environ, events.recorder, events.metrics, stop)  # config outcomes and fallbacks from the bootstrap
     log.info(
-        "%s: every %.0f s (splay %.0f s, budget %g s, lease %g s as %s)%s; events and /metrics on http://%s:%d",
+        "%s: every %.0f s (splay %.0f s, budget %g s, lease %g s as %s)%s; events and /metrics %s",
         setup.identity, period, splay, budget, lease_seconds, holder.id, " (dry run)" if args.dry_run else "",
-        events.config.host, events.server.port,
+        f"on {events.server.url}" if events.server.listening else "not served yet",
     )  # fmt: skip
     try:
         if args.once:

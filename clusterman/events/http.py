@@ -189,6 +189,10 @@ class EventServer:
         self.limits = limits
 
     @property
+    def listening(self) -> bool:
+        return self._httpd is not None
+
+    @property
     def port(self) -> int:
         if self._httpd is None:
             raise RuntimeError("the event server is not started")

@@ -1,7 +1,7 @@
 """Everything behind the ``events:`` config block, wired together for one autoscaler process.
 
 service = EventService(main_config.events, cluster="norcal", pool="web.kubernetes")
-service.start()                      # publisher thread + HTTP server
+service.start()                      # publisher thread + HTTP server (see ``listen``)
 service.recorder.node(NodeAction.TAINT, "i-0abc", "asg-web", node_size, "scale-down")
 service.reload(new_main_config.events)
 service.stop()
@@ -9,6 +9,7 @@ service.stop()
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -20,6 +21,8 @@ from clusterman.events.http import StreamLimits
 from clusterman.events.publisher import EventPublisher
 from clusterman.events.recorder import Recorder
 from clusterman.events.ring import EventRing
+
+log = logging.getLogger(__name__)
 
 
 def stream_limits(config: EventsConfig) -> StreamLimits:
@@ -49,11 +52,32 @@ class EventService:
             rest_response_size=config.rest_response_size,
             limits=stream_limits(config),
         )
+        self._refused = False  # the last try to listen failed (said once per outage)
 
     def start(self) -> EventService:
         self.publisher.start()
-        self.server.start()
+        self.listen()
         return self
+
+    def listen(self) -> bool:
+        """Serve the event API if it does not yet; whether it does. A port another process holds
+        (a second autoscaler on the host, an old one still stopping) is one ERROR line, not the
+        end of the autoscaler: events are still recorded, and each call tries again."""
+        if self.server.listening:
+            return True
+        try:
+            self.server.start()
+        except OSError as e:
+            if not self._refused:
+                log.error(
+                    "the event API cannot listen on %s:%d: %s (another autoscaler on this host?); "
+                    "autoscaling goes on, and the API is tried again every run",
+                    self.config.host, self.config.port, e.strerror or e,
+                )  # fmt: skip
+            self._refused = True
+            return False
+        self._refused = False
+        return True
 
     def stop(self) -> None:
         self.server.stop()
