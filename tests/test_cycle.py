@@ -188,7 +188,7 @@ def test_an_unreachable_metrics_store_keeps_the_target_with_the_real_signal_path
     from clusterman.signals.specs import SignalSpec
 
     class NeverCalled:
-        def evaluate(self, metrics, timestamp):
+        def evaluate(self, metrics, timestamp, timeout=None):
             raise AssertionError("the signal must not be asked without its metrics")
 
         def close(self):

@@ -223,7 +223,7 @@ def test_the_lease_is_renewed_while_waiting_between_runs(pools):  # noqa: F811
 
 
 class Answer:
-    def evaluate(self, metrics, timestamp):
+    def evaluate(self, metrics, timestamp, timeout=None):
         return ResourceRequest(cpus=1.0)
 
     def close(self):

@@ -1,5 +1,7 @@
 """Reading required metrics, and evaluating a pool's signals with fallback (fake clients)."""
 
+import time
+
 import pytest
 
 from clusterman.core.config import MetricType
@@ -71,7 +73,7 @@ class FakeClient:
         self.answer = answer
         self.calls = 0
 
-    def evaluate(self, metrics, timestamp):
+    def evaluate(self, metrics, timestamp, timeout=None):
         self.calls += 1
         if isinstance(self.answer, Exception):
             raise self.answer
@@ -121,3 +123,68 @@ def test_default_failing_too_is_an_error(store):
     evaluator, _ = make_evaluator({"__default__": SignalError("default down"), "a": SignalError("a down")}, ["a"])
     with pytest.raises(SignalError, match="default down"):
         evaluator.evaluate(store, 3600)
+
+
+class Hung:
+    """A runner that never answers: it takes the whole timeout it is given, then fails."""
+
+    def __init__(self):
+        self.timeouts = []
+
+    def evaluate(self, metrics, timestamp, timeout=None):
+        assert timeout is not None, "a run's signal must be bounded"
+        self.timeouts.append(timeout)
+        time.sleep(max(timeout, 0.0))
+        raise SignalError("signal ns.S: no answer")
+
+    def close(self):
+        pass
+
+
+class Bounded(FakeClient):
+    def evaluate(self, metrics, timestamp, timeout=None):
+        self.timeout = timeout
+        return super().evaluate(metrics, timestamp)
+
+
+def test_hung_app_signals_share_the_runs_time_and_the_default_keeps_a_quarter(store):
+    """Each wait had the whole budget, twice with the reconnect: one hung app signal made every
+    run overrun and hold, so the pool was not scaled at all."""
+    clients = {"__default__": Bounded(ResourceRequest(cpus=4)), "a": Hung(), "b": Hung()}
+    evaluator = SignalEvaluator(
+        IDENT, spec("__default__", "Default"), [spec("a"), spec("b")], lambda s: clients[s.app], signal_seconds=0.8
+    )
+    started = time.monotonic()
+    results = {e.app: e for e in evaluator.evaluate(store, 3600)}
+    assert time.monotonic() - started < 0.8 + 0.1
+    [waited] = clients["a"].timeouts
+    assert 0.5 < waited <= 0.6  # the share less the quarter kept for the default
+    assert 0.1 < clients["__default__"].timeout <= 0.2
+    [waited] = clients["b"].timeouts  # once the default answered, what is left: no quarter kept
+    assert 0.1 < waited <= 0.2
+    assert all(results[app].request.cpus == 4 and "no answer" in results[app].fallback_reason for app in "ab")
+    assert evaluator.failures == {"a": 1, "b": 1}
+
+
+def test_an_app_signal_is_not_asked_once_the_time_is_gone(store):
+    clients = {"__default__": Bounded(ResourceRequest(cpus=4)), "a": Hung(), "b": Bounded(ResourceRequest(cpus=1))}
+    evaluator = SignalEvaluator(
+        IDENT, spec("__default__", "Default"), [spec("a"), spec("b")], lambda s: clients[s.app], signal_seconds=0.4
+    )
+    clients["__default__"].answer = ResourceRequest(cpus=4)
+
+    def slow_default(metrics, timestamp, timeout=None):
+        time.sleep(max(timeout, 0.0))  # the default answers at the last moment
+        return ResourceRequest(cpus=4)
+
+    clients["__default__"].evaluate = slow_default
+    results = {e.app: e for e in evaluator.evaluate(store, 3600)}
+    assert "not asked: the run's 0.4 s for signals went to signals that did not answer" in results["b"].fallback_reason
+    assert clients["b"].calls == 0
+
+
+def test_without_a_share_each_signal_has_its_own_limits(store):
+    clients = {"__default__": Bounded(ResourceRequest(cpus=4))}
+    evaluator = SignalEvaluator(IDENT, spec("__default__", "Default"), [], lambda s: clients[s.app])
+    evaluator.evaluate(store, 3600)
+    assert clients["__default__"].timeout is None

@@ -72,11 +72,14 @@ def cloud_for(
     return GroupsCloudView(discover=discovery_for(setup, simulated, budget_seconds))
 
 
+SIGNAL_SHARE = 0.5  # of a run's budget, for all its signals: the snapshot before and the acting after need the rest
+
+
 def demand_for(
     setup: PoolSetup, store: MetricsStore | None = None, budget_seconds: float | None = None
 ) -> DemandSource:
-    """``budget_seconds`` bounds each wait on a signal runner (a stopped runner must not hold the
-    run for the client's default minute)."""
+    """``budget_seconds`` bounds the run's signals: together they have half of it, so a stopped
+    runner costs its app the fallback to the default signal, not the run (``signals/evaluator.py``)."""
     if setup.internal:
         return InternalDemand()
     uids = allowed_uids_from_env()
@@ -95,7 +98,11 @@ def demand_for(
         )
 
     evaluator = SignalEvaluator(
-        setup.identity, default_signal_spec(setup.main), app_signal_specs(setup.pool, setup.identity), client
+        setup.identity,
+        default_signal_spec(setup.main),
+        app_signal_specs(setup.pool, setup.identity),
+        client,
+        signal_seconds=None if budget_seconds is None else budget_seconds * SIGNAL_SHARE,
     )
     return SignalDemand(evaluator, store or open_store(setup.main, setup.pool, setup.identity))
 

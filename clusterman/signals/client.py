@@ -9,7 +9,9 @@ naming the signal. A connection the runner closed while idle is replaced before 
 from __future__ import annotations
 
 import logging
+import math
 import os
+import time
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -86,18 +88,25 @@ class SignalClient:
         if self._wire is not None:
             self._wire.close()
 
-    def evaluate(self, metrics: Mapping[str, Any], timestamp: float) -> ResourceRequest:
+    def evaluate(self, metrics: Mapping[str, Any], timestamp: float, timeout: float | None = None) -> ResourceRequest:
         try:
             payload = wire.encode_payload(metrics, timestamp)
         except wire.WireError as e:
             raise SignalError(f"signal {self.address}: {e}") from e
-        return self.evaluate_payload(payload)
+        return self.evaluate_payload(payload, timeout=timeout)
 
     def evaluate_payload(
-        self, payload: bytes | bytearray | memoryview, meanwhile: Callable[[], None] | None = None
+        self,
+        payload: bytes | bytearray | memoryview,
+        meanwhile: Callable[[], None] | None = None,
+        timeout: float | None = None,
     ) -> ResourceRequest:
         """Send an already encoded ``{"metrics": ..., "timestamp": T}`` (bytes passed through as
-        they are). ``meanwhile`` runs while the runner works on them; see ``wire.Client``."""
+        they are). ``meanwhile`` runs while the runner works on them; see ``wire.Client``.
+        ``timeout``: both attempts together wait at most this long (each at most ``read_timeout``)."""
+        end = math.inf if timeout is None else time.monotonic() + timeout
+        if end <= time.monotonic():
+            raise SignalError(f"signal {self.address}: not asked: no time left in the run")
         client = self._client()
         pending = [meanwhile] if meanwhile is not None else []
 
@@ -106,9 +115,9 @@ class SignalClient:
                 pending.pop()()
 
         for attempt in (1, 2):
-            budget = wire.Deadline(self.read_timeout)
+            budget = wire.Deadline(min(self.read_timeout, end - time.monotonic()))
             try:
-                stream = client.ready(self.connect_timeout, budget)
+                stream = client.ready(min(self.connect_timeout, budget.seconds), budget)
                 return parse_reply(client.round_trip(stream, payload, budget, once))
             except SignalError as e:
                 if isinstance(e, ProtocolError):
@@ -123,6 +132,8 @@ class SignalClient:
                     raise SignalError(f"signal {self.address}: {_reason(e)}") from e
                 if attempt == 2:
                     raise SignalError(f"signal {self.address}: {_reason(e)} (after one reconnect)") from e
+                if time.monotonic() >= end:
+                    raise SignalError(f"signal {self.address}: {_reason(e)} (no time left to reconnect)") from e
                 log.warning("signal %s: %s; reconnecting once", self.address, _reason(e))
         raise AssertionError("unreachable")
 

@@ -1,13 +1,20 @@
 """Evaluate every signal of a pool for one autoscaling run, falling back to the default signal.
 
-Each application gets one request: from its own signal, or, when that signal cannot be reached or
-answers badly, from the default signal (the failure is logged and counted). A pool with no
-application signals is scaled on the default signal alone.
+Each application gets one request: from its own signal, or, when that signal cannot be reached,
+answers badly or does not answer in time, from the default signal (the failure is logged and
+counted). A pool with no application signals is scaled on the default signal alone.
+
+The signals of one run share ``signal_seconds`` (half the run's budget, see ``manager/wiring.py``),
+and a quarter of it is kept for the default signal until it has answered: a stopped or hung
+runner costs its app the fallback, not the run. (Each wait had the whole budget, twice with the
+reconnect, so one hung app signal made every run overrun and hold: the pool was not scaled at
+all until the runner was restarted by hand.)
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -32,8 +39,9 @@ class Signal(Protocol):
     """One signal as the evaluator uses it: a ``SignalClient`` to a runner process, or an
     ``InProcessSignal`` (the simulator). Both validate the answer the same way (``parse_reply``)."""
 
-    def evaluate(self, metrics: Mapping[str, Any], timestamp: float) -> ResourceRequest:
-        """The signal's request; SignalError when it cannot give a usable one."""
+    def evaluate(self, metrics: Mapping[str, Any], timestamp: float, timeout: float | None = None) -> ResourceRequest:
+        """The signal's request; SignalError when it cannot give a usable one within ``timeout``
+        seconds, all attempts together (None: the signal's own limits)."""
         ...
 
     def close(self) -> None: ...
@@ -63,13 +71,16 @@ class SignalEvaluator:
         default: SignalSpec,
         apps: Sequence[SignalSpec],
         client_factory: ClientFactory | None = None,
+        signal_seconds: float | None = None,
     ) -> None:
+        """``signal_seconds``: all the signals of one run together (None: each call its own limits)."""
         self.identity = identity
         self.default = default
         self.apps = list(apps)
         self._factory = client_factory or self._make_client
         self._clients: dict[str, Signal] = {}
         self.failures: Counter[str] = Counter()
+        self.signal_seconds = signal_seconds
 
     def _make_client(self, spec: SignalSpec) -> SignalClient:
         return SignalClient(spec.address, self.identity.cluster, self.identity.pool, spec.config.parameters)
@@ -79,29 +90,36 @@ class SignalEvaluator:
             self._clients[spec.app] = self._factory(spec)
         return self._clients[spec.app]
 
-    def evaluate_one(self, spec: SignalSpec, store: MetricsStore, now: int) -> Evaluation:
+    def evaluate_one(self, spec: SignalSpec, store: MetricsStore, now: int, timeout: float | None = None) -> Evaluation:
         """Raises SignalError (the signal failed) or MetricsError (its metrics could not be read)."""
         metrics = read_required_metrics(store, spec.config.required_metrics, spec.app, self.identity, now)
         started = time.monotonic()
-        request = self._client(spec).evaluate(metrics, now)
+        request = self._client(spec).evaluate(metrics, now, timeout=timeout)
         return Evaluation(spec.app, request, f"{spec.namespace}.{spec.name}", time.monotonic() - started)
 
     def evaluate(self, store: MetricsStore, now: int) -> list[Evaluation]:
         """One request per app. Raises SignalError only when the default signal fails when needed."""
+        share = _Share(self.signal_seconds)
         if not self.apps:
-            return [self.evaluate_one(self.default, store, now)]
+            return [self.evaluate_one(self.default, store, now, share.left())]
         results: list[Evaluation] = []
         default_answer: Evaluation | None = None
         for spec in self.apps:
+            timeout = share.left(keep_for_default=default_answer is None)
             try:
-                results.append(self.evaluate_one(spec, store, now))
+                if timeout is not None and timeout <= 0:
+                    raise SignalError(
+                        f"signal {spec.namespace}.{spec.name} (app {spec.app}): not asked: the run's "
+                        f"{share.seconds:g} s for signals went to signals that did not answer"
+                    )
+                results.append(self.evaluate_one(spec, store, now, timeout))
                 continue
             except SignalError as e:
                 reason = str(e)
             self.failures[spec.app] += 1
             log.warning("%s; using the default signal for app %s", reason, spec.app)
             if default_answer is None:
-                default_answer = self.evaluate_one(self.default, store, now)
+                default_answer = self.evaluate_one(self.default, store, now, share.left())
             results.append(
                 Evaluation(
                     spec.app, default_answer.request, default_answer.signal, default_answer.latency_seconds, reason
@@ -113,3 +131,18 @@ class SignalEvaluator:
         for client in self._clients.values():
             client.close()
         self._clients.clear()
+
+
+class _Share:
+    """The time one run's signals have left; a quarter of it is kept for the default signal."""
+
+    KEPT = 0.25
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.end = math.inf if seconds is None else time.monotonic() + seconds
+
+    def left(self, keep_for_default: bool = False) -> float | None:
+        if self.seconds is None:
+            return None
+        return self.end - time.monotonic() - (self.seconds * self.KEPT if keep_for_default else 0.0)

@@ -45,7 +45,8 @@ class InProcessSignal:
         except SignalFailure as e:
             raise SignalError(f"signal {self.address}: {e}") from e
 
-    def evaluate(self, metrics: Mapping[str, Any], timestamp: float) -> ResourceRequest:
+    def evaluate(self, metrics: Mapping[str, Any], timestamp: float, timeout: float | None = None) -> ResourceRequest:
+        """``timeout`` is not kept: a signal run in this process cannot be stopped."""
         if self._signal is None:
             self.load()
         assert self._signal is not None
