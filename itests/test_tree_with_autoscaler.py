@@ -56,61 +56,102 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+class Tree:
+    """The real tree on a pool whose one signal, ConstantSignal, asks for 6 cpus."""
+
+    def __init__(self, tmp_path: Path, moto_url: str, bootstrap_args: tuple[str, ...] = ()) -> None:
+        self.namespace = f"itest_{uuid.uuid4().hex[:8]}"
+        pool = f"pool{uuid.uuid4().hex[:6]}"
+        bucket = f"signals-{uuid.uuid4().hex[:8]}"
+        create_bucket(moto_url, bucket)
+        self.group = create_pool_group(moto_url, CLUSTER, pool, max_size=10)
+        tarball = build_artifact(checkout_with_namespace(tmp_path, self.namespace), "v1", tmp_path, worktree=True)
+        upload_artifact(s3_client(moto_url), ArtifactLocation(bucket, "itest", "v1"), tarball)
+
+        main = {
+            "clusters": {CLUSTER: {"aws_region": "us-west-2"}},
+            "aws": {"region": "us-west-2", "endpoint_url": moto_url, "signals_bucket": bucket},
+            "autoscaling": {"default_signal_role": self.namespace},
+            "autoscale_signal": {"name": "ConstantSignal", "branch_or_tag": "v1", "period_minutes": 1,
+                                 "parameters": {"cpus": 6}},
+            "cluster_config_directory": "clusters",
+            "state_directory": "state",
+            "events": {"port": 0},
+        }  # fmt: skip
+        (tmp_path / "clusters" / CLUSTER).mkdir(parents=True)
+        (tmp_path / "clusterman.yaml").write_text(yaml.safe_dump(main))
+        limits = {"min_capacity": 1, "max_capacity": 8, "max_weight_to_add": 8, "max_weight_to_remove": 8}
+        pool_config = {"resource_groups": [{"asg": {"tag": "clusterman:pool"}}], "scaling_limits": limits}
+        (tmp_path / "clusters" / CLUSTER / f"{pool}.simulated").write_text(yaml.safe_dump(pool_config))
+        logs = tmp_path / "logs"
+        env = {**os.environ, **FAKE_CREDENTIALS, "CMAN_CLUSTER": CLUSTER, "CMAN_POOL": pool,
+               "CMAN_SCHEDULER": "simulated", "CMAN_ARGS": "--period-seconds 1 --no-splay",
+               "CMAN_LOG_DIR": str(logs)}  # fmt: skip
+        self.log = tmp_path / "bootstrap.log"
+        self.bootstrap = subprocess.Popen(
+            [sys.executable, "-m", "clusterman.batch.autoscaler_bootstrap", "--env-config-path",
+             str(tmp_path / "clusterman.yaml"), "--codename", "itest", "--poll-interval", "1", *bootstrap_args],
+            env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.autoscaler_log = logs / "autoscaler.log"
+        self.runner = f"clusterman_signals.run {self.namespace} ConstantSignal __default__"
+
+    def decisions(self) -> list[str]:
+        return decisions(self.autoscaler_log)
+
+    def runner_pid(self) -> int | None:
+        pids = subprocess.run(["pgrep", "-f", self.runner], capture_output=True, text=True).stdout.split()
+        return int(pids[0]) if pids else None
+
+    def stop(self) -> None:
+        self.bootstrap.send_signal(signal.SIGTERM)
+        assert self.bootstrap.wait(60) == 0
+        assert not subprocess.run(["pgrep", "-f", self.namespace], capture_output=True, text=True).stdout
+
+
 @pytest.mark.timeout(240)
 def test_real_autoscaler_in_the_tree_survives_a_killed_signal(tmp_path, moto_server):
-    namespace = f"itest_{uuid.uuid4().hex[:8]}"
-    pool = f"pool{uuid.uuid4().hex[:6]}"
-    bucket = f"signals-{uuid.uuid4().hex[:8]}"
-    create_bucket(moto_server.url, bucket)
-    group = create_pool_group(moto_server.url, CLUSTER, pool, max_size=10)
-    tarball = build_artifact(checkout_with_namespace(tmp_path, namespace), "v1", tmp_path, worktree=True)
-    upload_artifact(s3_client(moto_server.url), ArtifactLocation(bucket, "itest", "v1"), tarball)
-
-    main = {
-        "clusters": {CLUSTER: {"aws_region": "us-west-2"}},
-        "aws": {"region": "us-west-2", "endpoint_url": moto_server.url, "signals_bucket": bucket},
-        "autoscaling": {"default_signal_role": namespace},
-        "autoscale_signal": {"name": "ConstantSignal", "branch_or_tag": "v1", "period_minutes": 1,
-                             "parameters": {"cpus": 6}},
-        "cluster_config_directory": "clusters",
-        "state_directory": "state",
-        "events": {"port": 0},
-    }  # fmt: skip
-    (tmp_path / "clusters" / CLUSTER).mkdir(parents=True)
-    (tmp_path / "clusterman.yaml").write_text(yaml.safe_dump(main))
-    limits = {"min_capacity": 1, "max_capacity": 8, "max_weight_to_add": 8, "max_weight_to_remove": 8}
-    pool_config = {"resource_groups": [{"asg": {"tag": "clusterman:pool"}}], "scaling_limits": limits}
-    (tmp_path / "clusters" / CLUSTER / f"{pool}.simulated").write_text(yaml.safe_dump(pool_config))
-    logs = tmp_path / "logs"
-    env = {**os.environ, **FAKE_CREDENTIALS, "CMAN_CLUSTER": CLUSTER, "CMAN_POOL": pool, "CMAN_SCHEDULER": "simulated",
-           "CMAN_ARGS": "--period-seconds 1 --no-splay", "CMAN_LOG_DIR": str(logs)}  # fmt: skip
-    bootstrap = subprocess.Popen(
-        [sys.executable, "-m", "clusterman.batch.autoscaler_bootstrap", "--env-config-path",
-         str(tmp_path / "clusterman.yaml"), "--codename", "itest", "--poll-interval", "1"],
-        env=env, stdout=(tmp_path / "bootstrap.log").open("wb"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    autoscaler_log = logs / "autoscaler.log"
+    tree = Tree(tmp_path, moto_server.url)
     try:
         # ConstantSignal asks for 6 cpus; one m5.large (2 cpus): 300% -> ceil(1 x 300 / 70) = 5
-        first = wait_for(lambda: decisions(autoscaler_log), 90, "the first decision")
+        first = wait_for(tree.decisions, 90, "the first decision")
         assert "target 1 -> 5" in first[0], first[0]
-        wait_for(lambda: any("target 5 -> 5" in d for d in decisions(autoscaler_log)), 30, "a settled pool")
+        wait_for(lambda: any("target 5 -> 5" in d for d in tree.decisions()), 30, "a settled pool")
 
-        pattern = f"clusterman_signals.run {namespace} ConstantSignal __default__"
-        victim = int(subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()[0])
+        victim = tree.runner_pid()
+        assert victim is not None
         os.kill(victim, signal.SIGKILL)
-        killed = len(decisions(autoscaler_log))
-
-        def came_back():
-            pids = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
-            return pids and int(pids[0]) != victim
-
-        wait_for(came_back, 30, "supervisord to restart the signal")
-        after = wait_for(lambda: decisions(autoscaler_log)[killed + 3 :], 30, "three more runs")
+        killed = len(tree.decisions())
+        wait_for(lambda: tree.runner_pid() not in (None, victim), 30, "supervisord to restart the signal")
+        after = wait_for(lambda: tree.decisions()[killed + 3 :], 30, "three more runs")
         assert all("target 5 -> 5" in line for line in after), after  # the runs decide on the signal again
-        assert bootstrap.poll() is None
+        assert tree.bootstrap.poll() is None
     finally:
-        bootstrap.send_signal(signal.SIGTERM)
-        assert bootstrap.wait(60) == 0
-    assert not subprocess.run(["pgrep", "-f", namespace], capture_output=True, text=True).stdout
-    assert group
+        tree.stop()
+    assert tree.group
+
+
+@pytest.mark.timeout(240)
+def test_a_stopped_signal_runner_is_restarted_by_the_bootstrap(tmp_path, moto_server):
+    """supervisord sees a SIGSTOPped (or hung) runner RUNNING; the autoscaler's runs find it silent
+    and say so in the heartbeat, and the bootstrap restarts it after ``--stale-periods`` periods.
+    Before: nothing ever restarted it, and a stopped default signal left the pool unscaled for good."""
+    tree = Tree(tmp_path, moto_server.url, ("--stale-periods", "3"))
+    try:
+        wait_for(lambda: any("target 5 -> 5" in d for d in tree.decisions()), 120, "a settled pool")
+        victim = tree.runner_pid()
+        assert victim is not None
+        os.kill(victim, signal.SIGSTOP)
+        stopped = time.monotonic()
+        wait_for(lambda: "has not answered the autoscaler for" in tree.log.read_text(), 60, "the bootstrap to notice")
+        wait_for(lambda: tree.runner_pid() not in (None, victim), 30, "supervisord to start it again")
+        restarted = time.monotonic()
+        runs = len(tree.decisions())
+        wait_for(lambda: tree.decisions()[runs + 2 :], 30, "runs on the new runner")
+        print(f"runner restarted {restarted - stopped:.1f} s after SIGSTOP (period 1 s, 3 periods)")
+        line = next(x for x in tree.log.read_text().splitlines() if "has not answered the autoscaler for" in x)
+        assert f"the signal {tree.namespace}.ConstantSignal@v1 for __default__ (pid {victim})" in line, line
+        assert all("target 5 -> 5" in d for d in tree.decisions()[runs:]), tree.decisions()[runs:]
+        assert tree.bootstrap.poll() is None
+    finally:
+        tree.stop()

@@ -18,6 +18,7 @@ from clusterman.datastore.store import system_key
 from clusterman.signals.evaluator import SignalEvaluator
 from clusterman.signals.metrics_window import read_required_metrics
 from clusterman.signals.protocol import SignalError
+from clusterman.signals.protocol import SignalTimeout
 from clusterman.signals.specs import SignalSpec
 
 IDENT = PoolIdentity("norcal", "batch", Scheduler.MESOS)
@@ -188,3 +189,18 @@ def test_without_a_share_each_signal_has_its_own_limits(store):
     evaluator = SignalEvaluator(IDENT, spec("__default__", "Default"), [], lambda s: clients[s.app])
     evaluator.evaluate(store, 3600)
     assert clients["__default__"].timeout is None
+
+
+def test_apps_whose_runners_do_not_answer_are_remembered_until_they_answer(store):
+    timed_out = SignalTimeout("signal ns.S (app a): timed out")
+    clients = {"__default__": FakeClient(ResourceRequest(cpus=4)), "a": FakeClient(timed_out)}
+    evaluator = SignalEvaluator(IDENT, spec("__default__", "Default"), [spec("a")], lambda s: clients[s.app])
+    evaluator.evaluate(store, 3600)
+    evaluator.evaluate(store, 3660)
+    assert evaluator.unanswered == {"a": 3600}  # since the first run it did not answer
+    clients["a"].answer = ResourceRequest(cpus=1)
+    evaluator.evaluate(store, 3720)
+    assert evaluator.unanswered == {}
+    clients["a"].answer = SignalError("signal ns.S (app a): a bad reply")
+    evaluator.evaluate(store, 3780)
+    assert evaluator.unanswered == {}  # it answered, badly: alive, a restart would not help

@@ -64,14 +64,20 @@ def next_run_time(now: float, period_seconds: float, splay: float) -> float:
     return k * period_seconds + splay
 
 
-def write_heartbeat(path: Path, finished_at: float, period_seconds: float) -> None:
+def write_heartbeat(
+    path: Path, finished_at: float, period_seconds: float, unanswered: dict[str, int] | None = None
+) -> None:
     """Replace ``path`` in one step (write a temporary file beside it, then rename): a reader never
-    sees half a file."""
+    sees half a file. ``unanswered``: app -> since when its signal's runner has not answered in
+    time (the bootstrap restarts a runner that stays so, ``tree/liveness.py``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump({"finished_at": finished_at, "period_seconds": period_seconds}, f)
+            beat: dict[str, object] = {"finished_at": finished_at, "period_seconds": period_seconds}
+            if unanswered:
+                beat["unanswered"] = unanswered
+            json.dump(beat, f)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -233,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def beat(finished_at: float) -> None:
         if heartbeat_path:
-            write_heartbeat(Path(heartbeat_path), finished_at, period)
+            write_heartbeat(Path(heartbeat_path), finished_at, period, cycle.demand.unanswered())
 
     events.start()
     follow_tree(os.environ, events.recorder, events.metrics, stop)  # config outcomes and fallbacks from the bootstrap

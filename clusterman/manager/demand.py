@@ -39,6 +39,9 @@ class DemandSource(Protocol):
     def requests(self, snapshot: PoolSnapshot, now: int) -> Requests:
         """Raises SignalError or MetricsError when there is no usable answer at all."""
 
+    def unanswered(self) -> dict[str, int]:
+        """App -> the run (Unix seconds) since which its signal's runner has not answered in time."""
+
     def close(self) -> None: ...
 
 
@@ -55,6 +58,9 @@ class SignalDemand:
             stale = f"no metric point in the signals' windows ({watched.reads} series read, all empty): input stale"
         return Requests({e.app: e.request for e in evaluations}, tuple(evaluations), stale)
 
+    def unanswered(self) -> dict[str, int]:
+        return dict(self.evaluator.unanswered)
+
     def close(self) -> None:
         self.evaluator.close()
         self.store.close()
@@ -63,6 +69,9 @@ class SignalDemand:
 class InternalDemand:
     def requests(self, snapshot: PoolSnapshot, now: int) -> Requests:
         return Requests({INTERNAL_APP: demand_from_snapshot(snapshot)})
+
+    def unanswered(self) -> dict[str, int]:
+        return {}
 
     def close(self) -> None:
         pass

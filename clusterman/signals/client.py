@@ -21,6 +21,7 @@ from typing import Any
 from clusterman.core.resources import ResourceRequest
 from clusterman.signals.protocol import ProtocolError
 from clusterman.signals.protocol import SignalError
+from clusterman.signals.protocol import SignalTimeout
 from clusterman.signals.protocol import parse_reply
 from clusterman_signals import wire
 from clusterman_signals.wire import ALLOWED_UIDS_ENV as ALLOWED_UIDS_ENV
@@ -130,10 +131,11 @@ class SignalClient:
                 self.close()
                 if isinstance(e, (wire.PeerRefused, wire.AddressError)):
                     raise SignalError(f"signal {self.address}: {_reason(e)}") from e
+                final = SignalTimeout if isinstance(e, TimeoutError) else SignalError
                 if attempt == 2:
-                    raise SignalError(f"signal {self.address}: {_reason(e)} (after one reconnect)") from e
+                    raise final(f"signal {self.address}: {_reason(e)} (after one reconnect)") from e
                 if time.monotonic() >= end:
-                    raise SignalError(f"signal {self.address}: {_reason(e)} (no time left to reconnect)") from e
+                    raise final(f"signal {self.address}: {_reason(e)} (no time left to reconnect)") from e
                 log.warning("signal %s: %s; reconnecting once", self.address, _reason(e))
         raise AssertionError("unreachable")
 

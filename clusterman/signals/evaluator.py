@@ -30,6 +30,7 @@ from clusterman.datastore.store import MetricsStore
 from clusterman.signals.client import SignalClient
 from clusterman.signals.metrics_window import read_required_metrics
 from clusterman.signals.protocol import SignalError
+from clusterman.signals.protocol import SignalTimeout
 from clusterman.signals.specs import SignalSpec
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ class SignalEvaluator:
         self._clients: dict[str, Signal] = {}
         self.failures: Counter[str] = Counter()
         self.signal_seconds = signal_seconds
+        self.unanswered: dict[str, int] = {}  # app -> the run since which its runner has not answered in time
 
     def _make_client(self, spec: SignalSpec) -> SignalClient:
         return SignalClient(spec.address, self.identity.cluster, self.identity.pool, spec.config.parameters)
@@ -94,7 +96,12 @@ class SignalEvaluator:
         """Raises SignalError (the signal failed) or MetricsError (its metrics could not be read)."""
         metrics = read_required_metrics(store, spec.config.required_metrics, spec.app, self.identity, now)
         started = time.monotonic()
-        request = self._client(spec).evaluate(metrics, now, timeout=timeout)
+        try:
+            request = self._client(spec).evaluate(metrics, now, timeout=timeout)
+        except SignalTimeout:
+            self.unanswered.setdefault(spec.app, now)
+            raise
+        self.unanswered.pop(spec.app, None)
         return Evaluation(spec.app, request, f"{spec.namespace}.{spec.name}", time.monotonic() - started)
 
     def evaluate(self, store: MetricsStore, now: int) -> list[Evaluation]:

@@ -19,6 +19,11 @@ class SignalError(UserError):
     """A signal could not be reached or gave no usable answer; the message names the signal."""
 
 
+class SignalTimeout(SignalError):
+    """The runner did not answer in time (stopped, hung in the signal's code): the tree restarts a
+    runner that stays so (``tree/liveness.py``)."""
+
+
 class ProtocolError(SignalError):
     """The runner broke the protocol (a bad ACK, a malformed reply): reconnecting will not help."""
 

@@ -5,7 +5,9 @@ scales nothing; one that fails after ``startsecs`` is restarted forever without 
 The bootstrap reads two small files and asks these rules:
 
 - the heartbeat ``$CMAN_HEARTBEAT_FILE``, which the autoscaler rewrites (atomically) after every
-  finished run: ``{"finished_at": <unix seconds>, "period_seconds": <seconds>}``;
+  finished run: ``{"finished_at": <unix seconds>, "period_seconds": <seconds>}``, and
+  ``"unanswered": {<app>: <unix seconds>}`` for the signals whose runners have not answered in
+  time since then (stopped, hung in the signal's code: supervisord sees them RUNNING);
 - the starts ``$CMAN_SUPERVISOR_DIR/starts-autoscaler``, one line per start
   (``clusterman.tree.parent_death``).
 """
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 
 
@@ -22,14 +26,20 @@ from pathlib import Path
 class Heartbeat:
     finished_at: float  # unix seconds: the end of the last finished run
     period_seconds: float  # the autoscaler's run period
+    unanswered: Mapping[str, float] = field(default_factory=dict)  # app -> unix seconds
 
     @staticmethod
     def read(path: Path) -> Heartbeat | None:
         """None when there is no heartbeat (yet), or it is not one (then the watch waits for a good one)."""
         try:
             data = json.loads(path.read_text())
-            beat = Heartbeat(float(data["finished_at"]), float(data["period_seconds"]))
-        except (OSError, ValueError, TypeError, KeyError):
+            unanswered = data.get("unanswered", {})
+            beat = Heartbeat(
+                float(data["finished_at"]),
+                float(data["period_seconds"]),
+                {str(app): float(since) for app, since in unanswered.items()},
+            )
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None
         if not (math.isfinite(beat.finished_at) and math.isfinite(beat.period_seconds) and beat.period_seconds > 0):
             return None
@@ -63,3 +73,17 @@ def crash_loop(starts: list[float], now: float, rules: LivenessRules) -> int:
     """How many starts fell in the window when they are a crash loop, else 0."""
     recent = [t for t in starts if now - rules.crash_window_seconds <= t <= now + 1]
     return len(recent) if len(recent) >= rules.crash_starts else 0
+
+
+def runner_unanswered_for(
+    beat: Heartbeat | None, app: str, started_at: float, now: float, rules: LivenessRules
+) -> float | None:
+    """Seconds the runner of ``app``'s signal has not answered the autoscaler when that counts as
+    hung (as long as a stalled autoscaler: ``stale_periods``), else None. A runner started since
+    (restarted) is judged afresh: the autoscaler has not asked it yet."""
+    if beat is None or app not in beat.unanswered:
+        return None
+    since = max(beat.unanswered[app], started_at)
+    if now - since <= rules.stale_periods * beat.period_seconds:
+        return None
+    return now - since

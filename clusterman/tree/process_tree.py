@@ -27,6 +27,7 @@ from clusterman.tree.environment import TreePlan
 from clusterman.tree.liveness import Heartbeat
 from clusterman.tree.liveness import LivenessRules
 from clusterman.tree.liveness import crash_loop
+from clusterman.tree.liveness import runner_unanswered_for
 from clusterman.tree.liveness import stalled_for
 from clusterman.tree.parent_death import read_starts
 from clusterman.tree.parent_death import starts_file
@@ -140,7 +141,7 @@ class ProcessTree:
         return statuses
 
     def wait_signals(self) -> None:
-        by_name = {f"{SIGNALS_GROUP}_{n}": s for n, s in enumerate(self.plan.signals)}
+        by_name = self._runners
         deadline = time.monotonic() + self.timeouts.signals
         ready: set[str] = set()
         while True:
@@ -170,10 +171,13 @@ class ProcessTree:
         if code is not None:
             raise TreeError(f"supervisord exited with status {code}")
         now = self.clock()
+        beat = Heartbeat.read(self.heartbeat) if self.heartbeat is not None else None
         for status in self.supervisor.processes():
             if status.full_name == AUTOSCALER:
                 self._check_autoscaler(status, now)
                 continue
+            if status.state == "RUNNING":
+                self._check_runner(status, beat, now)
             if status.state != "FATAL":
                 continue
             log.error("%s gave up starting (%s); starting it again", status.full_name, self._failure(status))
@@ -205,6 +209,30 @@ class ProcessTree:
                 os.kill(status.pid, signal.SIGKILL)  # reaches a stopped process too; supervisord restarts it
             except ProcessLookupError:
                 pass
+
+    def _check_runner(self, status: ProcessStatus, beat: Heartbeat | None, now: float) -> None:
+        """A runner the autoscaler's runs found silent for ``stale_periods`` is killed; supervisord
+        starts it again (meanwhile its app was scaled on the default signal)."""
+        process = self._runners.get(status.name)
+        if process is None or status.pid in self.killed:
+            return
+        silent = runner_unanswered_for(beat, process.app, status.start, now, self.rules)
+        if silent is None:
+            return
+        log.error(
+            "the signal %s.%s@%s for %s (pid %d) has not answered the autoscaler for %.0f s: restarting it",
+            process.namespace, process.name, process.version, process.app, status.pid, silent,
+        )  # fmt: skip
+        self.killed.add(status.pid)
+        try:
+            os.kill(status.pid, signal.SIGKILL)  # reaches a stopped process too
+        except ProcessLookupError:
+            pass
+
+    @property
+    def _runners(self) -> dict[str, SignalProcess]:
+        """supervisord's process name -> the signal it runs (``numprocs``, in the plan's order)."""
+        return {f"{SIGNALS_GROUP}_{n}": s for n, s in enumerate(self.plan.signals)}
 
     def has_finished_a_run(self) -> bool:
         """Whether the autoscaler of this tree finished a run (its heartbeat is newer than the tree)."""
