@@ -15,6 +15,7 @@ from clusterman.core.config import MetricsBackend
 from clusterman.core.config import MetricType
 from clusterman.core.config import PrometheusQueries
 from clusterman.datastore.dynamodb import DynamoDBStore
+from clusterman.datastore.factory import metrics_timeout
 from clusterman.datastore.factory import open_store
 from clusterman.datastore.prometheus import PrometheusStore
 from clusterman.datastore.sqlite import SqliteStore
@@ -57,6 +58,22 @@ def test_dynamodb_block(tmp_path):
     assert store.tables.table(MetricType.APP_METRICS) == "my_apps"
     assert store.tables.table(MetricType.SYSTEM_METRICS) == "clusterman_system_metrics"
     assert store.retention_seconds == 30 * 86400
+    assert store.call_budget_seconds is None  # commands: botocore's limits
+
+
+def test_a_runs_remote_metrics_store_calls_are_bounded_by_a_quarter_of_its_budget(tmp_path):
+    assert metrics_timeout(None) is None and metrics_timeout(60.0) == 15.0
+    (tmp_path / "d").mkdir()
+    (tmp_path / "p").mkdir()
+    main = tree(tmp_path / "d", "aws: {region: eu-west-1}\nmetrics: {backend: dynamodb}\n")
+    store = open_store(main, timeout_seconds=metrics_timeout(60.0))
+    assert isinstance(store, DynamoDBStore) and store.call_budget_seconds == 15.0
+    main = tree(
+        tmp_path / "p", "metrics: {backend: prometheus, prometheus: {url: 'http://prom:9090/', timeout_seconds: 30}}"
+    )
+    pool = load_pool_config(main, WEB)
+    store = open_store(main, pool, WEB, timeout_seconds=metrics_timeout(8.0))
+    assert isinstance(store, PrometheusStore) and store.timeout_seconds == 2.0
 
 
 def test_prometheus_block_and_pool_queries(tmp_path):

@@ -40,6 +40,7 @@ from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import ConfigError
 from clusterman.datastore.collector import collect
+from clusterman.datastore.factory import metrics_timeout
 from clusterman.datastore.factory import open_store as open_configured_store
 from clusterman.datastore.store import InMemoryStore
 from clusterman.datastore.store import MetricsError
@@ -77,7 +78,9 @@ class StdoutStore(MetricsStore):
 # --store NAME opens STORES[NAME](main config): the configured backend (srv-configs' ``metrics``
 # block: SQLite, DynamoDB), or, for trying the collector out, stdout or this process's memory.
 STORES: dict[str, Callable[[MainConfig], MetricsStore]] = {
-    "config": lambda main: open_configured_store(main),
+    "config": lambda main: open_configured_store(
+        main, timeout_seconds=metrics_timeout(main.batches.cluster_metrics.run_interval_seconds)
+    ),
     "memory": lambda main: InMemoryStore(),
     "stdout": lambda main: StdoutStore(),
 }

@@ -33,6 +33,7 @@ from botocore.exceptions import ClientError
 
 from clusterman.aws.session import AwsCredentialsError
 from clusterman.aws.session import AwsSettings
+from clusterman.aws.session import budget_config
 from clusterman.aws.session import client as aws_client
 from clusterman.core.config import DynamoDBMetricsConfig
 from clusterman.core.config import MetricType
@@ -68,7 +69,10 @@ class DynamoDBStore(MetricsStore):
         page_size: int | None = None,
         backoff_seconds: float = 0.05,
         clock: Callable[[], float] = time.time,
+        call_budget_seconds: float | None = None,
     ) -> None:
+        """``call_budget_seconds``: one call, its attempts together, at most that (the autoscaler's
+        runs: a DynamoDB that does not answer held a read for attempts x read timeout, 50 s)."""
         self.settings = settings
         self.tables = tables
         self.retention_seconds = retention_days * 86400
@@ -79,6 +83,7 @@ class DynamoDBStore(MetricsStore):
         self.page_size = page_size
         self.backoff_seconds = backoff_seconds
         self.clock = clock
+        self.call_budget_seconds = call_budget_seconds
         self._client: Any = None
         self._lock = threading.Lock()
         self._reserved = {"key", "timestamp", "value", tables.ttl_attribute}
@@ -97,8 +102,11 @@ class DynamoDBStore(MetricsStore):
                         self.settings,
                         "dynamodb",
                         retries={"total_max_attempts": self.max_attempts, "mode": "standard"},
-                        connect_timeout=self.connect_timeout_seconds,
-                        read_timeout=self.read_timeout_seconds,
+                        **{
+                            "connect_timeout": self.connect_timeout_seconds,
+                            "read_timeout": self.read_timeout_seconds,
+                            **budget_config(self.call_budget_seconds),
+                        },
                         max_pool_connections=max(10, self.concurrency),
                     ),
                 )

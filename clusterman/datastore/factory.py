@@ -22,19 +22,34 @@ def sqlite_path(main: MainConfig) -> Path:
     return path if path.is_absolute() else Path(main.state_directory) / path
 
 
-def open_store(main: MainConfig, pool: PoolConfig | None = None, identity: PoolIdentity | None = None) -> MetricsStore:
-    """The configured store; Prometheus needs the pool (its queries) and the pool's identity."""
+def metrics_timeout(budget_seconds: float | None) -> float | None:
+    """One call to a remote metrics store (DynamoDB, Prometheus), its retries included: a quarter
+    of the run's budget, so a store that does not answer fails the run's read (and its write, with
+    ``--collect-metrics``) well within the budget. A DynamoDB that did not answer held each read for
+    50 s, so every run overran and the heartbeat watch restarted the autoscaler over and over."""
+    return None if budget_seconds is None else budget_seconds / 4
+
+
+def open_store(
+    main: MainConfig,
+    pool: PoolConfig | None = None,
+    identity: PoolIdentity | None = None,
+    timeout_seconds: float | None = None,
+) -> MetricsStore:
+    """The configured store; Prometheus needs the pool (its queries) and the pool's identity.
+    ``timeout_seconds``: one call to a remote store, its retries included, at most that."""
     metrics = main.metrics
     if metrics.backend is MetricsBackend.SQLITE:
         return SqliteStore(sqlite_path(main), metrics.retention_days)
     if metrics.backend is MetricsBackend.DYNAMODB:
         settings = AwsSettings.from_config(main.aws, metrics.dynamodb.region)
-        return DynamoDBStore(settings, metrics.dynamodb, metrics.retention_days)
+        return DynamoDBStore(settings, metrics.dynamodb, metrics.retention_days, call_budget_seconds=timeout_seconds)
     if pool is None or identity is None:
         raise MetricsError(
             "the prometheus metrics backend reads a pool's prometheus_queries: name the cluster and pool"
         )
     prometheus = metrics.prometheus
-    return PrometheusStore(
-        prometheus.url, pool.prometheus_queries, identity, prometheus.step_seconds, prometheus.timeout_seconds
+    timeout = (
+        prometheus.timeout_seconds if timeout_seconds is None else min(prometheus.timeout_seconds, timeout_seconds)
     )
+    return PrometheusStore(prometheus.url, pool.prometheus_queries, identity, prometheus.step_seconds, timeout)

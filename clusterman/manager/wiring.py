@@ -17,6 +17,7 @@ from clusterman.cloud.simulated_group import SimulatedCloud
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.core.model import PoolSnapshot
 from clusterman.datastore.collector import collect
+from clusterman.datastore.factory import metrics_timeout
 from clusterman.datastore.factory import open_store
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import RetentionPass
@@ -104,7 +105,9 @@ def demand_for(
         client,
         signal_seconds=None if budget_seconds is None else budget_seconds * SIGNAL_SHARE,
     )
-    return SignalDemand(evaluator, store or open_store(setup.main, setup.pool, setup.identity))
+    return SignalDemand(
+        evaluator, store or open_store(setup.main, setup.pool, setup.identity, metrics_timeout(budget_seconds))
+    )
 
 
 def build_cycle(
@@ -136,7 +139,9 @@ def build_cycle(
     def paused(now: float) -> PauseStatus:
         return pause_status(state_store, setup.identity, now)
 
-    store = open_store(setup.main, setup.pool, setup.identity) if collect_metrics else None
+    store = (
+        open_store(setup.main, setup.pool, setup.identity, metrics_timeout(budget_seconds)) if collect_metrics else None
+    )
     retention = RetentionPass(store) if store is not None else None
 
     def write_metrics(snapshot: PoolSnapshot) -> None:

@@ -92,9 +92,18 @@ class SignalEvaluator:
             self._clients[spec.app] = self._factory(spec)
         return self._clients[spec.app]
 
-    def evaluate_one(self, spec: SignalSpec, store: MetricsStore, now: int, timeout: float | None = None) -> Evaluation:
-        """Raises SignalError (the signal failed) or MetricsError (its metrics could not be read)."""
+    def evaluate_one(
+        self, spec: SignalSpec, store: MetricsStore, now: int, share: _Share | None = None, keep: bool = False
+    ) -> Evaluation:
+        """Raises SignalError (the signal failed, or the run's ``share`` of time is gone) or
+        MetricsError (its metrics could not be read). ``keep``: leave the default signal its part."""
         metrics = read_required_metrics(store, spec.config.required_metrics, spec.app, self.identity, now)
+        timeout = share.left(keep) if share is not None else None
+        if timeout is not None and timeout <= 0:
+            raise SignalError(
+                f"signal {spec.namespace}.{spec.name} (app {spec.app}): not asked: the run's "
+                f"{share.seconds if share else 0:g} s for signals went to signals that did not answer"
+            )
         started = time.monotonic()
         try:
             request = self._client(spec).evaluate(metrics, now, timeout=timeout)
@@ -108,25 +117,19 @@ class SignalEvaluator:
         """One request per app. Raises SignalError only when the default signal fails when needed."""
         share = _Share(self.signal_seconds)
         if not self.apps:
-            return [self.evaluate_one(self.default, store, now, share.left())]
+            return [self.evaluate_one(self.default, store, now, share)]
         results: list[Evaluation] = []
         default_answer: Evaluation | None = None
         for spec in self.apps:
-            timeout = share.left(keep_for_default=default_answer is None)
             try:
-                if timeout is not None and timeout <= 0:
-                    raise SignalError(
-                        f"signal {spec.namespace}.{spec.name} (app {spec.app}): not asked: the run's "
-                        f"{share.seconds:g} s for signals went to signals that did not answer"
-                    )
-                results.append(self.evaluate_one(spec, store, now, timeout))
+                results.append(self.evaluate_one(spec, store, now, share, keep=default_answer is None))
                 continue
             except SignalError as e:
                 reason = str(e)
             self.failures[spec.app] += 1
             log.warning("%s; using the default signal for app %s", reason, spec.app)
             if default_answer is None:
-                default_answer = self.evaluate_one(self.default, store, now, share.left())
+                default_answer = self.evaluate_one(self.default, store, now, share)
             results.append(
                 Evaluation(
                     spec.app, default_answer.request, default_answer.signal, default_answer.latency_seconds, reason
@@ -141,7 +144,8 @@ class SignalEvaluator:
 
 
 class _Share:
-    """The time one run's signals have left; a quarter of it is kept for the default signal."""
+    """The time one run's signals (their metrics read included) have left; a quarter of it can be
+    kept for the default signal."""
 
     KEPT = 0.25
 

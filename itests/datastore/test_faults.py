@@ -186,3 +186,21 @@ def test_prometheus_is_read_only():
     with pytest.raises(MetricsError, match="read-only"):
         store.write([POINT])
     store.write([])  # nothing to write is not an error
+
+
+def test_dynamodb_that_does_not_answer_fails_a_call_within_its_budget():
+    """A stopped DynamoDB (a port that accepts and never answers) held each read for 5 attempts x
+    10 s; with the autoscaler's call budget (a quarter of its run's) the read fails within it."""
+    from itests.recorded_api import SilentServer
+
+    silent = SilentServer()
+    try:
+        store = DynamoDBStore(AwsSettings("us-west-2", silent.url), unique_tables(), call_budget_seconds=1.5)
+        started = time.monotonic()
+        with pytest.raises(MetricsError, match=f"DynamoDB at {silent.url}"):
+            store.read(SYS, WEB_CPUS, 0, 100)
+        took = time.monotonic() - started
+        print(f"the read failed after {took:.1f} s, {silent.connections} attempt(s)")
+        assert took < 1.5 + 1.0
+    finally:
+        silent.close()
