@@ -15,6 +15,7 @@ that its supervisor restarts it. ``value()`` calls are serialised: signals need 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal as signals
@@ -118,7 +119,9 @@ class Runner:
             server.bind(self.address)
         except OSError as e:
             server.close()
-            raise SystemExit(f"cannot listen on @{self.address[1:]}: {e}") from e
+            taken = " (another runner of this signal and app serves it: a second tree of this pool on this host?)"
+            hint = taken if e.errno == errno.EADDRINUSE else ""
+            raise SystemExit(f"cannot listen on @{self.address[1:]}: {e}{hint}") from e
         server.listen(64)
         return server
 
