@@ -146,6 +146,16 @@ def test_healthz_follows_the_publisher(make_service):
     assert (status, body["publisher"]) == (503, "stopped")
 
 
+def test_healthz_names_what_its_checks_find_wrong(make_service):
+    service = make_service()
+    problems = [""]
+    service.server.health_checks.append(lambda: problems[0])
+    assert get(service, "/healthz")[0] == 200
+    problems[0] = "no run finished for 200 s (runs every 60 s): hung"
+    status, body = get(service, "/healthz")
+    assert (status, body["problems"]) == (503, ["no run finished for 200 s (runs every 60 s): hung"])
+
+
 def test_the_client_pages_through_history_and_reports_overwritten_events(make_service):
     service = make_service(rest_response_size=3, ring_capacity=10)
     publish(service, 0, 15)

@@ -45,7 +45,11 @@ from clusterman.manager.cycle import RunReport
 from clusterman.manager.wiring import build_cycle
 from clusterman.state.lease import Holder
 from clusterman.state.lease import LeaseStatus
+from clusterman.tree.liveness import Heartbeat
+from clusterman.tree.liveness import LivenessRules
+from clusterman.tree.liveness import stalled_for
 from clusterman.tree.status import follow_tree
+from clusterman.tree.status import watch_problem
 
 HEARTBEAT_ENV = "CMAN_HEARTBEAT_FILE"
 
@@ -237,10 +241,21 @@ def main(argv: list[str] | None = None) -> int:
         print(report.line(), flush=True)
         events.listen()
 
+    started_at = time.time()
+    last_beat = Heartbeat(0.0, period)  # none yet: the first run is judged from the start plus the grace
+
     def beat(finished_at: float) -> None:
+        nonlocal last_beat
+        last_beat = Heartbeat(finished_at, period)
         if heartbeat_path:
             write_heartbeat(Path(heartbeat_path), finished_at, period, cycle.demand.unanswered())
 
+    def run_loop_problem() -> str:
+        """For /healthz where no bootstrap watches (or it is stopped): runs that stopped finishing."""
+        stalled = stalled_for(last_beat, started_at, time.time(), LivenessRules())
+        return "" if stalled is None else f"no run finished for {stalled:.0f} s (runs every {period:g} s): hung"
+
+    events.server.health_checks += [run_loop_problem, lambda: watch_problem(os.environ, time.time())]
     events.start()
     follow_tree(os.environ, events.recorder, events.metrics, stop)  # config outcomes and fallbacks from the bootstrap
     log.info(
@@ -255,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             run_forever(
                 cycle, period, splay, stop, on_report=show, max_runs=args.runs, budget_seconds=budget,
-                keep_lease=cycle.keep_lease, lease_seconds=lease_seconds, heartbeat=beat if heartbeat_path else None,
+                keep_lease=cycle.keep_lease, lease_seconds=lease_seconds, heartbeat=beat,
                 on_overrun=lambda line: print(line, flush=True),
             )  # fmt: skip
     finally:

@@ -75,7 +75,9 @@ from clusterman.tree.snapshot import keep_last_good
 from clusterman.tree.snapshot import last_good_home
 from clusterman.tree.snapshot import read_last_good
 from clusterman.tree.snapshot import take_snapshot
+from clusterman.tree.status import WATCH_ENV
 from clusterman.tree.status import StatusWriter
+from clusterman.tree.status import write_watch
 from clusterman.tree.supervisor import Supervisor
 from clusterman.tree.supervisor import SupervisorError
 from clusterman.tree.watch import Fingerprint
@@ -190,6 +192,10 @@ class Paths:
     def status(self) -> Path:
         return self.private / "tree-status.json"
 
+    @property
+    def watch(self) -> Path:
+        return self.private / "watch.json"
+
 
 def tree_environment(settings: BootstrapSettings, prepared: Prepared, paths: Paths) -> dict[str, str]:
     """What the fetchers, supervisord and its programs inherit: our environment, the plan, and where things live."""
@@ -205,6 +211,7 @@ def tree_environment(settings: BootstrapSettings, prepared: Prepared, paths: Pat
         "CMAN_AUTOSCALER_COMMAND": settings.autoscaler_command,
         "CMAN_HEARTBEAT_FILE": str(paths.heartbeat),
         "CMAN_TREE_STATUS_FILE": str(paths.status),
+        WATCH_ENV: str(paths.watch),
         "CMAN_SIGNAL_FALLBACK_VERSIONS": " ".join(prepared.fallbacks),
     }
 
@@ -438,8 +445,10 @@ class Bootstrap:
         retry_at = math.inf  # when a change refused for a failed fetch (S3 down, say) is tried again
         baseline = current.baseline
         watched = [Path(p) for p, _ in baseline]
+        write_watch(paths.watch, time.time(), self.settings.poll_interval)
         while not self.stop_event.wait(self.settings.poll_interval):
             tree.check()
+            write_watch(paths.watch, time.time(), self.settings.poll_interval)
             self._note_health(tree, current)
             now = fingerprint(watched)
             if now == baseline or (now == rejected and time.monotonic() < retry_at):

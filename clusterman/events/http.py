@@ -7,7 +7,8 @@
 Every event endpoint takes ``type=NODE,DECISION``: only events of those types, filtered before
 ``count``/``last`` are applied (the 3 newest POOL events, not the POOL events among the 3 newest).
     GET /metrics                               Prometheus text format
-    GET /healthz                               200 while events are being stored
+    GET /healthz                               200 while events are being stored and the health
+                                               checks (the run loop, the bootstrap) find nothing wrong
 
 Loopback by default: there is no authentication (as in YuniKorn), so exposing it further is a
 deliberate choice in the ``events:`` config. Errors are JSON ``{"status_code", "message",
@@ -24,6 +25,7 @@ import socket
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -182,6 +184,8 @@ class EventServer:
         self._thread: threading.Thread | None = None
         self._streams: set[Subscription] = set()
         self._streams_lock = threading.Lock()
+        # what else /healthz asks: each returns why the process is not healthy, "" when it is
+        self.health_checks: list[Callable[[], str]] = []
 
     def apply(self, rest_response_size: int, limits: StreamLimits) -> None:
         """New limits from a config reload; open streams keep the buffer they started with."""
@@ -258,13 +262,16 @@ class EventServer:
 
     def health(self) -> tuple[int, dict[str, Any]]:
         ring = self.publisher.ring
-        body = {
+        body: dict[str, Any] = {
             "InstanceUUID": ring.instance_uuid,
             "publisher": "running" if self.publisher.running else "stopped",
             "events_stored": len(ring),
             "events_dropped": self.publisher.dropped,
         }
-        return (200 if self.publisher.running else 503), body
+        problems = [problem for check in self.health_checks if (problem := check())]
+        if problems:
+            body["problems"] = problems
+        return (200 if self.publisher.running and not problems else 503), body
 
     def stream(self, handler: _Handler, params: Mapping[str, list[str]]) -> None:
         check_known(params, ("count", "type"))

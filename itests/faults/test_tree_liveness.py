@@ -69,3 +69,31 @@ def test_a_stopped_autoscaler_is_restarted_after_n_periods(tmp_path, moto_server
         assert bootstrap.wait_exit(60) == 0
     finally:
         bootstrap.kill()
+
+
+def test_a_stopped_bootstrap_is_seen_by_the_autoscalers_healthz(tmp_path, moto_server, signal_versions):
+    """A SIGSTOPped bootstrap restarts no stalled autoscaler or runner and applies no edit, while the
+    tree it leaves running looked healthy to every probe. Now it writes when it last looked at the
+    tree, and the autoscaler's /healthz answers 503 once that is 3 polls (and a margin) old: the
+    pod's liveness probe restarts the pod."""
+    config = tree_config(tmp_path, moto_server, signal_versions, versions=("v1",))
+    config.write_main(signal_block(unique_name(), "v1"))
+    config.write_pool({})
+    bootstrap = Bootstrap(config, tmp_path, cman_args="--period 0.5", autoscaler=STAND_IN)  # polls every 0.2 s
+    try:
+        healthy = bootstrap.wait_for_run(lambda r: True, timeout=60)
+        assert healthy["health"][0] == 200, healthy
+        bootstrap.proc.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        sick = bootstrap.wait_for_run(lambda r: r["health"][0] == 503, timeout=20)
+        print(f"/healthz 503 {time.monotonic() - stopped:.1f} s after the bootstrap was stopped")
+        [problem] = sick["health"][1]["problems"]
+        assert "the bootstrap has not looked at the tree for" in problem and "stopped or hung" in problem
+        assert time.monotonic() - stopped > 3 * 0.2 + 5  # not before 3 polls and the margin
+        bootstrap.proc.send_signal(signal.SIGCONT)
+        bootstrap.wait_for_run(lambda r: r["health"][0] == 200, timeout=20)
+        bootstrap.proc.send_signal(signal.SIGTERM)
+        assert bootstrap.wait_exit(60) == 0
+    finally:
+        bootstrap.proc.send_signal(signal.SIGCONT)
+        bootstrap.kill()
