@@ -65,6 +65,25 @@ class Evaluation:
         return bool(self.fallback_reason)
 
 
+class _Share:
+    """The time one run's signals (their metrics read included) have left; a quarter of it can be
+    kept for the default signal."""
+
+    KEPT = 0.25
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.end = math.inf if seconds is None else time.monotonic() + seconds
+
+    def left(self, keep_for_default: bool = False) -> float | None:
+        if self.seconds is None:
+            return None
+        return self.end - time.monotonic() - (self.seconds * self.KEPT if keep_for_default else 0.0)
+
+
+UNBOUNDED = _Share(None)
+
+
 class SignalEvaluator:
     def __init__(
         self,
@@ -93,16 +112,16 @@ class SignalEvaluator:
         return self._clients[spec.app]
 
     def evaluate_one(
-        self, spec: SignalSpec, store: MetricsStore, now: int, share: _Share | None = None, keep: bool = False
+        self, spec: SignalSpec, store: MetricsStore, now: int, share: _Share = UNBOUNDED, keep: bool = False
     ) -> Evaluation:
         """Raises SignalError (the signal failed, or the run's ``share`` of time is gone) or
         MetricsError (its metrics could not be read). ``keep``: leave the default signal its part."""
         metrics = read_required_metrics(store, spec.config.required_metrics, spec.app, self.identity, now)
-        timeout = share.left(keep) if share is not None else None
+        timeout = share.left(keep)
         if timeout is not None and timeout <= 0:
             raise SignalError(
                 f"signal {spec.namespace}.{spec.name} (app {spec.app}): not asked: the run's "
-                f"{share.seconds if share else 0:g} s for signals went to signals that did not answer"
+                f"{share.seconds:g} s for signals went to signals that did not answer"
             )
         started = time.monotonic()
         try:
@@ -141,19 +160,3 @@ class SignalEvaluator:
         for client in self._clients.values():
             client.close()
         self._clients.clear()
-
-
-class _Share:
-    """The time one run's signals (their metrics read included) have left; a quarter of it can be
-    kept for the default signal."""
-
-    KEPT = 0.25
-
-    def __init__(self, seconds: float | None) -> None:
-        self.seconds = seconds
-        self.end = math.inf if seconds is None else time.monotonic() + seconds
-
-    def left(self, keep_for_default: bool = False) -> float | None:
-        if self.seconds is None:
-            return None
-        return self.end - time.monotonic() - (self.seconds * self.KEPT if keep_for_default else 0.0)

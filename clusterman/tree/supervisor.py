@@ -181,20 +181,17 @@ class Supervisor:
             return
         clean = False
         if self._proc.poll() is None:
-            asked = False
             if not self.unresponsive:
                 try:
                     self._call("shutdown")
-                    asked = True
                 except SupervisorError:
-                    pass
+                    if not self.unresponsive:  # refused (dying): SIGTERM does the same
+                        self._proc.terminate()
             if self.unresponsive:
                 log.warning("supervisord does not answer: killing it and its programs")
                 self._proc.kill()
                 self._proc.wait()
             else:
-                if not asked:
-                    self._proc.terminate()
                 try:
                     self._proc.wait(timeout)
                     clean = True
