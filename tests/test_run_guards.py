@@ -204,8 +204,8 @@ def test_the_heartbeat_file_is_replaced_whole(tmp_path):
     write_heartbeat(path, 1294.5, 60.0)
     assert json.loads(path.read_text()) == {"finished_at": 1294.5, "period_seconds": 60.0}
     assert [p.name for p in path.parent.iterdir()] == ["heartbeat.json"]
-    write_heartbeat(path, 1354.5, 60.0, {"web": 1240})
-    assert json.loads(path.read_text())["unanswered"] == {"web": 1240}
+    write_heartbeat(path, 1354.5, 60.0, {"web": (1240, 1300)})
+    assert json.loads(path.read_text())["unanswered"] == {"web": {"since": 1240, "last": 1300}}
 
 
 def test_the_lease_is_renewed_while_waiting_between_runs(pools):  # noqa: F811

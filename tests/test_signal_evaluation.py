@@ -197,7 +197,7 @@ def test_apps_whose_runners_do_not_answer_are_remembered_until_they_answer(store
     evaluator = SignalEvaluator(IDENT, spec("__default__", "Default"), [spec("a")], lambda s: clients[s.app])
     evaluator.evaluate(store, 3600)
     evaluator.evaluate(store, 3660)
-    assert evaluator.unanswered == {"a": 3600}  # since the first run it did not answer
+    assert evaluator.unanswered == {"a": (3600, 3660)}  # the first and the last run it did not answer
     clients["a"].answer = ResourceRequest(cpus=1)
     evaluator.evaluate(store, 3720)
     assert evaluator.unanswered == {}

@@ -42,22 +42,26 @@ def test_crash_loop_counts_starts_in_the_window():
 
 
 def test_a_runner_silent_for_n_periods_counts_as_hung():
-    beat = Heartbeat(1000.0, 60.0, {"web": 700.0})
+    beat = Heartbeat(1000.0, 60.0, {"web": (700.0, 1000.0)})
     assert runner_unanswered_for(beat, "web", started_at=0.0, now=880.0, rules=RULES) is None  # 3 periods: not yet
     assert runner_unanswered_for(beat, "web", started_at=0.0, now=881.0, rules=RULES) == 181.0
     assert runner_unanswered_for(beat, "batch", started_at=0.0, now=2000.0, rules=RULES) is None  # it answers
     assert runner_unanswered_for(None, "web", started_at=0.0, now=2000.0, rules=RULES) is None
 
 
-def test_a_restarted_runner_is_judged_from_its_start():
-    beat = Heartbeat(1000.0, 60.0, {"web": 700.0})  # the autoscaler has not asked the new one yet
+def test_a_restarted_runner_is_judged_from_its_start_once_it_was_asked():
+    beat = Heartbeat(1000.0, 60.0, {"web": (700.0, 1000.0)})
     assert runner_unanswered_for(beat, "web", started_at=900.0, now=1000.0, rules=RULES) is None
     assert runner_unanswered_for(beat, "web", started_at=900.0, now=1081.0, rules=RULES) == 181.0
+    # not asked since its start (the autoscaler stands by): its last word is about the old runner
+    assert runner_unanswered_for(beat, "web", started_at=1001.0, now=2000.0, rules=RULES) is None
 
 
 def test_heartbeat_file_with_unanswered_signals(tmp_path):
     path = tmp_path / "heartbeat.json"
-    path.write_text(json.dumps({"finished_at": 5.0, "period_seconds": 60, "unanswered": {"web": 3}}))
-    assert Heartbeat.read(path) == Heartbeat(5.0, 60.0, {"web": 3.0})
+    path.write_text(
+        json.dumps({"finished_at": 5.0, "period_seconds": 60, "unanswered": {"web": {"since": 3, "last": 5}}})
+    )
+    assert Heartbeat.read(path) == Heartbeat(5.0, 60.0, {"web": (3.0, 5.0)})
     path.write_text(json.dumps({"finished_at": 5.0, "period_seconds": 60, "unanswered": ["web"]}))
     assert Heartbeat.read(path) is None  # not one the autoscaler writes: wait for a good one

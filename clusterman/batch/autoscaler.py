@@ -69,18 +69,18 @@ def next_run_time(now: float, period_seconds: float, splay: float) -> float:
 
 
 def write_heartbeat(
-    path: Path, finished_at: float, period_seconds: float, unanswered: dict[str, int] | None = None
+    path: Path, finished_at: float, period_seconds: float, unanswered: dict[str, tuple[int, int]] | None = None
 ) -> None:
     """Replace ``path`` in one step (write a temporary file beside it, then rename): a reader never
-    sees half a file. ``unanswered``: app -> since when its signal's runner has not answered in
-    time (the bootstrap restarts a runner that stays so, ``tree/liveness.py``)."""
+    sees half a file. ``unanswered``: app -> the first and the last run its signal's runner did not
+    answer in time (the bootstrap restarts a runner that stays so, ``tree/liveness.py``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as f:
             beat: dict[str, object] = {"finished_at": finished_at, "period_seconds": period_seconds}
             if unanswered:
-                beat["unanswered"] = unanswered
+                beat["unanswered"] = {app: {"since": first, "last": last} for app, (first, last) in unanswered.items()}
             json.dump(beat, f)
         os.replace(tmp, path)
     except BaseException:

@@ -39,8 +39,9 @@ class DemandSource(Protocol):
     def requests(self, snapshot: PoolSnapshot, now: int) -> Requests:
         """Raises SignalError or MetricsError when there is no usable answer at all."""
 
-    def unanswered(self) -> dict[str, int]:
-        """App -> the run (Unix seconds) since which its signal's runner has not answered in time."""
+    def unanswered(self) -> dict[str, tuple[int, int]]:
+        """App -> the first and the last run (Unix seconds) in which its signal's runner did not
+        answer in time, since it last did."""
 
     def close(self) -> None: ...
 
@@ -58,7 +59,7 @@ class SignalDemand:
             stale = f"no metric point in the signals' windows ({watched.reads} series read, all empty): input stale"
         return Requests({e.app: e.request for e in evaluations}, tuple(evaluations), stale)
 
-    def unanswered(self) -> dict[str, int]:
+    def unanswered(self) -> dict[str, tuple[int, int]]:
         return dict(self.evaluator.unanswered)
 
     def close(self) -> None:
@@ -70,7 +71,7 @@ class InternalDemand:
     def requests(self, snapshot: PoolSnapshot, now: int) -> Requests:
         return Requests({INTERNAL_APP: demand_from_snapshot(snapshot)})
 
-    def unanswered(self) -> dict[str, int]:
+    def unanswered(self) -> dict[str, tuple[int, int]]:
         return {}
 
     def close(self) -> None:

@@ -101,7 +101,8 @@ class SignalEvaluator:
         self._clients: dict[str, Signal] = {}
         self.failures: Counter[str] = Counter()
         self.signal_seconds = signal_seconds
-        self.unanswered: dict[str, int] = {}  # app -> the run since which its runner has not answered in time
+        # app -> (the first, the last) run in which its runner did not answer in time, since it last did
+        self.unanswered: dict[str, tuple[int, int]] = {}
 
     def _make_client(self, spec: SignalSpec) -> SignalClient:
         return SignalClient(spec.address, self.identity.cluster, self.identity.pool, spec.config.parameters)
@@ -127,7 +128,8 @@ class SignalEvaluator:
         try:
             request = self._client(spec).evaluate(metrics, now, timeout=timeout)
         except SignalTimeout:
-            self.unanswered.setdefault(spec.app, now)
+            since, _ = self.unanswered.get(spec.app, (now, now))
+            self.unanswered[spec.app] = (since, now)
             raise
         self.unanswered.pop(spec.app, None)
         return Evaluation(spec.app, request, f"{spec.namespace}.{spec.name}", time.monotonic() - started)

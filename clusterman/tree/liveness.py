@@ -6,8 +6,9 @@ The bootstrap reads two small files and asks these rules:
 
 - the heartbeat ``$CMAN_HEARTBEAT_FILE``, which the autoscaler rewrites (atomically) after every
   finished run: ``{"finished_at": <unix seconds>, "period_seconds": <seconds>}``, and
-  ``"unanswered": {<app>: <unix seconds>}`` for the signals whose runners have not answered in
-  time since then (stopped, hung in the signal's code: supervisord sees them RUNNING);
+  ``"unanswered": {<app>: {"since": <unix s>, "last": <unix s>}}`` for the signals whose runners
+  did not answer in time, in the first and the last run since they last did (stopped, hung in
+  the signal's code: supervisord sees them RUNNING);
 - the starts ``$CMAN_SUPERVISOR_DIR/starts-autoscaler``, one line per start
   (``clusterman.tree.parent_death``).
 """
@@ -26,7 +27,7 @@ from pathlib import Path
 class Heartbeat:
     finished_at: float  # unix seconds: the end of the last finished run
     period_seconds: float  # the autoscaler's run period
-    unanswered: Mapping[str, float] = field(default_factory=dict)  # app -> unix seconds
+    unanswered: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # app -> (since, last), unix s
 
     @staticmethod
     def read(path: Path) -> Heartbeat | None:
@@ -37,7 +38,7 @@ class Heartbeat:
             beat = Heartbeat(
                 float(data["finished_at"]),
                 float(data["period_seconds"]),
-                {str(app): float(since) for app, since in unanswered.items()},
+                {str(app): (float(v["since"]), float(v["last"])) for app, v in unanswered.items()},
             )
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None
@@ -80,10 +81,14 @@ def runner_unanswered_for(
 ) -> float | None:
     """Seconds the runner of ``app``'s signal has not answered the autoscaler when that counts as
     hung (as long as a stalled autoscaler: ``stale_periods``), else None. A runner started since
-    (restarted) is judged afresh: the autoscaler has not asked it yet."""
+    (restarted) is judged afresh, and only once a run has asked it (a standby autoscaler asks
+    none: its last word on a runner it no longer asks must not restart it again and again)."""
     if beat is None or app not in beat.unanswered:
         return None
-    since = max(beat.unanswered[app], started_at)
+    first, last = beat.unanswered[app]
+    if last < started_at:
+        return None
+    since = max(first, started_at)
     if now - since <= rules.stale_periods * beat.period_seconds:
         return None
     return now - since
