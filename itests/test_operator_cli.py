@@ -53,6 +53,14 @@ def test_status_shows_groups_nodes_utilisation_and_the_autoscalers_last_decision
         assert "autoscaler state: scale lock free, breaker closed" in lines
         decision = lines[lines.index("last decisions:") + 1]
         assert " utilisation +7: " in decision and "target 8" in decision
+        assert lines[-1] == "autoscaler health: ok"
+
+        # what the autoscaler's /healthz finds wrong is shown, not taken for an unreachable API
+        pool.service.server.health_checks.append(lambda: "the bootstrap has not looked at the tree for 40 s")
+        status, out, err = cli(capsys, config, "status", *pool_args, "--events-url", url)
+        assert status == 0, err
+        assert out.splitlines()[-1] == "autoscaler health: the bootstrap has not looked at the tree for 40 s"
+        pool.service.server.health_checks.clear()
 
         status, out, _ = cli(capsys, config, "status", *pool_args, "--events-url", url, "--json")
         doc = json.loads(out)
@@ -61,6 +69,7 @@ def test_status_shows_groups_nodes_utilisation_and_the_autoscalers_last_decision
         assert doc["nodes"]["by_state"]["ready"] == 8 and doc["pause"]["paused"] is False
         assert doc["utilisation"]["source"] == "last decision" and doc["utilisation"]["ratios"]["cpus"] == 5.0
         assert [d["reason"] for d in doc["last_decisions"]] == ["utilisation"]
+        assert doc["autoscaler_health"] == {"problems": []}
 
         cli(capsys, config, "disable", *pool_args, "--until", "1h", "--reason", "upgrade")
         status, out, _ = cli(capsys, config, "status", *pool_args, "--events-url", "http://127.0.0.1:9")
@@ -85,6 +94,7 @@ def test_status_reports_an_unreadable_group_and_shows_the_rest(tmp_path, world, 
     assert f"  cannot read: asg {broken}: DescribeAutoScalingGroups failed: AccessDenied: not for you" in out
     assert "nodes: 2 ready; tasks: 1 running, 0 pending" in out
     assert "last decisions: unknown: no event API to ask" in out
+    assert "autoscaler health: unknown: no event API to ask" in out
 
 
 def test_status_and_manage_with_a_cloud_that_does_not_answer_end_within_their_timeout(tmp_path, world, capsys):

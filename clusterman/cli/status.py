@@ -103,4 +103,8 @@ def text_lines(s: PoolStatus) -> list[str]:
     else:
         lines.append("last decisions:")
         lines += [f"  {format_time(d.at)} {d.reason} {d.delta:+g}: {d.message}" for d in s.decisions]
+    if isinstance(s.health, Unavailable):
+        lines.append(f"autoscaler health: unknown: {s.health.why}")
+    else:
+        lines.append("autoscaler health: " + ("; ".join(s.health) if s.health else "ok"))
     return lines

@@ -113,6 +113,23 @@ class EventClient:
         except (KeyError, TypeError, ValueError) as e:
             raise EventAPIError(f"{self.url}{BATCH_PATH}: unexpected answer: {e}") from e
 
+    def problems(self) -> list[str]:
+        """What the autoscaler's ``/healthz`` finds wrong (its run loop, the bootstrap, its event
+        store); empty when it is healthy. A 503 is an answer here, not an error."""
+        url = f"{self.url}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout) as response:
+                body = _json(response.read(), "/healthz")
+        except urllib.error.HTTPError as e:
+            if e.code != 503:
+                raise EventAPIError(f"{url}: HTTP {e.code}: {_error_message(e.read())}") from e
+            body = _json(e.read(), "/healthz")
+            if body.get("publisher") == "stopped":
+                return ["its event store has stopped", *body.get("problems", [])]
+        except (urllib.error.URLError, OSError) as e:
+            raise EventAPIError(f"cannot reach the event API at {url}: {getattr(e, 'reason', e)}") from e
+        return [str(p) for p in body.get("problems", [])]
+
     def metrics(self) -> str:
         """The autoscaler's Prometheus exposition (``/metrics``), as text."""
         with self._open("/metrics", {}, self.timeout) as response:

@@ -125,6 +125,7 @@ class PoolStatus:
     kept: AutoscalerState | Unavailable
     decisions: tuple[DecisionLine, ...] | Unavailable
     lease: LeaseView | Unavailable = field(default_factory=lambda: Unavailable("not read"))
+    health: tuple[str, ...] | Unavailable = field(default_factory=lambda: Unavailable("no event API to ask"))
 
     def as_json(self) -> dict[str, Any]:
         def part(value: Any, shown: Callable[[Any], Any]) -> Any:
@@ -142,6 +143,7 @@ class PoolStatus:
             "utilisation": part(self.utilisation, UtilisationReading.as_json),
             "autoscaler_state": part(self.kept, AutoscalerState.as_json),
             "last_decisions": part(self.decisions, lambda ds: [d.as_json() for d in ds]),
+            "autoscaler_health": part(self.health, lambda problems: {"problems": list(problems)}),
         }
 
 
@@ -239,10 +241,12 @@ def gather(
     snapshot = read("nodes", lambda: _snapshot(setup, view, now, scheduler_timeout_seconds))
     history: tuple[DecisionLine, ...] | Unavailable = Unavailable("no event API to ask")
     from_metrics: UtilisationReading | Unavailable = Unavailable("no event API to ask")
+    health: tuple[str, ...] | Unavailable = Unavailable("no event API to ask")
     if events is not None:
         history = read("decisions", lambda: last_decisions(events, identity.pool_with_scheduler, decisions))
         if not isinstance(history, Unavailable):
             from_metrics = read("utilisation", lambda: decided_utilisation(events.metrics(), identity))
+            health = read("health", lambda: tuple(events.problems()))
     return PoolStatus(
         pool=str(identity),
         taken_at=now,
@@ -255,6 +259,7 @@ def gather(
         utilisation=from_metrics if not isinstance(from_metrics, Unavailable) else measured(setup, snapshot, demand),
         kept=read("autoscaler state", StoredState(store, identity).load),
         decisions=history,
+        health=health,
     )
 
 
