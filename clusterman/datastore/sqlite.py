@@ -154,8 +154,11 @@ class SqliteStore(MetricsStore):
                 hint = "a metrics table is missing; was the file changed by something else?"
             elif "locked" in text or "busy" in text:
                 hint = f"another process held the database for more than {self.busy_timeout_seconds:g} s"
-            elif "not a database" in text:
-                hint = "this file is not a SQLite database"
+            elif "not a database" in text or "malformed" in text:
+                hint = (
+                    "the file is damaged or not a SQLite database: move it aside and the next write makes a "
+                    "new one (signals then start with no history)"
+                )
             else:
                 raise MetricsError(f"{self.path}: cannot {action} the metrics database: {text}") from e
             raise MetricsError(f"{self.path}: cannot {action} the metrics database: {hint} ({text})") from e

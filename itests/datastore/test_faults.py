@@ -41,8 +41,11 @@ def test_sqlite_missing_file_is_one_clear_message(tmp_path):
 def test_sqlite_file_that_is_not_a_database(tmp_path):
     path = tmp_path / "metrics.sqlite3"
     path.write_bytes(b"certainly not SQLite " * 100)
-    with pytest.raises(MetricsError, match="not a SQLite database"):
+    with pytest.raises(MetricsError, match="not a SQLite database: move it aside and the next write makes a new one"):
         SqliteStore(path).read(SYS, WEB_CPUS, 0, 10)
+    path.rename(tmp_path / "metrics.sqlite3.damaged")
+    SqliteStore(path).write([POINT])  # as the message says
+    assert SqliteStore(path).read(SYS, WEB_CPUS, 0, 10**10)
 
 
 def test_sqlite_database_of_something_else(tmp_path):
