@@ -95,6 +95,11 @@ class DynamoDBStore(MetricsStore):
     def _dynamodb(self) -> Any:
         with self._lock:
             if self._client is None:
+                timeouts = {
+                    "connect_timeout": self.connect_timeout_seconds,
+                    "read_timeout": self.read_timeout_seconds,
+                    **budget_config(self.call_budget_seconds),  # a run's budget, when given, decides
+                }
                 self._client = self._guard(
                     "connect",
                     "",
@@ -102,11 +107,7 @@ class DynamoDBStore(MetricsStore):
                         self.settings,
                         "dynamodb",
                         retries={"total_max_attempts": self.max_attempts, "mode": "standard"},
-                        **{
-                            "connect_timeout": self.connect_timeout_seconds,
-                            "read_timeout": self.read_timeout_seconds,
-                            **budget_config(self.call_budget_seconds),
-                        },
+                        **timeouts,
                         max_pool_connections=max(10, self.concurrency),
                     ),
                 )

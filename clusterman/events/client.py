@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.client import HTTPResponse
 from typing import Any
+from typing import cast
 
 from clusterman.core.config import EventsConfig
 from clusterman.errors import OperationalError
@@ -76,13 +77,18 @@ class EventClient:
         self.url = url.rstrip("/")
         self.timeout = timeout
 
-    def _open(self, path: str, params: dict[str, int | str], timeout: float) -> HTTPResponse:
+    def _open(
+        self, path: str, params: dict[str, int | str], timeout: float, answers: tuple[int, ...] = ()
+    ) -> HTTPResponse:
+        """``answers``: HTTP error statuses that are answers here (their body is read), not errors."""
         query = urllib.parse.urlencode(params)
         url = f"{self.url}{path}" + (f"?{query}" if query else "")
         try:
             response: HTTPResponse = urllib.request.urlopen(url, timeout=timeout)
             return response
         except urllib.error.HTTPError as e:
+            if e.code in answers:
+                return cast(HTTPResponse, e)
             raise EventAPIError(f"{url}: HTTP {e.code}: {_error_message(e.read())}") from e
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
@@ -116,19 +122,10 @@ class EventClient:
     def problems(self) -> list[str]:
         """What the autoscaler's ``/healthz`` finds wrong (its run loop, the bootstrap, its event
         store); empty when it is healthy. A 503 is an answer here, not an error."""
-        url = f"{self.url}/healthz"
-        try:
-            with urllib.request.urlopen(url, timeout=self.timeout) as response:
-                body = _json(response.read(), "/healthz")
-        except urllib.error.HTTPError as e:
-            if e.code != 503:
-                raise EventAPIError(f"{url}: HTTP {e.code}: {_error_message(e.read())}") from e
-            body = _json(e.read(), "/healthz")
-            if body.get("publisher") == "stopped":
-                return ["its event store has stopped", *body.get("problems", [])]
-        except (urllib.error.URLError, OSError) as e:
-            raise EventAPIError(f"cannot reach the event API at {url}: {getattr(e, 'reason', e)}") from e
-        return [str(p) for p in body.get("problems", [])]
+        with self._open("/healthz", {}, self.timeout, answers=(503,)) as response:
+            body = _json(response.read(), "/healthz")
+        stopped = ["its event store has stopped"] if body.get("publisher") == "stopped" else []
+        return stopped + [str(p) for p in body.get("problems", [])]
 
     def metrics(self) -> str:
         """The autoscaler's Prometheus exposition (``/metrics``), as text."""
