@@ -39,8 +39,8 @@ from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import ConfigError
 from clusterman.core.model import NodeState
 from clusterman.core.resources import Resources
+from clusterman.manager.budget import scheduler_timeout
 from clusterman.manager.connectors import connector_for_pool
-from clusterman.manager.connectors import scheduler_timeout
 from clusterman.manager.lifecycles import lifecycle_for_pool
 
 CORDON = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": "2024-05-02T07:00:00Z"}

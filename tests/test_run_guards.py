@@ -8,7 +8,6 @@ import json
 import math
 
 from clusterman.batch.autoscaler import run_forever
-from clusterman.batch.autoscaler import write_heartbeat
 from clusterman.core.config import MetricType
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import RequiredMetric
@@ -34,6 +33,7 @@ from clusterman.state.lease import take_on_request
 from clusterman.state.pause import PauseStatus
 from clusterman.state.store import SqliteStateStore
 from clusterman.state.store import StateError
+from clusterman.tree.liveness import Heartbeat
 from tests.test_autoscaler_loop import FakeClock
 from tests.test_autoscaler_loop import SleepyStop
 from tests.test_cycle import T0
@@ -200,11 +200,11 @@ def test_the_loop_records_an_overrun_and_writes_the_heartbeat(pools, tmp_path): 
 
 def test_the_heartbeat_file_is_replaced_whole(tmp_path):
     path = tmp_path / "run" / "heartbeat.json"
-    write_heartbeat(path, 1234.5, 60.0)
-    write_heartbeat(path, 1294.5, 60.0)
+    Heartbeat(1234.5, 60.0).write(path)
+    Heartbeat(1294.5, 60.0).write(path)
     assert json.loads(path.read_text()) == {"finished_at": 1294.5, "period_seconds": 60.0}
     assert [p.name for p in path.parent.iterdir()] == ["heartbeat.json"]
-    write_heartbeat(path, 1354.5, 60.0, {"web": (1240, 1300)})
+    Heartbeat(1354.5, 60.0, {"web": (1240, 1300)}).write(path)
     assert json.loads(path.read_text())["unanswered"] == {"web": {"since": 1240, "last": 1300}}
 
 

@@ -1,10 +1,13 @@
 import json
 
+from clusterman.tree.liveness import WATCH_ENV
 from clusterman.tree.liveness import Heartbeat
 from clusterman.tree.liveness import LivenessRules
 from clusterman.tree.liveness import crash_loop
 from clusterman.tree.liveness import runner_unanswered_for
 from clusterman.tree.liveness import stalled_for
+from clusterman.tree.liveness import watch_problem
+from clusterman.tree.liveness import write_watch
 
 RULES = LivenessRules(stale_periods=3, start_grace_seconds=60, crash_starts=5, crash_window_seconds=300)
 
@@ -65,3 +68,16 @@ def test_heartbeat_file_with_unanswered_signals(tmp_path):
     assert Heartbeat.read(path) == Heartbeat(5.0, 60.0, {"web": (3.0, 5.0)})
     path.write_text(json.dumps({"finished_at": 5.0, "period_seconds": 60, "unanswered": ["web"]}))
     assert Heartbeat.read(path) is None  # not one the autoscaler writes: wait for a good one
+
+
+def test_the_watch_file_says_when_the_bootstrap_last_looked_at_the_tree(tmp_path):
+    path = tmp_path / "watch.json"
+    env = {WATCH_ENV: str(path)}
+    assert watch_problem({}, 100.0) == ""  # no bootstrap: not judged
+    assert watch_problem(env, 100.0) == ""  # not written yet
+    write_watch(path, 100.0, 10.0)
+    assert watch_problem(env, 135.0) == ""  # 3 polls and the margin
+    assert watch_problem(env, 136.0) == (
+        "the bootstrap has not looked at the tree for 36 s (polls every 10 s): stopped or hung"
+    )
+    write_watch(tmp_path / "no-such-dir" / "watch.json", 100.0, 10.0)  # logged, never raised

@@ -53,20 +53,3 @@ def test_follow_tree_exports_the_fallback_versions(tmp_path):
     stop.set()
     assert follow_tree({"CMAN_SIGNAL_FALLBACK_VERSIONS": "v1 v2"}, recorded, recorded, stop) is None
     assert recorded.calls == [("fallbacks", ["v1", "v2"])]
-
-
-def test_the_watch_file_says_when_the_bootstrap_last_looked_at_the_tree(tmp_path):
-    from clusterman.tree.status import WATCH_ENV
-    from clusterman.tree.status import watch_problem
-    from clusterman.tree.status import write_watch
-
-    path = tmp_path / "watch.json"
-    env = {WATCH_ENV: str(path)}
-    assert watch_problem({}, 100.0) == ""  # no bootstrap: not judged
-    assert watch_problem(env, 100.0) == ""  # not written yet
-    write_watch(path, 100.0, 10.0)
-    assert watch_problem(env, 135.0) == ""  # 3 polls and the margin
-    assert watch_problem(env, 136.0) == (
-        "the bootstrap has not looked at the tree for 36 s (polls every 10 s): stopped or hung"
-    )
-    write_watch(tmp_path / "no-such-dir" / "watch.json", 100.0, 10.0)  # logged, never raised

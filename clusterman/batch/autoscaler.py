@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import logging
 import math
 import os
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -48,8 +46,8 @@ from clusterman.state.lease import LeaseStatus
 from clusterman.tree.liveness import Heartbeat
 from clusterman.tree.liveness import LivenessRules
 from clusterman.tree.liveness import stalled_for
+from clusterman.tree.liveness import watch_problem
 from clusterman.tree.status import follow_tree
-from clusterman.tree.status import watch_problem
 
 HEARTBEAT_ENV = "CMAN_HEARTBEAT_FILE"
 
@@ -66,26 +64,6 @@ def next_run_time(now: float, period_seconds: float, splay: float) -> float:
     """The first grid point ``k × period + splay`` at or after ``now``."""
     k = math.ceil((now - splay) / period_seconds)
     return k * period_seconds + splay
-
-
-def write_heartbeat(
-    path: Path, finished_at: float, period_seconds: float, unanswered: dict[str, tuple[int, int]] | None = None
-) -> None:
-    """Replace ``path`` in one step (write a temporary file beside it, then rename): a reader never
-    sees half a file. ``unanswered``: app -> the first and the last run its signal's runner did not
-    answer in time (the bootstrap restarts a runner that stays so, ``tree/liveness.py``)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            beat: dict[str, object] = {"finished_at": finished_at, "period_seconds": period_seconds}
-            if unanswered:
-                beat["unanswered"] = {app: {"since": first, "last": last} for app, (first, last) in unanswered.items()}
-            json.dump(beat, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def run_forever(
@@ -246,9 +224,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def beat(finished_at: float) -> None:
         nonlocal last_beat
-        last_beat = Heartbeat(finished_at, period)
+        last_beat = Heartbeat(finished_at, period, cycle.demand.unanswered())
         if heartbeat_path:
-            write_heartbeat(Path(heartbeat_path), finished_at, period, cycle.demand.unanswered())
+            last_beat.write(Path(heartbeat_path))
 
     def run_loop_problem() -> str:
         """For /healthz where no bootstrap watches (or it is stopped): runs that stopped finishing."""

@@ -63,7 +63,9 @@ from clusterman.tree.environment import TreePlan
 from clusterman.tree.environment import plan_tree
 from clusterman.tree.fetching import check_signals
 from clusterman.tree.fetching import fetch_versions
+from clusterman.tree.liveness import WATCH_ENV
 from clusterman.tree.liveness import LivenessRules
+from clusterman.tree.liveness import write_watch
 from clusterman.tree.process_tree import CrashLoop
 from clusterman.tree.process_tree import ProcessTree
 from clusterman.tree.process_tree import Stopped
@@ -75,9 +77,7 @@ from clusterman.tree.snapshot import keep_last_good
 from clusterman.tree.snapshot import last_good_home
 from clusterman.tree.snapshot import read_last_good
 from clusterman.tree.snapshot import take_snapshot
-from clusterman.tree.status import WATCH_ENV
 from clusterman.tree.status import StatusWriter
-from clusterman.tree.status import write_watch
 from clusterman.tree.supervisor import Supervisor
 from clusterman.tree.supervisor import SupervisorError
 from clusterman.tree.watch import Fingerprint

@@ -40,7 +40,6 @@ from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import ConfigError
 from clusterman.datastore.collector import collect
-from clusterman.datastore.factory import metrics_timeout
 from clusterman.datastore.factory import open_store as open_configured_store
 from clusterman.datastore.store import InMemoryStore
 from clusterman.datastore.store import MetricsError
@@ -50,8 +49,9 @@ from clusterman.datastore.store import RetentionPass
 from clusterman.datastore.store import Series
 from clusterman.manager.arguments import add_program_arguments
 from clusterman.manager.arguments import configure_logging
+from clusterman.manager.budget import metrics_timeout
+from clusterman.manager.budget import scheduler_timeout
 from clusterman.manager.connectors import connector_for_pool
-from clusterman.manager.connectors import scheduler_timeout
 from clusterman.manager.setup import PoolSetup
 from clusterman.manager.wiring import cloud_for
 

@@ -19,7 +19,7 @@ from clusterman.events.client import api_url
 from clusterman.manager.arguments import add_pool_arguments
 from clusterman.manager.arguments import add_timeout_argument
 from clusterman.manager.arguments import resolve_pool
-from clusterman.manager.connectors import scheduler_timeout
+from clusterman.manager.budget import scheduler_timeout
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.status import PoolStatus
 from clusterman.manager.status import Unavailable

@@ -22,14 +22,6 @@ def sqlite_path(main: MainConfig) -> Path:
     return path if path.is_absolute() else Path(main.state_directory) / path
 
 
-def metrics_timeout(budget_seconds: float | None) -> float | None:
-    """One call to a remote metrics store (DynamoDB, Prometheus), its retries included: a quarter
-    of the run's budget, so a store that does not answer fails the run's read (and its write, with
-    ``--collect-metrics``) well within the budget. A DynamoDB that did not answer held each read for
-    50 s, so every run overran and the heartbeat watch restarted the autoscaler over and over."""
-    return None if budget_seconds is None else budget_seconds / 4
-
-
 def open_store(
     main: MainConfig,
     pool: PoolConfig | None = None,

@@ -20,7 +20,6 @@ from clusterman.cloud.simulated_group import groups_from_config
 from clusterman.cloud.simulated_group import markets_from_config
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.connector import ClusterConnector
-from clusterman.cluster.kubernetes import ATTEMPTS
 from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
 from clusterman.cluster.kubernetes import KubernetesConnector
 from clusterman.cluster.kubernetes import KubernetesPool
@@ -45,18 +44,8 @@ from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import ConfigError
 from clusterman.core.model import ResourceGroup
 from clusterman.core.resources import Resources
+from clusterman.manager.budget import SCHEDULER_TIMEOUT_SECONDS
 from clusterman.manager.trace_workload import load_trace
-
-SCHEDULER_TIMEOUT_SECONDS = 30.0  # each attempt of a scheduler API call, when no run budget bounds it
-
-
-def scheduler_timeout(budget_seconds: float | None) -> float:
-    """Each attempt of a call to the scheduler's API (Kubernetes, Mesos): a third of the run's budget
-    (a Kubernetes call makes up to ``ATTEMPTS``, 3), so an API server that does not answer holds a
-    call at most the budget, not two minutes; never more than 30 s."""
-    if budget_seconds is None:
-        return SCHEDULER_TIMEOUT_SECONDS
-    return min(SCHEDULER_TIMEOUT_SECONDS, budget_seconds / ATTEMPTS)
 
 
 def connector_for_pool(

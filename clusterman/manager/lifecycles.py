@@ -21,7 +21,7 @@ from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import ConfigError
-from clusterman.manager.connectors import SCHEDULER_TIMEOUT_SECONDS
+from clusterman.manager.budget import SCHEDULER_TIMEOUT_SECONDS
 from clusterman.manager.connectors import _cluster
 
 

@@ -37,7 +37,7 @@ from clusterman.events.client import EventClient
 from clusterman.events.exporter import NAMESPACE
 from clusterman.events.record import EventRecord
 from clusterman.events.record import EventType
-from clusterman.manager.connectors import SCHEDULER_TIMEOUT_SECONDS
+from clusterman.manager.budget import SCHEDULER_TIMEOUT_SECONDS
 from clusterman.manager.connectors import connector_for_pool
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.setup import PoolSetup

@@ -17,13 +17,14 @@ from clusterman.cloud.simulated_group import SimulatedCloud
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.core.model import PoolSnapshot
 from clusterman.datastore.collector import collect
-from clusterman.datastore.factory import metrics_timeout
 from clusterman.datastore.factory import open_store
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import RetentionPass
 from clusterman.events.recorder import Recorder
+from clusterman.manager.budget import metrics_timeout
+from clusterman.manager.budget import scheduler_timeout
+from clusterman.manager.budget import signal_seconds
 from clusterman.manager.connectors import connector_for_pool
-from clusterman.manager.connectors import scheduler_timeout
 from clusterman.manager.cycle import Cycle
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.demand import InternalDemand
@@ -73,14 +74,10 @@ def cloud_for(
     return GroupsCloudView(discover=discovery_for(setup, simulated, budget_seconds))
 
 
-SIGNAL_SHARE = 0.5  # of a run's budget, for all its signals: the snapshot before and the acting after need the rest
-
-
 def demand_for(
     setup: PoolSetup, store: MetricsStore | None = None, budget_seconds: float | None = None
 ) -> DemandSource:
-    """``budget_seconds`` bounds the run's signals: together they have half of it, so a stopped
-    runner costs its app the fallback to the default signal, not the run (``signals/evaluator.py``)."""
+    """``budget_seconds``: the run's, shared out as ``manager/budget.py`` says."""
     if setup.internal:
         return InternalDemand()
     uids = allowed_uids_from_env()
@@ -103,7 +100,7 @@ def demand_for(
         default_signal_spec(setup.main),
         app_signal_specs(setup.pool, setup.identity),
         client,
-        signal_seconds=None if budget_seconds is None else budget_seconds * SIGNAL_SHARE,
+        signal_seconds=signal_seconds(budget_seconds),
     )
     return SignalDemand(
         evaluator, store or open_store(setup.main, setup.pool, setup.identity, metrics_timeout(budget_seconds))
@@ -126,8 +123,8 @@ def build_cycle(
     separate collector, such as a simulated scheduler, which lives only in this process).
     ``holder``: act only while holding the pool's lease for ``lease_seconds`` (a dry run, which
     changes nothing, takes no lease and never stands in the way of the real autoscaler).
-    ``budget_seconds``: never act on a snapshot older than that; signal reads wait at most that, and a
-    call to the scheduler's API, its attempts together, about that (``scheduler_timeout``)."""
+    ``budget_seconds``: never act on a snapshot older than that; every wait of a run has its share
+    of it (``manager/budget.py``)."""
     cloud = cloud_for(setup, simulated, budget_seconds)
     timeout = scheduler_timeout(budget_seconds)
     connector = connector_for_pool(setup.main, setup.identity, setup.pool, cloud=cloud, timeout_seconds=timeout)

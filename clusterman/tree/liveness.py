@@ -1,4 +1,4 @@
-"""Is the autoscaler alive and working? Pure rules over its heartbeat and its starts.
+"""Is the tree alive and working? Rules over small files its processes write for each other.
 
 supervisord only sees whether a process exists. A stopped (SIGSTOP) or hung autoscaler exists and
 scales nothing; one that fails after ``startsecs`` is restarted forever without ever being FATAL.
@@ -11,16 +11,25 @@ The bootstrap reads two small files and asks these rules:
   the signal's code: supervisord sees them RUNNING);
 - the starts ``$CMAN_SUPERVISOR_DIR/starts-autoscaler``, one line per start
   (``clusterman.tree.parent_death``).
+
+The other way round, the bootstrap rewrites ``$CMAN_TREE_WATCH_FILE`` after each look at the tree
+(``{"at": <unix s>, "poll_seconds": <s>}``), and the autoscaler's ``/healthz`` judges it: nothing in
+the tree can restart a stopped bootstrap, but the pod's liveness probe can.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
+
+from clusterman.tree.status import write_atomically
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,14 @@ class Heartbeat:
         if not (math.isfinite(beat.finished_at) and math.isfinite(beat.period_seconds) and beat.period_seconds > 0):
             return None
         return beat
+
+    def write(self, path: Path) -> None:
+        """Replace ``path`` in one step: a reader never sees half a file."""
+        beat: dict[str, object] = {"finished_at": self.finished_at, "period_seconds": self.period_seconds}
+        if self.unanswered:
+            beat["unanswered"] = {app: {"since": since, "last": last} for app, (since, last) in self.unanswered.items()}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, json.dumps(beat))
 
 
 @dataclass(frozen=True)
@@ -92,3 +109,33 @@ def runner_unanswered_for(
     if now - since <= rules.stale_periods * beat.period_seconds:
         return None
     return now - since
+
+
+WATCH_ENV = "CMAN_TREE_WATCH_FILE"
+WATCH_MARGIN_SECONDS = 5.0  # on top of 3 polls: a busy host
+
+
+def write_watch(path: Path, at: float, poll_seconds: float) -> None:
+    """The bootstrap, after each look at the tree: proof that something still watches it."""
+    try:
+        write_atomically(path, json.dumps({"at": at, "poll_seconds": poll_seconds}))
+    except OSError as e:  # the autoscaler's /healthz then says so: not a reason to stop watching
+        log.warning("cannot write %s: %s", path, e)
+
+
+def watch_problem(env: Mapping[str, str], now: float) -> str:
+    """For the autoscaler's /healthz: why the bootstrap no longer watches the tree ("" when it does,
+    or when there is no bootstrap). A stopped (SIGSTOP) or hung bootstrap restarts no stalled
+    autoscaler or runner and applies no edit, while the tree it leaves running looks healthy."""
+    path = env.get(WATCH_ENV)
+    if not path:
+        return ""
+    try:
+        data = json.loads(Path(path).read_text())
+        at, poll = float(data["at"]), float(data["poll_seconds"])
+    except (OSError, ValueError, TypeError, KeyError):
+        return ""  # not written yet, or not one the bootstrap wrote: not judged
+    late = now - at
+    if late <= 3 * poll + WATCH_MARGIN_SECONDS:
+        return ""
+    return f"the bootstrap has not looked at the tree for {late:.0f} s (polls every {poll:g} s): stopped or hung"

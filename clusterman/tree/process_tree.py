@@ -109,7 +109,9 @@ class ProcessTree:
         self.rules = rules
         self.clock = clock
         self.starts = starts_file(supervisor.private_dir, "autoscaler")
-        self.killed: set[int] = set()  # stalled autoscaler pids already killed (supervisord may lag)
+        self.killed: set[int] = set()  # stalled autoscaler and runner pids already killed (supervisord may lag)
+        # supervisord's process name -> the signal it runs (``numprocs``, in the plan's order)
+        self.runners = {f"{SIGNALS_GROUP}_{n}": s for n, s in enumerate(plan.signals)}
         self.started_at = math.inf  # wall clock when start() began: runs finished before are not this tree's
 
     def _wait(self, seconds: float) -> None:
@@ -141,7 +143,7 @@ class ProcessTree:
         return statuses
 
     def wait_signals(self) -> None:
-        by_name = self._runners
+        by_name = self.runners
         deadline = time.monotonic() + self.timeouts.signals
         ready: set[str] = set()
         while True:
@@ -174,7 +176,7 @@ class ProcessTree:
         beat = Heartbeat.read(self.heartbeat) if self.heartbeat is not None else None
         for status in self.supervisor.processes():
             if status.full_name == AUTOSCALER:
-                self._check_autoscaler(status, now)
+                self._check_autoscaler(status, beat, now)
                 continue
             if status.state == "RUNNING":
                 self._check_runner(status, beat, now)
@@ -183,7 +185,7 @@ class ProcessTree:
             log.error("%s gave up starting (%s); starting it again", status.full_name, self._failure(status))
             self.supervisor.start_process(status.full_name)
 
-    def _check_autoscaler(self, status: ProcessStatus, now: float) -> None:
+    def _check_autoscaler(self, status: ProcessStatus, beat: Heartbeat | None, now: float) -> None:
         if status.state == "FATAL":
             raise CrashLoop(f"the autoscaler keeps exiting ({self._failure(status)})")
         starts = read_starts(self.supervisor.private_dir, "autoscaler")
@@ -194,26 +196,20 @@ class ProcessTree:
             raise CrashLoop(
                 f"the autoscaler keeps exiting: started {looping} times in {window:.0f} s; its log ends: {last}"
             )
-        if self.heartbeat is None or status.state != "RUNNING" or status.pid in self.killed:
+        if beat is None or status.state != "RUNNING" or status.pid in self.killed:
             return
-        stalled = stalled_for(Heartbeat.read(self.heartbeat), status.start, now, self.rules)
+        stalled = stalled_for(beat, status.start, now, self.rules)
         if stalled is not None:
-            beat = Heartbeat.read(self.heartbeat)
-            period = beat.period_seconds if beat else 0.0
             log.error(
                 "the autoscaler (pid %d) has not finished a run for %.0f s (over %g periods of %g s): restarting it",
-                status.pid, stalled, self.rules.stale_periods, period,
+                status.pid, stalled, self.rules.stale_periods, beat.period_seconds,
             )  # fmt: skip
-            self.killed.add(status.pid)
-            try:
-                os.kill(status.pid, signal.SIGKILL)  # reaches a stopped process too; supervisord restarts it
-            except ProcessLookupError:
-                pass
+            self._kill(status.pid)
 
     def _check_runner(self, status: ProcessStatus, beat: Heartbeat | None, now: float) -> None:
         """A runner the autoscaler's runs found silent for ``stale_periods`` is killed; supervisord
         starts it again (meanwhile its app was scaled on the default signal)."""
-        process = self._runners.get(status.name)
+        process = self.runners.get(status.name)
         if process is None or status.pid in self.killed:
             return
         silent = runner_unanswered_for(beat, process.app, status.start, now, self.rules)
@@ -223,16 +219,15 @@ class ProcessTree:
             "the signal %s.%s@%s for %s (pid %d) has not answered the autoscaler for %.0f s: restarting it",
             process.namespace, process.name, process.version, process.app, status.pid, silent,
         )  # fmt: skip
-        self.killed.add(status.pid)
+        self._kill(status.pid)
+
+    def _kill(self, pid: int) -> None:
+        """SIGKILL reaches a stopped process too; supervisord starts the program again."""
+        self.killed.add(pid)
         try:
-            os.kill(status.pid, signal.SIGKILL)  # reaches a stopped process too
+            os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-
-    @property
-    def _runners(self) -> dict[str, SignalProcess]:
-        """supervisord's process name -> the signal it runs (``numprocs``, in the plan's order)."""
-        return {f"{SIGNALS_GROUP}_{n}": s for n, s in enumerate(self.plan.signals)}
 
     def has_finished_a_run(self) -> bool:
         """Whether the autoscaler of this tree finished a run (its heartbeat is newer than the tree)."""

@@ -27,34 +27,6 @@ log = logging.getLogger(__name__)
 
 KEEP = 50  # outcomes kept in the file: an autoscaler that was down longer sees the latest ones
 POLL_SECONDS = 2.0
-WATCH_ENV = "CMAN_TREE_WATCH_FILE"
-WATCH_MARGIN_SECONDS = 5.0  # on top of 3 polls: a busy host
-
-
-def write_watch(path: Path, at: float, poll_seconds: float) -> None:
-    """The bootstrap, after each look at the tree: proof that something still watches it."""
-    try:
-        write_atomically(path, json.dumps({"at": at, "poll_seconds": poll_seconds}))
-    except OSError as e:  # the autoscaler's /healthz then says so: not a reason to stop watching
-        log.warning("cannot write %s: %s", path, e)
-
-
-def watch_problem(env: Mapping[str, str], now: float) -> str:
-    """For the autoscaler's /healthz: why the bootstrap no longer watches the tree ("" when it does,
-    or when there is no bootstrap). A stopped (SIGSTOP) or hung bootstrap restarts no stalled
-    autoscaler or runner and applies no edit, while the tree it leaves running looks healthy."""
-    path = env.get(WATCH_ENV)
-    if not path:
-        return ""
-    try:
-        data = json.loads(Path(path).read_text())
-        at, poll = float(data["at"]), float(data["poll_seconds"])
-    except (OSError, ValueError, TypeError, KeyError):
-        return ""  # not written yet, or not one the bootstrap wrote: not judged
-    late = now - at
-    if late <= 3 * poll + WATCH_MARGIN_SECONDS:
-        return ""
-    return f"the bootstrap has not looked at the tree for {late:.0f} s (polls every {poll:g} s): stopped or hung"
 
 
 @dataclass(frozen=True)
