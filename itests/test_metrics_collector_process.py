@@ -2,14 +2,19 @@
 loopback and a simulated pool; a SIGTERM ends the loop cleanly."""
 
 import json
+import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from itertools import pairwise
 
 import pytest
 
+from itests.faketime import faked_clock
+from itests.faketime import step_clock
 from itests.recorded_api import kubeconfig
 from itests.recorded_api import load
 from itests.recorded_api import recorded_api
@@ -106,6 +111,40 @@ def test_the_loop_runs_every_interval_until_sigterm(tmp_path):
     assert len(stamps) >= 3 and all(b - a >= 1 for a, b in pairwise(stamps))  # never faster
     allocated = [p["value"] for p in seen if p["key"].startswith("cpus_allocated|cluster=sim,pool=local.simulated")]
     assert allocated and allocated[-1] == 2.0
+
+
+def test_a_wall_clock_stepped_back_does_not_stop_the_loop(tmp_path):
+    """The interval is kept on the monotonic clock: a step back of an hour in the middle of a wait
+    (``itests/faketime.py``) must not become an hour without metrics; the points carry the new time."""
+    config = write_config(tmp_path, "/nonexistent", interval=2)
+    offset = tmp_path / "faketime-offset"
+    proc = subprocess.Popen(
+        collector(config, "--cluster", "sim", "--store", "stdout"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **faked_clock(offset)},
+    )
+    try:
+        first = json.loads(proc.stdout.readline())["timestamp"]
+        time.sleep(1)  # into the wait for the next run
+        step_clock(offset, -3600)
+        stepped = time.monotonic()
+        runs: dict[int, float] = {}  # the runs after the step: timestamp -> when its first point came
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+        while len(runs) < 2 and time.monotonic() < stepped + 10:
+            try:
+                point = json.loads(lines.get(timeout=0.5))
+            except queue.Empty:
+                continue
+            if point["timestamp"] < first - 3000:
+                runs.setdefault(point["timestamp"], time.monotonic() - stepped)
+    finally:
+        proc.kill()
+        proc.wait()
+    # the wait under way ends on time; the one after it is the one a wall-clock grid stretched
+    assert len(runs) == 2 and max(runs.values()) < 5, f"runs after the step (seconds after it): {runs}"
 
 
 def test_configured_sqlite_store_is_what_signals_read(tmp_path):

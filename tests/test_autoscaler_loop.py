@@ -62,7 +62,7 @@ def test_a_failing_run_is_recorded_and_the_loop_goes_on():
     recorder = Recorder(publisher, AutoscalerMetrics("c", "p"), "p")
     cycle = FlakyCycle(recorder)
     clock = FakeClock()
-    runs = run_forever(cycle, 60, 7, SleepyStop(clock), clock=clock, max_runs=4)
+    runs = run_forever(cycle, 60, 7, SleepyStop(clock), clock=clock, monotonic=clock, max_runs=4)
     assert runs == 4
     assert cycle.runs == [1027, 1087, 1147, 1207]  # on the grid, one per period
     publisher.flush()

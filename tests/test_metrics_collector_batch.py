@@ -14,7 +14,7 @@ from clusterman.batch.metrics_collector import run_forever
 from clusterman.cli.main import main as cli_main
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.kubernetes import KubernetesConnector
-from clusterman.cluster.simulated_scheduler import SimulatedConnector
+from clusterman.cluster.simulated_scheduler import LiveSimulatedConnector
 from clusterman.config import load_main_config
 from clusterman.core.config import MetricType
 from clusterman.core.config import PoolIdentity
@@ -107,7 +107,7 @@ def test_the_loop_keeps_a_fixed_grid_skips_missed_slots_and_survives_failures():
 
     connector = Scripted("ok", ConnectorError("down"), "ok", on_call=run_takes)
     fake.stop.wait = fake.wait
-    run_forever([(GOOD, connector)], InMemoryStore(), 60.0, fake.stop, clock=fake.clock)
+    run_forever([(GOOD, connector)], InMemoryStore(), 60.0, fake.stop, clock=fake.clock, monotonic=fake.clock)
     # started at 1000: run, wait to 1060; a 130 s run (failing) overruns 1120, so the next slot is 1240
     assert connector.calls == [1000.0, 1060.0, 1240.0, 1300.0]
     assert fake.waits == [59.0, 50.0, 59.0, 59.0]
@@ -152,7 +152,7 @@ def test_pools_with_bad_config_are_left_out_and_named(config_dir, caplog):
     main = load_main_config(config_dir / "clusterman.yaml")
     with caplog.at_level(logging.ERROR):
         pools = load_pools(main, "c1", [])
-    assert [(i.pool, type(c)) for i, c in pools] == [("good", SimulatedConnector)]
+    assert [(i.pool, type(c)) for i, c in pools] == [("good", LiveSimulatedConnector)]
     assert "typo.simulated: scaling_limit: unknown key" in caplog.text
     assert "clusters.c1: kubeconfig_path: required for the pool c1/kube.kubernetes" in caplog.text
     assert [i.pool for i, _ in load_pools(main, "c1", ["good.simulated"])] == ["good"]

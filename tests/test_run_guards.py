@@ -189,7 +189,7 @@ def test_the_loop_records_an_overrun_and_writes_the_heartbeat(pools, tmp_path): 
     pool.cycle.run_once = slow_run
     lines, beats = [], []
     runs = run_forever(
-        pool.cycle, 30, 0, SleepyStop(clock), clock=clock, max_runs=2, budget_seconds=30,
+        pool.cycle, 30, 0, SleepyStop(clock), clock=clock, monotonic=clock, max_runs=2, budget_seconds=30,
         heartbeat=beats.append, on_overrun=lines.append,
     )  # fmt: skip
     assert runs == 2 and len(beats) == 2 and beats[0] == 1020.0 + 45
@@ -216,7 +216,17 @@ def test_the_lease_is_renewed_while_waiting_between_runs(pools):  # noqa: F811
     def keep(now):
         renewals.append(now)
 
-    run_forever(pool.cycle, 60, 0, SleepyStop(clock), clock=clock, max_runs=2, keep_lease=keep, lease_seconds=30)
+    run_forever(
+        pool.cycle,
+        60,
+        0,
+        SleepyStop(clock),
+        clock=clock,
+        monotonic=clock,
+        max_runs=2,
+        keep_lease=keep,
+        lease_seconds=30,
+    )
     # every third of the TTL while waiting; the run itself claims the lease at its start
     assert len(renewals) >= 4 and all(b - a <= 10 for a, b in itertools.pairwise(renewals[1:]))
 

@@ -14,6 +14,7 @@ from clusterman.cloud.simulated_group import SimulatedGroup
 from clusterman.cloud.simulated_group import SimulatedMarket
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.simulated_scheduler import DemandTrace
+from clusterman.cluster.simulated_scheduler import LiveSimulatedConnector
 from clusterman.cluster.simulated_scheduler import SimulatedConnector
 from clusterman.cluster.simulated_scheduler import SimulatedScheduler
 from clusterman.cluster.simulated_scheduler import TaskList
@@ -221,6 +222,25 @@ def test_an_external_cloud_view_works_too():
     connector = SimulatedConnector(Fixed(), SimulatedScheduler(join_delay_seconds=30.0))
     assert connector.snapshot(520.0).nodes[0].state is NodeState.ORPHAN  # joins 30 s after launch
     assert connector.snapshot(530.0).nodes[0].state is NodeState.READY
+
+
+def test_a_live_pool_goes_on_when_the_wall_clock_is_stepped_back():
+    """A replay never goes back in time (it is a bug there); a live pool's wall clock can (NTP)."""
+
+    class Fixed:
+        def cloud_view(self, now):
+            g = ResourceGroup("asg-1", 1, 1, kind="asg", node_resources=CPU4)
+            return CloudView((g,), (CloudInstance("i-0abc", "asg-1", 1.0, 500.0, "m5.xlarge", "us-west-2a"),))
+
+    replay = SimulatedConnector(Fixed(), SimulatedScheduler(join_delay_seconds=30.0))
+    replay.snapshot(520.0)
+    with pytest.raises(ValueError, match="time went backwards"):
+        replay.snapshot(510.0)
+    live = LiveSimulatedConnector(Fixed(), SimulatedScheduler(join_delay_seconds=30.0))
+    assert live.snapshot(520.0).nodes[0].state is NodeState.ORPHAN
+    back = live.snapshot(-3000.0)  # an hour back: the pool's own time goes on from 520 ...
+    assert back.taken_at == -3000.0 and back.nodes[0].state is NodeState.ORPHAN  # ... (the wall clock's time)
+    assert live.snapshot(-2990.0).nodes[0].state is NodeState.READY  # 530 in the pool's time: joined
 
 
 # --- first fit, checked against a plain reference implementation ---

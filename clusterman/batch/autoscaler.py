@@ -79,18 +79,26 @@ def run_forever(
     lease_seconds: float = 0.0,
     heartbeat: Callable[[float], None] | None = None,
     on_overrun: Callable[[str], None] = lambda line: None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> int:
     """Run on the grid until ``stop`` is set (or ``max_runs`` runs, when > 0); returns the run count.
+
+    The grid is on the wall ``clock``; waits and run times are measured on ``monotonic``, so a wall
+    clock stepped back (NTP, an operator) neither stretches a wait by the step nor makes a run look
+    long or short: the next run comes within one period of the new time.
 
     ``keep_lease`` is called while waiting: every third of ``lease_seconds`` while it holds the lease,
     every tenth while another holds it (so it takes over soon after the holder stops renewing)."""
     runs = 0
     held = True  # the lease, as the last run found it: a standby retries more often
     while not stop.is_set():
-        _wait(stop, clock, next_run_time(clock(), period_seconds, splay), keep_lease, lease_seconds, held)
+        now = clock()
+        wait = next_run_time(now, period_seconds, splay) - now
+        _wait(stop, clock, monotonic, monotonic() + wait, keep_lease, lease_seconds, held)
         if stop.is_set():
             break
         started = clock()
+        began = monotonic()
         report: RunReport | None = None
         try:
             report = cycle.run_once(started)
@@ -99,19 +107,19 @@ def run_forever(
         except Exception as e:  # a bug in one run must not end the loop: record it and go on
             log.exception("the run at %.0f failed", started)
             cycle.recorder.error(ErrorSource.INTERNAL, "autoscaler", f"run failed: {type(e).__name__}: {e}")
-        finished = clock()
-        cycle.recorder.metrics.observe_run(finished - started)
-        if budget_seconds is not None and finished - started > budget_seconds:
-            on_overrun(_overran(cycle, started, finished - started, budget_seconds, report))
+        took = monotonic() - began
+        cycle.recorder.metrics.observe_run(took)
+        if budget_seconds is not None and took > budget_seconds:
+            on_overrun(_overran(cycle, started, took, budget_seconds, report))
         if heartbeat is not None:
             try:
-                heartbeat(finished)
+                heartbeat(clock())
             except OSError as e:  # the watcher restarts us if this persists: say why
                 log.error("cannot write the heartbeat file: %s", e)
         runs += 1
         if max_runs and runs >= max_runs:
             break
-        if clock() - started < 1:  # never twice in the same grid slot
+        if monotonic() - began < 1:  # never twice in the same grid slot
             stop.wait(1)
     return runs
 
@@ -119,20 +127,22 @@ def run_forever(
 def _wait(
     stop: threading.Event,
     clock: Callable[[], float],
+    monotonic: Callable[[], float],
     until: float,
     keep_lease: Callable[[float], LeaseStatus | None] | None,
     lease_seconds: float,
     held: bool,
 ) -> None:
+    """Until ``monotonic()`` reaches ``until``, renewing the lease meanwhile (``clock``: its time)."""
     while not stop.is_set():
-        left = until - clock()
+        left = until - monotonic()
         if left <= 0:
             return
         if keep_lease is None or lease_seconds <= 0:
             stop.wait(left)
             continue
         every = lease_seconds / (3 if held else 10)
-        if stop.wait(min(left, every)) or clock() >= until:
+        if stop.wait(min(left, every)) or monotonic() >= until:
             return
         try:
             status = keep_lease(clock())
@@ -219,18 +229,19 @@ def main(argv: list[str] | None = None) -> int:
         print(report.line(), flush=True)
         events.listen()
 
-    started_at = time.time()
-    last_beat = Heartbeat(0.0, period)  # none yet: the first run is judged from the start plus the grace
+    started = time.monotonic()
+    finished = Heartbeat(0.0, period)  # monotonic; none yet: the first run is judged from the start plus the grace
 
     def beat(finished_at: float) -> None:
-        nonlocal last_beat
-        last_beat = Heartbeat(finished_at, period, cycle.demand.unanswered())
+        nonlocal finished
+        finished = Heartbeat(time.monotonic(), period)
         if heartbeat_path:
-            last_beat.write(Path(heartbeat_path))
+            Heartbeat(finished_at, period, cycle.demand.unanswered()).write(Path(heartbeat_path))
 
     def run_loop_problem() -> str:
-        """For /healthz where no bootstrap watches (or it is stopped): runs that stopped finishing."""
-        stalled = stalled_for(last_beat, started_at, time.time(), LivenessRules())
+        """For /healthz where no bootstrap watches (or it is stopped): runs that stopped finishing
+        (judged on this process's monotonic clock: a wall clock stepped either way changes nothing)."""
+        stalled = stalled_for(finished, started, time.monotonic(), LivenessRules())
         return "" if stalled is None else f"no run finished for {stalled:.0f} s (runs every {period:g} s): hung"
 
     events.server.health_checks += [run_loop_problem, lambda: watch_problem(os.environ, time.time())]

@@ -140,17 +140,20 @@ def run_forever(
     stop: threading.Event,
     clock: Callable[[], float] = time.time,
     retention: Callable[[float], int] | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> None:
     """Run every ``interval_seconds`` on a fixed grid from the first run; a run that overruns skips
-    the slots it missed rather than bunching runs up. Returns when ``stop`` is set."""
-    next_run = clock()
+    the slots it missed rather than bunching runs up. Returns when ``stop`` is set. The grid is on
+    ``monotonic``: a wall ``clock`` stepped back does not stop the metrics for the length of the step
+    (points carry the wall clock's time)."""
+    next_run = monotonic()
     while not stop.is_set():
         collect_once(pools, store, clock, retention)
         next_run += interval_seconds
-        late = clock() - next_run
+        late = monotonic() - next_run
         if late > 0:
             next_run += math.ceil(late / interval_seconds) * interval_seconds
-        stop.wait(max(0.0, next_run - clock()))
+        stop.wait(max(0.0, next_run - monotonic()))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

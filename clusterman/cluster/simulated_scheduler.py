@@ -18,12 +18,14 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import logging
 import math
 import random
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import replace
 from typing import Protocol
 
 from clusterman.cluster.connector import ClusterConnector
@@ -40,6 +42,8 @@ from clusterman.core.model import PoolSnapshot
 from clusterman.core.model import ResourceGroup
 from clusterman.core.model import Task
 from clusterman.core.resources import Resources
+
+log = logging.getLogger(__name__)
 
 EPSILON = 1e-9
 
@@ -607,3 +611,33 @@ class SimulatedConnector(ClusterConnector):
         ):
             last = self._last = PoolSnapshot(now, nodes, view.groups, pending)
         return last
+
+
+class LiveSimulatedConnector(SimulatedConnector):
+    """A simulated pool in a live process (the local stack, a pool with ``scheduler: simulated``):
+    its time is the wall clock's, but a wall clock stepped back (NTP, an operator) moves the pool's
+    own time on from where it was instead of back, so the pool goes on (a replay's time never goes
+    back: there, a step back is a bug, and ``SimulatedScheduler.step`` says so). Snapshots still
+    carry the wall clock's time, like every other connector's."""
+
+    def __init__(self, cloud: CloudViewSource, scheduler: SimulatedScheduler) -> None:
+        super().__init__(cloud, scheduler)
+        self._ahead = 0.0  # seconds the pool's time runs ahead of the wall clock: the steps back seen
+        self._latest = -math.inf
+
+    def _pool_time(self, now: float) -> float:
+        at = now + self._ahead
+        if at < self._latest:
+            log.warning("the wall clock went back %.0f s: the simulated pool's time goes on from where it was",
+                        self._latest - at)  # fmt: skip
+            self._ahead += self._latest - at
+            at = self._latest
+        self._latest = at
+        return at
+
+    def scheduler_view(self, now: float) -> SchedulerView:
+        return super().scheduler_view(self._pool_time(now))
+
+    def snapshot(self, now: float) -> PoolSnapshot:
+        taken = super().snapshot(self._pool_time(now))
+        return taken if taken.taken_at == now else replace(taken, taken_at=now)

@@ -26,6 +26,7 @@ from clusterman.cluster.kubernetes import KubernetesPool
 from clusterman.cluster.mesos import MesosConnector
 from clusterman.cluster.mesos import MesosPool
 from clusterman.cluster.mesos import master_url
+from clusterman.cluster.simulated_scheduler import LiveSimulatedConnector
 from clusterman.cluster.simulated_scheduler import SimulatedConnector
 from clusterman.cluster.simulated_scheduler import SimulatedScheduler
 from clusterman.cluster.simulated_scheduler import TaskList
@@ -76,7 +77,7 @@ def connector_for_pool(
         mesos = MesosPool(identity.pool, non_batch_framework_prefixes=pool.non_batch_framework_prefixes)
         return MesosConnector(mesos, master_url(fqdn), cloud=cloud, timeout_seconds=timeout_seconds)
     base_dir = pool_config_path(main.cluster_config_directory, identity).parent
-    return simulated_connector(identity, pool, cloud, base_dir=base_dir)
+    return simulated_connector(identity, pool, cloud, base_dir=base_dir, live=True)
 
 
 def simulated_connector(
@@ -88,10 +89,12 @@ def simulated_connector(
     source: str = "pool config",
     workload: Workload | None = None,
     base_dir: Path = Path("."),
+    live: bool = False,
 ) -> SimulatedConnector:
     """A simulated pool: its own ``simulated`` groups from the ``simulation`` block (on ``clock``)
     unless ``cloud`` is given, and a scheduler running the block's ``tasks``, its ``trace`` (paths
-    relative to ``base_dir``, the pool file's directory), and ``workload``."""
+    relative to ``base_dir``, the pool file's directory), and ``workload``. ``live``: in a running
+    autoscaler or collector, whose wall clock can be stepped back (a replay's time never is)."""
     sim = pool.simulation
     if cloud is None:
         cloud = GroupsCloudView(groups_from_config(identity, pool, clock, source))
@@ -116,7 +119,7 @@ def simulated_connector(
         initial_nodes_joined=True,
         placement=sim.placement,
     )
-    return SimulatedConnector(cloud, scheduler)
+    return (LiveSimulatedConnector if live else SimulatedConnector)(cloud, scheduler)
 
 
 def market_allocatable(

@@ -158,7 +158,7 @@ class Cycle:
         keeper: StateKeeper | None = None,
         lease: PoolLease | None = None,
         budget_seconds: float | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.connector = connector
         self.cloud = cloud
@@ -178,7 +178,7 @@ class Cycle:
         self._was_paused = False
         self.lease = lease
         self.budget_seconds = budget_seconds
-        self.clock = clock  # only to measure how old a run's inputs are; decisions use ``now``
+        self.clock = clock  # only to measure how old a run's inputs are (monotonic); decisions use ``now``
         self._joined_before: NodeSets | None = None  # the last snapshot's node sets, for its joined ids
         self._last_target: float | None = None
 
