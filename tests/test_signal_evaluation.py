@@ -194,10 +194,17 @@ def test_without_a_share_each_signal_has_its_own_limits(store):
 def test_apps_whose_runners_do_not_answer_are_remembered_until_they_answer(store):
     timed_out = SignalTimeout("signal ns.S (app a): timed out")
     clients = {"__default__": FakeClient(ResourceRequest(cpus=4)), "a": FakeClient(timed_out)}
-    evaluator = SignalEvaluator(IDENT, spec("__default__", "Default"), [spec("a")], lambda s: clients[s.app])
+    elapsed = [0.0]  # the monotonic clock
+    evaluator = SignalEvaluator(
+        IDENT, spec("__default__", "Default"), [spec("a")], lambda s: clients[s.app], monotonic=lambda: elapsed[0]
+    )
     evaluator.evaluate(store, 3600)
+    elapsed[0] = 60.0
     evaluator.evaluate(store, 3660)
     assert evaluator.unanswered == {"a": (3600, 3660)}  # the first and the last run it did not answer
+    elapsed[0] = 120.0
+    evaluator.evaluate(store, 20)  # the wall clock stepped back an hour: silent for 120 s all the same
+    assert evaluator.unanswered == {"a": (-100, 20)}
     clients["a"].answer = ResourceRequest(cpus=1)
     evaluator.evaluate(store, 3720)
     assert evaluator.unanswered == {}

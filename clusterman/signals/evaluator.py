@@ -92,6 +92,7 @@ class SignalEvaluator:
         apps: Sequence[SignalSpec],
         client_factory: ClientFactory | None = None,
         signal_seconds: float | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """``signal_seconds``: all the signals of one run together (None: each call its own limits)."""
         self.identity = identity
@@ -101,8 +102,13 @@ class SignalEvaluator:
         self._clients: dict[str, Signal] = {}
         self.failures: Counter[str] = Counter()
         self.signal_seconds = signal_seconds
-        # app -> (the first, the last) run in which its runner did not answer in time, since it last did
+        # app -> (since when, the last run in which) its runner did not answer in time, since it last
+        # did. "Since when" is the current run's time less how long it has been silent, measured on
+        # ``monotonic``: after a wall clock stepped back it is not left in the future (the bootstrap
+        # would let a hung runner be for the length of the step)
         self.unanswered: dict[str, tuple[int, int]] = {}
+        self._silent_since: dict[str, float] = {}  # app -> monotonic
+        self.monotonic = monotonic
 
     def _make_client(self, spec: SignalSpec) -> SignalClient:
         return SignalClient(spec.address, self.identity.cluster, self.identity.pool, spec.config.parameters)
@@ -128,10 +134,11 @@ class SignalEvaluator:
         try:
             request = self._client(spec).evaluate(metrics, now, timeout=timeout)
         except SignalTimeout:
-            since, _ = self.unanswered.get(spec.app, (now, now))
-            self.unanswered[spec.app] = (since, now)
+            first = self._silent_since.setdefault(spec.app, self.monotonic())
+            self.unanswered[spec.app] = (now - round(self.monotonic() - first), now)
             raise
         self.unanswered.pop(spec.app, None)
+        self._silent_since.pop(spec.app, None)
         return Evaluation(spec.app, request, f"{spec.namespace}.{spec.name}", time.monotonic() - started)
 
     def evaluate(self, store: MetricsStore, now: int) -> list[Evaluation]:
