@@ -4,6 +4,7 @@ from clusterman.tree.liveness import WATCH_ENV
 from clusterman.tree.liveness import Heartbeat
 from clusterman.tree.liveness import LivenessRules
 from clusterman.tree.liveness import crash_loop
+from clusterman.tree.liveness import on_monotonic
 from clusterman.tree.liveness import runner_unanswered_for
 from clusterman.tree.liveness import stalled_for
 from clusterman.tree.liveness import watch_problem
@@ -81,3 +82,29 @@ def test_the_watch_file_says_when_the_bootstrap_last_looked_at_the_tree(tmp_path
         "the bootstrap has not looked at the tree for 36 s (polls every 10 s): stopped or hung"
     )
     write_watch(tmp_path / "no-such-dir" / "watch.json", 100.0, 10.0)  # logged, never raised
+
+
+def test_a_stall_is_judged_on_the_monotonic_clock_when_the_heartbeat_gives_it(tmp_path):
+    """The wall clock stepped an hour forward after the last run (NTP, an operator): the wall-clock
+    rule sees an hour without a run; the monotonic one, the 30 s there were."""
+    path = tmp_path / "beat.json"
+    Heartbeat(1000.0, 60.0, pid=42, monotonic=500.0).write(path)
+    beat = Heartbeat.read(path)
+    assert beat == Heartbeat(1000.0, 60.0, pid=42, monotonic=500.0)
+    assert stalled_for(beat, started_at=900.0, now=1000.0 + 3600 + 30, rules=RULES) == 3630  # the wall rule
+    assert stalled_for(on_monotonic(beat, 42), started_at=400.0, now=530.0, rules=RULES) is None
+    assert stalled_for(on_monotonic(beat, 42), started_at=400.0, now=681.0, rules=RULES) == 181
+    # another process's heartbeat (the one before a restart): from when this one was seen, plus the grace
+    assert stalled_for(on_monotonic(beat, 43), started_at=600.0, now=600.0 + 60 + 180, rules=RULES) is None
+    assert stalled_for(on_monotonic(beat, 43), started_at=600.0, now=600.0 + 60 + 181, rules=RULES) == 241
+    path.write_text(json.dumps({"finished_at": 5, "period_seconds": 60}))  # an older autoscaler's
+    assert Heartbeat.read(path) == Heartbeat(5.0, 60.0)  # pid 0: judged on the wall clock
+
+
+def test_the_watch_file_is_judged_on_the_monotonic_clock_when_both_sides_give_it(tmp_path):
+    path = tmp_path / "watch.json"
+    env = {WATCH_ENV: str(path)}
+    write_watch(path, 100.0, 10.0, monotonic=7.0)
+    assert watch_problem(env, 100.0 + 3600, monotonic_now=8.0) == ""  # the wall clock stepped: a second ago
+    assert "for 36 s" in watch_problem(env, 100.0, monotonic_now=43.0)  # stopped, whatever the wall clock says
+    assert watch_problem(env, 100.0 + 3600) != ""  # a reader without the monotonic time: the wall rule

@@ -10,8 +10,8 @@ Only the holder of the pool's lease acts (``clusterman.state.lease``): the loop 
 waits between runs, so a loop that dies or hangs loses it within one TTL and another autoscaler
 takes over. A run longer than its budget (default: the period) is an event and a metric, and
 never acts on a snapshot older than the budget. With ``$CMAN_HEARTBEAT_FILE`` set, the file is
-replaced after every finished run with ``{"finished_at": <unix s>, "period_seconds": <s>}``,
-for the bootstrap to notice a loop that stopped finishing runs.
+replaced after every finished run (``clusterman.tree.liveness.Heartbeat``), for the bootstrap to
+notice a loop that stopped finishing runs.
 """
 
 from __future__ import annotations
@@ -236,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         nonlocal finished
         finished = Heartbeat(time.monotonic(), period)
         if heartbeat_path:
-            Heartbeat(finished_at, period, cycle.demand.unanswered()).write(Path(heartbeat_path))
+            Heartbeat(finished_at, period, cycle.demand.unanswered(), os.getpid(), finished.finished_at).write(
+                Path(heartbeat_path)
+            )
 
     def run_loop_problem() -> str:
         """For /healthz where no bootstrap watches (or it is stopped): runs that stopped finishing
@@ -244,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         stalled = stalled_for(finished, started, time.monotonic(), LivenessRules())
         return "" if stalled is None else f"no run finished for {stalled:.0f} s (runs every {period:g} s): hung"
 
-    events.server.health_checks += [run_loop_problem, lambda: watch_problem(os.environ, time.time())]
+    events.server.health_checks += [run_loop_problem, lambda: watch_problem(os.environ, time.time(), time.monotonic())]
     events.start()
     follow_tree(os.environ, events.recorder, events.metrics, stop)  # config outcomes and fallbacks from the bootstrap
     log.info(

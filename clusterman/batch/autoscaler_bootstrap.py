@@ -445,10 +445,10 @@ class Bootstrap:
         retry_at = math.inf  # when a change refused for a failed fetch (S3 down, say) is tried again
         baseline = current.baseline
         watched = [Path(p) for p, _ in baseline]
-        write_watch(paths.watch, time.time(), self.settings.poll_interval)
+        write_watch(paths.watch, time.time(), self.settings.poll_interval, time.monotonic())
         while not self.stop_event.wait(self.settings.poll_interval):
             tree.check()
-            write_watch(paths.watch, time.time(), self.settings.poll_interval)
+            write_watch(paths.watch, time.time(), self.settings.poll_interval, time.monotonic())
             self._note_health(tree, current)
             now = fingerprint(watched)
             if now == baseline or (now == rejected and time.monotonic() < retry_at):

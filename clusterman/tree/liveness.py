@@ -5,7 +5,9 @@ scales nothing; one that fails after ``startsecs`` is restarted forever without 
 The bootstrap reads two small files and asks these rules:
 
 - the heartbeat ``$CMAN_HEARTBEAT_FILE``, which the autoscaler rewrites (atomically) after every
-  finished run: ``{"finished_at": <unix seconds>, "period_seconds": <seconds>}``, and
+  finished run: ``{"finished_at": <unix seconds>, "period_seconds": <seconds>, "pid": <its pid>,
+  "monotonic": <the host's CLOCK_MONOTONIC, seconds>}`` (the last two are what a stall is judged
+  by: one clock for every process of the host, which no step of the wall clock moves), and
   ``"unanswered": {<app>: {"since": <unix s>, "last": <unix s>}}`` for the signals whose runners
   did not answer in time, in the first and the last run since they last did (stopped, hung in
   the signal's code: supervisord sees them RUNNING);
@@ -13,7 +15,7 @@ The bootstrap reads two small files and asks these rules:
   (``clusterman.tree.parent_death``).
 
 The other way round, the bootstrap rewrites ``$CMAN_TREE_WATCH_FILE`` after each look at the tree
-(``{"at": <unix s>, "poll_seconds": <s>}``), and the autoscaler's ``/healthz`` judges it: nothing in
+(``{"at": <unix s>, "poll_seconds": <s>, "monotonic": <s>}``), and the autoscaler's ``/healthz`` judges it: nothing in
 the tree can restart a stopped bootstrap, but the pod's liveness probe can.
 """
 
@@ -25,6 +27,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import replace
 from pathlib import Path
 
 from clusterman.tree.status import write_atomically
@@ -37,6 +40,8 @@ class Heartbeat:
     finished_at: float  # unix seconds: the end of the last finished run
     period_seconds: float  # the autoscaler's run period
     unanswered: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # app -> (since, last), unix s
+    pid: int = 0  # the writer; 0: an older autoscaler, which wrote neither this nor ``monotonic``
+    monotonic: float = 0.0  # the end of the last run on the host's CLOCK_MONOTONIC (seconds)
 
     @staticmethod
     def read(path: Path) -> Heartbeat | None:
@@ -48,16 +53,21 @@ class Heartbeat:
                 float(data["finished_at"]),
                 float(data["period_seconds"]),
                 {str(app): (float(v["since"]), float(v["last"])) for app, v in unanswered.items()},
+                int(data.get("pid", 0)),
+                float(data.get("monotonic", 0.0)),
             )
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None
-        if not (math.isfinite(beat.finished_at) and math.isfinite(beat.period_seconds) and beat.period_seconds > 0):
+        times = (beat.finished_at, beat.period_seconds, beat.monotonic)
+        if not (all(map(math.isfinite, times)) and beat.period_seconds > 0):
             return None
         return beat
 
     def write(self, path: Path) -> None:
         """Replace ``path`` in one step: a reader never sees half a file."""
         beat: dict[str, object] = {"finished_at": self.finished_at, "period_seconds": self.period_seconds}
+        if self.pid:
+            beat.update(pid=self.pid, monotonic=self.monotonic)
         if self.unanswered:
             beat["unanswered"] = {app: {"since": since, "last": last} for app, (since, last) in self.unanswered.items()}
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,6 +95,15 @@ def stalled_for(beat: Heartbeat | None, started_at: float, now: float, rules: Li
     if now - since <= rules.stale_periods * beat.period_seconds:
         return None
     return now - max(beat.finished_at, started_at)
+
+
+def on_monotonic(beat: Heartbeat, pid: int) -> Heartbeat:
+    """``beat`` for ``stalled_for`` on the host's monotonic clock, as judged for the process ``pid``:
+    its own last run, or none yet (another process's heartbeat, an older autoscaler's without times
+    of that clock). The heartbeat's wall-clock time would be wrong by any step of the wall clock
+    (NTP, an operator) until the next run: a step forward of an hour made the last run look an hour
+    old, and the autoscaler was restarted as if stalled."""
+    return replace(beat, finished_at=beat.monotonic if beat.pid == pid else -math.inf)
 
 
 def crash_loop(starts: list[float], now: float, rules: LivenessRules) -> int:
@@ -115,27 +134,34 @@ WATCH_ENV = "CMAN_TREE_WATCH_FILE"
 WATCH_MARGIN_SECONDS = 5.0  # on top of 3 polls: a busy host
 
 
-def write_watch(path: Path, at: float, poll_seconds: float) -> None:
-    """The bootstrap, after each look at the tree: proof that something still watches it."""
+def write_watch(path: Path, at: float, poll_seconds: float, monotonic: float = math.nan) -> None:
+    """The bootstrap, after each look at the tree: proof that something still watches it (``at`` on
+    the wall clock, for people; ``monotonic`` on the host's, for ``watch_problem``)."""
+    watch = {"at": at, "poll_seconds": poll_seconds}
+    if math.isfinite(monotonic):
+        watch["monotonic"] = monotonic
     try:
-        write_atomically(path, json.dumps({"at": at, "poll_seconds": poll_seconds}))
+        write_atomically(path, json.dumps(watch))
     except OSError as e:  # the autoscaler's /healthz then says so: not a reason to stop watching
         log.warning("cannot write %s: %s", path, e)
 
 
-def watch_problem(env: Mapping[str, str], now: float) -> str:
+def watch_problem(env: Mapping[str, str], now: float, monotonic_now: float = math.nan) -> str:
     """For the autoscaler's /healthz: why the bootstrap no longer watches the tree ("" when it does,
     or when there is no bootstrap). A stopped (SIGSTOP) or hung bootstrap restarts no stalled
-    autoscaler or runner and applies no edit, while the tree it leaves running looks healthy."""
+    autoscaler or runner and applies no edit, while the tree it leaves running looks healthy.
+    Judged on the host's monotonic clock when both sides give it (a stepped wall clock made the
+    last look seem an hour old, or new), else on the wall clock."""
     path = env.get(WATCH_ENV)
     if not path:
         return ""
     try:
         data = json.loads(Path(path).read_text())
         at, poll = float(data["at"]), float(data["poll_seconds"])
+        looked = float(data.get("monotonic", math.nan))
     except (OSError, ValueError, TypeError, KeyError):
         return ""  # not written yet, or not one the bootstrap wrote: not judged
-    late = now - at
+    late = monotonic_now - looked if math.isfinite(looked) and math.isfinite(monotonic_now) else now - at
     if late <= 3 * poll + WATCH_MARGIN_SECONDS:
         return ""
     return f"the bootstrap has not looked at the tree for {late:.0f} s (polls every {poll:g} s): stopped or hung"

@@ -27,6 +27,7 @@ from clusterman.tree.environment import TreePlan
 from clusterman.tree.liveness import Heartbeat
 from clusterman.tree.liveness import LivenessRules
 from clusterman.tree.liveness import crash_loop
+from clusterman.tree.liveness import on_monotonic
 from clusterman.tree.liveness import runner_unanswered_for
 from clusterman.tree.liveness import stalled_for
 from clusterman.tree.parent_death import read_starts
@@ -99,6 +100,7 @@ class ProcessTree:
         heartbeat: Path | None = None,
         rules: LivenessRules = DEFAULT_RULES,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.supervisor = supervisor
         self.plan = plan
@@ -108,11 +110,14 @@ class ProcessTree:
         self.heartbeat = heartbeat
         self.rules = rules
         self.clock = clock
+        self.monotonic = monotonic
+        self._seen = (0, 0.0)  # the autoscaler's pid and when a look first saw it (monotonic)
         self.starts = starts_file(supervisor.private_dir, "autoscaler")
         self.killed: set[int] = set()  # stalled autoscaler and runner pids already killed (supervisord may lag)
         # supervisord's process name -> the signal it runs (``numprocs``, in the plan's order)
         self.runners = {f"{SIGNALS_GROUP}_{n}": s for n, s in enumerate(plan.signals)}
         self.started_at = math.inf  # wall clock when start() began: runs finished before are not this tree's
+        self.started_monotonic = math.inf  # the same on the monotonic clock
 
     def _wait(self, seconds: float) -> None:
         if self.stop_event.wait(seconds):
@@ -126,7 +131,7 @@ class ProcessTree:
 
     def start(self) -> None:
         started = time.monotonic()
-        self.started_at = self.clock()
+        self.started_at, self.started_monotonic = self.clock(), self.monotonic()
         self.starts.unlink(missing_ok=True)  # a crash loop is counted per tree
         self.supervisor.start(self.timeouts.supervisor)
         self.supervisor.start_group(SIGNALS_GROUP)
@@ -198,7 +203,13 @@ class ProcessTree:
             )
         if beat is None or status.state != "RUNNING" or status.pid in self.killed:
             return
-        stalled = stalled_for(beat, status.start, now, self.rules)
+        if beat.pid:  # on the monotonic clock, from when a look first saw this process (a poll late at most)
+            mono = self.monotonic()
+            if self._seen[0] != status.pid:
+                self._seen = (status.pid, mono)
+            stalled = stalled_for(on_monotonic(beat, status.pid), self._seen[1], mono, self.rules)
+        else:  # an older autoscaler's heartbeat: on the wall clock
+            stalled = stalled_for(beat, status.start, now, self.rules)
         if stalled is not None:
             log.error(
                 "the autoscaler (pid %d) has not finished a run for %.0f s (over %g periods of %g s): restarting it",
@@ -232,7 +243,9 @@ class ProcessTree:
     def has_finished_a_run(self) -> bool:
         """Whether the autoscaler of this tree finished a run (its heartbeat is newer than the tree)."""
         beat = Heartbeat.read(self.heartbeat) if self.heartbeat is not None else None
-        return beat is not None and beat.finished_at >= self.started_at
+        if beat is None:
+            return False
+        return beat.monotonic >= self.started_monotonic if beat.pid else beat.finished_at >= self.started_at
 
     def stop(self) -> None:
         self.supervisor.stop(self.timeouts.stop)

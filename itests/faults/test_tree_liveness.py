@@ -71,6 +71,33 @@ def test_a_stopped_autoscaler_is_restarted_after_n_periods(tmp_path, moto_server
         bootstrap.kill()
 
 
+@pytest.mark.parametrize("step", [3600, -3600], ids=["forward", "back"])
+def test_a_stepped_wall_clock_is_no_stall(tmp_path, moto_server, signal_versions, step):
+    """After a step of the wall clock the heartbeat's wall time is off by the step until the next run,
+    and, for a process whose clock disagrees with the bootstrap's, for good: here the stand-in's
+    heartbeat says every run finished an hour before (or after) it did. Stalls are judged on the
+    host's monotonic clock, which the heartbeat also gives: the working autoscaler is left alone,
+    and a stopped one is still restarted. Before, the wall clock's hour made it look stalled: it
+    was restarted every few periods."""
+    config = tree_config(tmp_path, moto_server, signal_versions, versions=("v1",))
+    config.write_main(signal_block(unique_name(), "v1"))
+    config.write_pool({})
+    liveness = ("--stale-periods", "3", "--start-grace", "2")
+    args = f"--period 0.5 --wall-offset {-step}"
+    bootstrap = Bootstrap(config, tmp_path, liveness, cman_args=args, autoscaler=STAND_IN)
+    try:
+        first = bootstrap.wait_for_run(lambda r: True, timeout=60)
+        bootstrap.wait_for_run(lambda r: r["time"] > first["time"] + 2 + 6 * 0.5)  # past the grace and 6 periods
+        assert "has not finished a run for" not in bootstrap.stderr, bootstrap.stderr[-2000:]
+        assert first["pid"] in bootstrap.tree_pids()
+        os.kill(first["pid"], signal.SIGSTOP)
+        back = bootstrap.wait_for_run(lambda r: r["pid"] != first["pid"], timeout=60)
+        assert bootstrap.stderr.count("has not finished a run for") == 1
+        assert back["pid"] in bootstrap.tree_pids()
+    finally:
+        bootstrap.kill()
+
+
 def test_a_stopped_bootstrap_is_seen_by_the_autoscalers_healthz(tmp_path, moto_server, signal_versions):
     """A SIGSTOPped bootstrap restarts no stalled autoscaler or runner and applies no edit, while the
     tree it leaves running looked healthy to every probe. Now it writes when it last looked at the
