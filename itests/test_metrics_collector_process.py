@@ -147,6 +147,48 @@ def test_a_wall_clock_stepped_back_does_not_stop_the_loop(tmp_path):
     assert len(runs) == 2 and max(runs.values()) < 5, f"runs after the step (seconds after it): {runs}"
 
 
+def test_a_stopped_collector_fails_its_liveness_probe_and_passes_again_when_continued(tmp_path):
+    """Nothing restarted a SIGSTOPped or hung collector: the autoscaler saw its metrics go stale and
+    held every scale-down, for good. With ``--heartbeat-file`` a liveness probe (``--check-heartbeat``,
+    the same program) fails once no run finished for 3 intervals, so the collector's supervisor (a
+    Kubernetes liveness probe) restarts it."""
+    config = write_config(tmp_path, "/nonexistent", interval=1)
+    beat = tmp_path / "collector.heartbeat"
+    proc = subprocess.Popen(
+        collector(config, "--cluster", "sim", "--store", "memory", "--heartbeat-file", str(beat)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def probe():
+        return subprocess.run(collector(config, "--check-heartbeat", str(beat)), capture_output=True, text=True)
+
+    try:
+        deadline = time.monotonic() + 30
+        while not beat.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert probe().returncode == 0
+        os.kill(proc.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        while (failed := probe()).returncode == 0 and time.monotonic() < stopped + 30:
+            time.sleep(0.2)
+        noticed = time.monotonic() - stopped
+        assert failed.returncode == 1
+        assert "no run finished for" in failed.stderr and "(runs every 1 s): stopped or hung" in failed.stderr
+        # 3 intervals from the last run, which was up to an interval before the stop
+        assert 2 <= noticed < 6, f"the probe failed {noticed:.1f} s after SIGSTOP (interval 1 s, 3 intervals)"
+        os.kill(proc.pid, signal.SIGCONT)
+        continued = time.monotonic()
+        while probe().returncode != 0 and time.monotonic() < continued + 30:
+            time.sleep(0.2)
+        assert probe().returncode == 0
+        print(f"probe failed {noticed:.1f} s after SIGSTOP, passed {time.monotonic() - continued:.1f} s after SIGCONT")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_configured_sqlite_store_is_what_signals_read(tmp_path):
     """The default --store is srv-configs' metrics backend: the points land where signals read them."""
     with recorded_api() as api:

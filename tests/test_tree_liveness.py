@@ -4,6 +4,7 @@ from clusterman.tree.liveness import WATCH_ENV
 from clusterman.tree.liveness import Heartbeat
 from clusterman.tree.liveness import LivenessRules
 from clusterman.tree.liveness import crash_loop
+from clusterman.tree.liveness import heartbeat_problem
 from clusterman.tree.liveness import on_monotonic
 from clusterman.tree.liveness import runner_unanswered_for
 from clusterman.tree.liveness import stalled_for
@@ -108,3 +109,16 @@ def test_the_watch_file_is_judged_on_the_monotonic_clock_when_both_sides_give_it
     assert watch_problem(env, 100.0 + 3600, monotonic_now=8.0) == ""  # the wall clock stepped: a second ago
     assert "for 36 s" in watch_problem(env, 100.0, monotonic_now=43.0)  # stopped, whatever the wall clock says
     assert watch_problem(env, 100.0 + 3600) != ""  # a reader without the monotonic time: the wall rule
+
+
+def test_a_probe_judges_a_loops_heartbeat_on_the_monotonic_clock(tmp_path):
+    path = tmp_path / "beat.json"
+    assert heartbeat_problem(path, 0.0, 0.0, RULES) == f"no heartbeat in {path}: not started yet, or not writing it"
+    Heartbeat(1000.0, 60.0, pid=7, monotonic=500.0).write(path)
+    assert heartbeat_problem(path, 1000.0 + 3600, 680.0, RULES) == ""  # the wall clock stepped: 3 periods on
+    assert heartbeat_problem(path, 1000.0, 681.0, RULES) == (
+        "no run finished for 181 s (runs every 60 s): stopped or hung"
+    )
+    Heartbeat(1000.0, 60.0).write(path)  # an older writer's: the wall clock
+    assert heartbeat_problem(path, 1180.0, 0.0, RULES) == ""
+    assert "181 s" in heartbeat_problem(path, 1181.0, 0.0, RULES)

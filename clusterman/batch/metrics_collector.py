@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
+from pathlib import Path
 
 from clusterman.batch.stopping import stop_on_signals
 from clusterman.cloud.view import GroupsCloudView
@@ -54,6 +55,9 @@ from clusterman.manager.budget import scheduler_timeout
 from clusterman.manager.connectors import connector_for_pool
 from clusterman.manager.setup import PoolSetup
 from clusterman.manager.wiring import cloud_for
+from clusterman.tree.liveness import Heartbeat
+from clusterman.tree.liveness import LivenessRules
+from clusterman.tree.liveness import heartbeat_problem
 
 log = logging.getLogger(__name__)
 
@@ -141,14 +145,17 @@ def run_forever(
     clock: Callable[[], float] = time.time,
     retention: Callable[[float], int] | None = None,
     monotonic: Callable[[], float] = time.monotonic,
+    heartbeat: Callable[[float], None] = lambda finished_at: None,
 ) -> None:
     """Run every ``interval_seconds`` on a fixed grid from the first run; a run that overruns skips
     the slots it missed rather than bunching runs up. Returns when ``stop`` is set. The grid is on
     ``monotonic``: a wall ``clock`` stepped back does not stop the metrics for the length of the step
-    (points carry the wall clock's time)."""
+    (points carry the wall clock's time). ``heartbeat`` is called after every run, failed or not: the
+    loop goes on (a restart would not reach an API that does not answer)."""
     next_run = monotonic()
     while not stop.is_set():
         collect_once(pools, store, clock, retention)
+        heartbeat(clock())
         next_run += interval_seconds
         late = monotonic() - next_run
         if late > 0:
@@ -168,6 +175,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="collect only this pool (repeatable; default: every pool file of the cluster)",
     )
     parser.add_argument("--once", action="store_true", help="run once and exit (status 1 if a pool failed)")
+    parser.add_argument(
+        "--heartbeat-file",
+        metavar="PATH",
+        help="rewrite PATH after every run, for --check-heartbeat (a liveness probe) to judge",
+    )
+    parser.add_argument(
+        "--check-heartbeat",
+        metavar="PATH",
+        help="only check the heartbeat a collector on this host writes to PATH: exit 1, saying why, "
+        f"when no run finished for {LivenessRules().stale_periods:g} intervals (stopped or hung), else 0",
+    )
     parser.add_argument(
         "--store",
         default=DEFAULT_STORE,
@@ -202,7 +220,16 @@ def load_pools(main: MainConfig, cluster: str, wanted: Sequence[str], directory:
     return pools
 
 
+def check_heartbeat(path: Path) -> int:
+    problem = heartbeat_problem(path, time.time(), time.monotonic(), LivenessRules())
+    if problem:
+        print(f"metrics_collector: {problem}", file=sys.stderr)
+    return 1 if problem else 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.check_heartbeat:
+        return check_heartbeat(Path(args.check_heartbeat))
     if not args.cluster:
         raise ConfigError("--cluster", "", "required (or set $CMAN_CLUSTER)")
     main = load_main_config(args.env_config_path)
@@ -215,12 +242,24 @@ def run(args: argparse.Namespace) -> int:
         if args.once:
             return 1 if collect_once(pools, store, retention=retention) else 0
         stop = stop_on_signals(log, "stopping after this run")
-        run_forever(pools, store, main.batches.cluster_metrics.run_interval_seconds, stop, retention=retention)
+        interval = main.batches.cluster_metrics.run_interval_seconds
+        beat = _heartbeat_writer(Path(args.heartbeat_file), interval) if args.heartbeat_file else lambda at: None
+        run_forever(pools, store, interval, stop, retention=retention, heartbeat=beat)
         return 0
     finally:
         for _, connector in pools:
             connector.close()
         store.close()
+
+
+def _heartbeat_writer(path: Path, interval_seconds: float) -> Callable[[float], None]:
+    def beat(finished_at: float) -> None:
+        try:
+            Heartbeat(finished_at, interval_seconds, pid=os.getpid(), monotonic=time.monotonic()).write(path)
+        except OSError as e:  # the probe then says the loop stopped: say why here
+            log.error("cannot write the heartbeat file: %s", e)
+
+    return beat
 
 
 def build_parser() -> argparse.ArgumentParser:

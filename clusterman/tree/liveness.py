@@ -106,6 +106,23 @@ def on_monotonic(beat: Heartbeat, pid: int) -> Heartbeat:
     return replace(beat, finished_at=beat.monotonic if beat.pid == pid else -math.inf)
 
 
+def heartbeat_problem(path: Path, now: float, monotonic_now: float, rules: LivenessRules) -> str:
+    """For an exec liveness probe of a loop that writes a heartbeat after every run (the metrics
+    collector's ``--check-heartbeat``): why it counts as stopped or hung, "" when it does not. Judged
+    on the host's monotonic clock when the heartbeat gives it (the probe runs on the loop's host),
+    else on the wall clock."""
+    beat = Heartbeat.read(path)
+    if beat is None:
+        return f"no heartbeat in {path}: not started yet, or not writing it"
+    if beat.pid:
+        stalled = stalled_for(on_monotonic(beat, beat.pid), -math.inf, monotonic_now, rules)
+    else:
+        stalled = stalled_for(beat, -math.inf, now, rules)
+    if stalled is None:
+        return ""
+    return f"no run finished for {stalled:.0f} s (runs every {beat.period_seconds:g} s): stopped or hung"
+
+
 def crash_loop(starts: list[float], now: float, rules: LivenessRules) -> int:
     """How many starts fell in the window when they are a crash loop, else 0."""
     recent = [t for t in starts if now - rules.crash_window_seconds <= t <= now + 1]
