@@ -8,7 +8,8 @@ connection makes room (never one inside an evaluation; with all of them busy the
 refused). Per connection: an unframed init JSON object, then any number of
 evaluations, each a 4-byte length, ACK, the metrics JSON, ACK (or NACK when it is malformed), and
 the JSON reply. A signal that cannot be loaded, or whose ``value()`` raises, is answered with
-``{"Error": ...}``; a ``value()`` that runs past ``--max-eval-seconds`` makes the process exit, so
+``{"Error": ...}`` (one that could not be imported is imported again, at most every
+``--reload-seconds``); a ``value()`` that runs past ``--max-eval-seconds`` makes the process exit, so
 that its supervisor restarts it. ``value()`` calls are serialised: signals need not be thread-safe.
 """
 
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import logging
+import math
 import os
 import signal as signals
 import socket
@@ -87,6 +90,7 @@ class Limits:
     max_clients: int = 16
     max_payload_bytes: int = MAX_PAYLOAD_BYTES
     max_eval_seconds: float = 300.0
+    reload_seconds: float = 30.0  # a signal that could not be imported is tried again at most this often
 
 
 class Runner:
@@ -112,6 +116,8 @@ class Runner:
         # connection -> (monotonic time it became idle, or None while it is inside an evaluation)
         self._clients: dict[socket.socket, float | None] = {}
         self.signal_class: type[BaseSignal] | SignalFailure = SignalFailure("not loaded")
+        self._loading = threading.Lock()
+        self._loaded_at = -math.inf  # monotonic: the last try
 
     def listen(self) -> socket.socket:
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -126,11 +132,35 @@ class Runner:
         return server
 
     def load(self) -> None:
+        self._loaded_at = time.monotonic()
         try:
             self.signal_class = load_signal_class(self.namespace, self.name)
         except SignalFailure as e:
-            log.error("%s: %s (every evaluation will be answered with this error)", self.label, e)
+            log.error(
+                "%s: %s (evaluations are answered with this error; tried again every %g s)",
+                self.label, e, self.limits.reload_seconds,
+            )  # fmt: skip
             self.signal_class = e
+
+    def retry_load(self, init: Any) -> BaseSignal | SignalFailure:
+        """For a connection whose signal could not be imported: import it again, at most every
+        ``reload_seconds`` over all connections. What the signal's module needs at import (a file,
+        a service) may be there now, and nothing else would bring it back: the runner answers, so
+        no watch restarts it, and the pool's app stayed on errors."""
+        with self._loading:
+            if isinstance(self.signal_class, SignalFailure):
+                if time.monotonic() - self._loaded_at < self.limits.reload_seconds:
+                    return self.signal_class
+                importlib.invalidate_caches()  # a module file that appeared since is found
+                self.load()
+                if isinstance(self.signal_class, SignalFailure):
+                    return self.signal_class
+                log.info("%s: imported on a later try", self.label)
+        try:
+            return build_signal(self.signal_class, init)
+        except SignalFailure as e:
+            log.error("%s: %s", self.label, e)
+            return e
 
     def serve_forever(self, server: socket.socket) -> None:
         self.load()
@@ -196,6 +226,7 @@ class Runner:
             stream.send(NACK, stall)
             return
         signal: BaseSignal | SignalFailure
+        unloaded = isinstance(self.signal_class, SignalFailure)  # not imported: tried again (retry_load)
         try:
             if isinstance(self.signal_class, SignalFailure):
                 raise self.signal_class
@@ -230,6 +261,8 @@ class Runner:
             finally:
                 del data
             stream.send(ACK, stall)
+            if unloaded and isinstance(signal, SignalFailure):
+                signal = self.retry_load(init)
             reply = self.evaluate(signal, metrics, timestamp)
             stream.send(dumps(reply), stall)
             del metrics  # freeing a large window takes a while: after the reply, not before it
@@ -278,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--init-seconds", type=float, default=10.0, help="drop a client sending no init by then")
     parser.add_argument("--stall-seconds", type=float, default=30.0, help="drop a client stalled inside a message")
     parser.add_argument("--idle-seconds", type=float, default=900.0, help="drop a client idle between evaluations")
+    parser.add_argument(
+        "--reload-seconds", type=float, default=30.0, help="import a signal that failed to import again this often"
+    )
     parser.add_argument("--log-level", default=os.environ.get("CMAN_SIGNAL_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
@@ -288,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         uids = allowed_uids_from_env(os.environ, args.allowed_uids)
         limits = Limits(
             args.init_seconds, args.stall_seconds, args.idle_seconds, max(1, args.max_clients),
-            max_eval_seconds=args.max_eval_seconds,
+            max_eval_seconds=args.max_eval_seconds, reload_seconds=args.reload_seconds,
         )  # fmt: skip
         runner = Runner(args.namespace, args.signal_name, args.app, uids, limits, socket_prefix(os.environ))
     except ValueError as e:  # a bad uid list or socket prefix: one line, not a traceback
