@@ -211,15 +211,18 @@ def test_demand_trace_runs_as_identical_tasks_newest_leave_first():
         DemandTrace([], Resources())
 
 
+class FixedCloud:
+    """One Auto Scaling group of one instance, launched at 500."""
+
+    def cloud_view(self, now):
+        g = ResourceGroup("asg-1", 1, 1, kind="asg", node_resources=CPU4)
+        return CloudView((g,), (CloudInstance("i-0abc", "asg-1", 1.0, 500.0, "m5.xlarge", "us-west-2a"),))
+
+
 def test_an_external_cloud_view_works_too():
     """The local stack's cloud is a real adapter (moto's Auto Scaling groups): any CloudViewSource."""
 
-    class Fixed:
-        def cloud_view(self, now):
-            g = ResourceGroup("asg-1", 1, 1, kind="asg", node_resources=CPU4)
-            return CloudView((g,), (CloudInstance("i-0abc", "asg-1", 1.0, 500.0, "m5.xlarge", "us-west-2a"),))
-
-    connector = SimulatedConnector(Fixed(), SimulatedScheduler(join_delay_seconds=30.0))
+    connector = SimulatedConnector(FixedCloud(), SimulatedScheduler(join_delay_seconds=30.0))
     assert connector.snapshot(520.0).nodes[0].state is NodeState.ORPHAN  # joins 30 s after launch
     assert connector.snapshot(530.0).nodes[0].state is NodeState.READY
 
@@ -227,16 +230,11 @@ def test_an_external_cloud_view_works_too():
 def test_a_live_pool_goes_on_when_the_wall_clock_is_stepped_back():
     """A replay never goes back in time (it is a bug there); a live pool's wall clock can (NTP)."""
 
-    class Fixed:
-        def cloud_view(self, now):
-            g = ResourceGroup("asg-1", 1, 1, kind="asg", node_resources=CPU4)
-            return CloudView((g,), (CloudInstance("i-0abc", "asg-1", 1.0, 500.0, "m5.xlarge", "us-west-2a"),))
-
-    replay = SimulatedConnector(Fixed(), SimulatedScheduler(join_delay_seconds=30.0))
+    replay = SimulatedConnector(FixedCloud(), SimulatedScheduler(join_delay_seconds=30.0))
     replay.snapshot(520.0)
     with pytest.raises(ValueError, match="time went backwards"):
         replay.snapshot(510.0)
-    live = LiveSimulatedConnector(Fixed(), SimulatedScheduler(join_delay_seconds=30.0))
+    live = LiveSimulatedConnector(FixedCloud(), SimulatedScheduler(join_delay_seconds=30.0))
     assert live.snapshot(520.0).nodes[0].state is NodeState.ORPHAN
     back = live.snapshot(-3000.0)  # an hour back: the pool's own time goes on from 520 ...
     assert back.taken_at == -3000.0 and back.nodes[0].state is NodeState.ORPHAN  # ... (the wall clock's time)
