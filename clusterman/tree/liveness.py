@@ -15,8 +15,8 @@ The bootstrap reads two small files and asks these rules:
   (``clusterman.tree.parent_death``).
 
 The other way round, the bootstrap rewrites ``$CMAN_TREE_WATCH_FILE`` after each look at the tree
-(``{"at": <unix s>, "poll_seconds": <s>, "monotonic": <s>}``), and the autoscaler's ``/healthz`` judges it: nothing in
-the tree can restart a stopped bootstrap, but the pod's liveness probe can.
+(``{"at": <unix s>, "poll_seconds": <s>, "monotonic": <s>}``), and the autoscaler's ``/healthz``
+judges it: nothing in the tree can restart a stopped bootstrap, but the pod's liveness probe can.
 """
 
 from __future__ import annotations
