@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import replace
@@ -297,12 +298,17 @@ class Bootstrap:
         return current, live
 
     def _prepare(
-        self, paths: Paths, validated: tuple[LoadedConfig, Fingerprint] | None = None, source: Path | None = None
+        self,
+        paths: Paths,
+        validated: tuple[LoadedConfig, Fingerprint] | None = None,
+        source: Path | None = None,
+        meanwhile: Callable[[], None] = lambda: None,
     ) -> Prepared:
         """Validate, snapshot and fetch the configuration on disk: nothing running is touched.
 
         ``validated`` and ``source``: a configuration loaded already from the main file ``source``
-        (the kept copy), in place of the live files."""
+        (the kept copy), in place of the live files. ``meanwhile``: called every poll while the
+        versions are fetched (the running tree is still watched)."""
         loaded, baseline = validated or self._validate()
         self.generation += 1
         dest = paths.private / f"config-{self.generation}"
@@ -315,7 +321,10 @@ class Bootstrap:
                 raise TreeError(f"cannot copy the configuration to {dest}: {e}") from e
             prepared = Prepared(loaded, baseline, snapshot, {})
             env = tree_environment(self.settings, prepared, paths)
-            fetched = fetch_versions(loaded.plan, env, paths.log_dir, self.settings.timeouts.fetch, self.stop_event)
+            fetched = fetch_versions(
+                loaded.plan, env, paths.log_dir, self.settings.timeouts.fetch, self.stop_event,
+                meanwhile, self.settings.poll_interval,
+            )  # fmt: skip
             for version, why in fetched.fallbacks.items():
                 log.error("SIGNAL VERSION %s RUNS FROM ITS INSTALLED COPY: %s", version, why)
             log.info("fetched %d signal version(s) in %.2f s", len(loaded.plan.versions), fetched.seconds)
@@ -445,17 +454,29 @@ class Bootstrap:
         retry_at = math.inf  # when a change refused for a failed fetch (S3 down, say) is tried again
         baseline = current.baseline
         watched = [Path(p) for p, _ in baseline]
-        write_watch(paths.watch, time.time(), self.settings.poll_interval, time.monotonic())
-        while not self.stop_event.wait(self.settings.poll_interval):
+
+        def look() -> None:
             tree.check()
             write_watch(paths.watch, time.time(), self.settings.poll_interval, time.monotonic())
             self._note_health(tree, current)
+
+        def look_while_preparing() -> None:
+            try:
+                look()
+            except Exception as e:  # the running tree's failure, not the change's
+                raise _TreeFailed(e) from e
+
+        write_watch(paths.watch, time.time(), self.settings.poll_interval, time.monotonic())
+        while not self.stop_event.wait(self.settings.poll_interval):
+            look()
             now = fingerprint(watched)
             if now == baseline or (now == rejected and time.monotonic() < retry_at):
                 continue
             what = ", ".join(changed(baseline, now))
             try:
-                new = self._prepare(paths)
+                new = self._prepare(paths, meanwhile=look_while_preparing)
+            except _TreeFailed as e:
+                raise e.error from None
             except (*SETUP_ERRORS, TreeError) as e:
                 transient = isinstance(e, TreeError)
                 retry = f"; trying again in {self.settings.fetch_retry_seconds:g} s" if transient else ""
@@ -468,6 +489,15 @@ class Bootstrap:
             log.info("%s changed: restarting the tree", what)
             return new
         return None
+
+
+class _TreeFailed(Exception):
+    """A look at the running tree failed while a change was being prepared: the tree's error (a
+    crash loop, supervisord gone), to be handled as such, not as a change that could not be fetched."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def build_parser() -> argparse.ArgumentParser:

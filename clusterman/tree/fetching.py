@@ -14,6 +14,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,10 +61,19 @@ def last_line(text: str) -> str:
 
 
 def fetch_versions(
-    plan: TreePlan, env: Mapping[str, str], log_dir: Path, timeout: float, stop: threading.Event
+    plan: TreePlan,
+    env: Mapping[str, str],
+    log_dir: Path,
+    timeout: float,
+    stop: threading.Event,
+    meanwhile: Callable[[], None] = lambda: None,
+    every: float = 1.0,
 ) -> FetchReport:
-    """Run every fetcher at once; raise TreeError naming the first version that failed."""
+    """Run every fetcher at once; raise TreeError naming the first version that failed. While they
+    run, ``meanwhile`` is called every ``every`` seconds: a fetch from an S3 that hangs lasts up to
+    ``timeout``, and the bootstrap goes on watching the tree it runs."""
     started = time.monotonic()
+    look_at = started + every
     procs: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
     try:
         for n, version in enumerate(plan.versions):
@@ -80,6 +90,9 @@ def fetch_versions(
             if time.monotonic() > deadline:
                 pending = [v for v, _, p in procs if p.poll() is None]
                 raise TreeError(f"signal version(s) {', '.join(pending)} not fetched within {timeout:g} s")
+            if time.monotonic() >= look_at:
+                meanwhile()
+                look_at = time.monotonic() + every
             if stop.wait(POLL_SECONDS):
                 raise Stopped()
         fallbacks = {}

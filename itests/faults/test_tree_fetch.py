@@ -8,6 +8,7 @@ where the test stops it); the autoscaler is itests/fixtures/tree_autoscaler.py.
 from __future__ import annotations
 
 import hashlib
+import os
 import signal
 import time
 
@@ -168,4 +169,43 @@ def test_a_change_refused_while_s3_is_down_is_applied_once_s3_is_back(tmp_path, 
                     f"change refused while S3 was down: applied {time.monotonic() - returned:.1f} s after S3 returned"
                 )
         finally:
+            tree.kill()
+
+
+def test_the_running_tree_is_watched_while_a_change_waits_for_an_s3_that_hangs(tmp_path, signal_versions):
+    """A change needs a version from an S3 that accepts and never answers (moto ``SIGSTOP``ped):
+    the fetch may take up to --fetch-timeout. Meanwhile the bootstrap goes on watching the tree
+    it runs: a stopped autoscaler is restarted, and /healthz does not say the bootstrap stopped
+    looking. Before, the watch waited for the fetch: nothing was restarted, and /healthz answered
+    503 (`the bootstrap has not looked at the tree …`) until the fetch gave up."""
+    with MotoServer() as moto:
+        bucket = new_bucket(moto.url)
+        for version in ("v1", "v2"):
+            upload(moto.url, bucket, version, signal_versions.tarballs[version])
+        root = tmp_path / "srv-configs"
+        root.mkdir()
+        config = TreeConfig(root, moto.url, bucket, unique_name("pool"))
+        config.write_main(signal_block(unique_name(), "v1"))
+        name = unique_name()
+        write_pool(config, signal_block(name, "v1"), 9)
+        liveness = ("--fetch-timeout", "120", "--stale-periods", "3", "--start-grace", "2")
+        tree = Bootstrap(config, tmp_path, liveness, cman_args="--period 0.5", autoscaler=STAND_IN)
+        assert moto._proc is not None
+        try:
+            first = tree.wait_for_run(lambda r: r["max_capacity"] == 9, timeout=60)
+            moto._proc.send_signal(signal.SIGSTOP)
+            write_pool(config, signal_block(name, "v2"), 6)
+            changed = time.time()
+            time.sleep(8)  # the fetch of v2 is under way, and hangs: longer than /healthz allows a look to take
+            os.kill(first["pid"], signal.SIGSTOP)
+            stopped = time.monotonic()
+            back = tree.wait_for_run(lambda r: r["pid"] != first["pid"], timeout=30)
+            print(f"stopped autoscaler restarted {time.monotonic() - stopped:.1f} s after SIGSTOP, during the fetch")
+            assert back["max_capacity"] == 9  # the running configuration: the change still waits for S3
+            tree.wait_for_run(lambda r: r["time"] > back["time"] + 2)
+            health = [r["health"] for r in tree.runs() if r["time"] > changed]
+            assert health and all(status == 200 for status, _ in health), health
+            assert "not fetched" not in tree.stderr  # the fetch still hangs: all this happened during it
+        finally:
+            moto._proc.send_signal(signal.SIGCONT)
             tree.kill()
