@@ -308,7 +308,7 @@ class Bootstrap:
 
         ``validated`` and ``source``: a configuration loaded already from the main file ``source``
         (the kept copy), in place of the live files. ``meanwhile``: called every poll while the
-        versions are fetched (the running tree is still watched)."""
+        versions are fetched and their signals looked up (the running tree is still watched)."""
         loaded, baseline = validated or self._validate()
         self.generation += 1
         dest = paths.private / f"config-{self.generation}"
@@ -328,7 +328,7 @@ class Bootstrap:
             for version, why in fetched.fallbacks.items():
                 log.error("SIGNAL VERSION %s RUNS FROM ITS INSTALLED COPY: %s", version, why)
             log.info("fetched %d signal version(s) in %.2f s", len(loaded.plan.versions), fetched.seconds)
-            check_signals(loaded.plan, paths.signals_dir, env)
+            check_signals(loaded.plan, paths.signals_dir, env, meanwhile, self.settings.poll_interval)
         except BaseException:
             shutil.rmtree(dest, ignore_errors=True)
             raise

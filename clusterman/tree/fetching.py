@@ -114,8 +114,16 @@ def _failed(version: str, log_path: Path, code: int) -> TreeError:
     return TreeError(f"signal version {version} could not be fetched (exit status {code}: {line})")
 
 
-def check_signals(plan: TreePlan, signals_dir: Path, env: Mapping[str, str]) -> None:
-    """Look every signal's class up in its fetched version; raise TreeError for the first missing."""
+def check_signals(
+    plan: TreePlan,
+    signals_dir: Path,
+    env: Mapping[str, str],
+    meanwhile: Callable[[], None] = lambda: None,
+    every: float = 1.0,
+) -> None:
+    """Look every signal's class up in its fetched version, all at once, within ``LOOKUP_SECONDS``;
+    raise TreeError for the first missing. ``meanwhile`` as for ``fetch_versions``: a signal whose
+    import hangs (a service it calls at import) must not stop the watch of the running tree."""
     runner_env = runner_environment(env)
     procs: list[tuple[SignalProcess, subprocess.Popen[str]]] = []
     try:
@@ -128,11 +136,23 @@ def check_signals(plan: TreePlan, signals_dir: Path, env: Mapping[str, str]) -> 
                 stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
             procs.append((process, proc))
-        for process, proc in procs:
-            try:
-                _, err = proc.communicate(timeout=LOOKUP_SECONDS)
-            except subprocess.TimeoutExpired:
+        started = time.monotonic()
+        look_at = started + every
+        while (
+            any(p.poll() is None for _, p in procs)
+            and not any(p.poll() for _, p in procs)  # one failed: it is the answer
+            and time.monotonic() < started + LOOKUP_SECONDS
+        ):
+            if time.monotonic() >= look_at:
+                meanwhile()
+                look_at = time.monotonic() + every
+            time.sleep(POLL_SECONDS)
+        failed = [(process, proc) for process, proc in procs if proc.poll()]
+        for process, proc in failed or procs:
+            if proc.poll() is None:
                 err = f"looking the class up took over {LOOKUP_SECONDS:g} s"
+            else:
+                _, err = proc.communicate()
             if proc.returncode != 0:
                 where = process.where or f"signal for {process.app}"
                 raise TreeError(f"{where}: {last_line(err)} (version {process.version})")
