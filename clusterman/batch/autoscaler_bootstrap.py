@@ -328,7 +328,7 @@ class Bootstrap:
             for version, why in fetched.fallbacks.items():
                 log.error("SIGNAL VERSION %s RUNS FROM ITS INSTALLED COPY: %s", version, why)
             log.info("fetched %d signal version(s) in %.2f s", len(loaded.plan.versions), fetched.seconds)
-            check_signals(loaded.plan, paths.signals_dir, env, meanwhile, self.settings.poll_interval)
+            check_signals(loaded.plan, paths.signals_dir, env, self.stop_event, meanwhile, self.settings.poll_interval)
         except BaseException:
             shutil.rmtree(dest, ignore_errors=True)
             raise

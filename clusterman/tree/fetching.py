@@ -118,6 +118,7 @@ def check_signals(
     plan: TreePlan,
     signals_dir: Path,
     env: Mapping[str, str],
+    stop: threading.Event,
     meanwhile: Callable[[], None] = lambda: None,
     every: float = 1.0,
 ) -> None:
@@ -146,7 +147,8 @@ def check_signals(
             if time.monotonic() >= look_at:
                 meanwhile()
                 look_at = time.monotonic() + every
-            time.sleep(POLL_SECONDS)
+            if stop.wait(POLL_SECONDS):
+                raise Stopped()
         failed = [(process, proc) for process, proc in procs if proc.poll()]
         for process, proc in failed or procs:
             if proc.poll() is None:
