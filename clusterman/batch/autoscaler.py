@@ -45,7 +45,7 @@ from clusterman.state.lease import Holder
 from clusterman.state.lease import LeaseStatus
 from clusterman.tree.liveness import Heartbeat
 from clusterman.tree.liveness import LivenessRules
-from clusterman.tree.liveness import stalled_for
+from clusterman.tree.liveness import process_stalled_for
 from clusterman.tree.liveness import watch_problem
 from clusterman.tree.status import follow_tree
 
@@ -229,21 +229,19 @@ def main(argv: list[str] | None = None) -> int:
         print(report.line(), flush=True)
         events.listen()
 
-    started = time.monotonic()
-    finished = Heartbeat(0.0, period)  # monotonic; none yet: the first run is judged from the start plus the grace
+    started = (time.time(), time.monotonic())
+    last = Heartbeat(-math.inf, period, pid=os.getpid(), monotonic=-math.inf)  # none yet: from the start plus the grace
 
     def beat(finished_at: float) -> None:
-        nonlocal finished
-        finished = Heartbeat(time.monotonic(), period)
+        nonlocal last
+        last = Heartbeat.this_process(finished_at, period, cycle.demand.unanswered())
         if heartbeat_path:
-            Heartbeat(finished_at, period, cycle.demand.unanswered(), os.getpid(), finished.finished_at).write(
-                Path(heartbeat_path)
-            )
+            last.write(Path(heartbeat_path))
 
     def run_loop_problem() -> str:
         """For /healthz where no bootstrap watches (or it is stopped): runs that stopped finishing
-        (judged on this process's monotonic clock: a wall clock stepped either way changes nothing)."""
-        stalled = stalled_for(finished, started, time.monotonic(), LivenessRules())
+        (on the monotonic clock: a wall clock stepped either way changes nothing)."""
+        stalled = process_stalled_for(last, os.getpid(), started, (time.time(), time.monotonic()), LivenessRules())
         return "" if stalled is None else f"no run finished for {stalled:.0f} s (runs every {period:g} s): hung"
 
     events.server.health_checks += [run_loop_problem, lambda: watch_problem(os.environ, time.time(), time.monotonic())]

@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
 def _heartbeat_writer(path: Path, interval_seconds: float) -> Callable[[float], None]:
     def beat(finished_at: float) -> None:
         try:
-            Heartbeat(finished_at, interval_seconds, pid=os.getpid(), monotonic=time.monotonic()).write(path)
+            Heartbeat.this_process(finished_at, interval_seconds).write(path)
         except OSError as e:  # the probe then says the loop stopped: say why here
             log.error("cannot write the heartbeat file: %s", e)
 

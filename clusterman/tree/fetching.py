@@ -73,7 +73,7 @@ def fetch_versions(
     run, ``meanwhile`` is called every ``every`` seconds: a fetch from an S3 that hangs lasts up to
     ``timeout``, and the bootstrap goes on watching the tree it runs."""
     started = time.monotonic()
-    look_at = started + every
+    look = _at_most_every(every, meanwhile)
     procs: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
     try:
         for n, version in enumerate(plan.versions):
@@ -90,9 +90,7 @@ def fetch_versions(
             if time.monotonic() > deadline:
                 pending = [v for v, _, p in procs if p.poll() is None]
                 raise TreeError(f"signal version(s) {', '.join(pending)} not fetched within {timeout:g} s")
-            if time.monotonic() >= look_at:
-                meanwhile()
-                look_at = time.monotonic() + every
+            look()
             if stop.wait(POLL_SECONDS):
                 raise Stopped()
         fallbacks = {}
@@ -107,6 +105,20 @@ def fetch_versions(
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+def _at_most_every(seconds: float, call: Callable[[], None]) -> Callable[[], None]:
+    """``call``, made once ``seconds`` have passed since the start or since it was last made, however
+    often the function returned is called (a polling loop's ``meanwhile``)."""
+    due = time.monotonic() + seconds
+
+    def maybe() -> None:
+        nonlocal due
+        if time.monotonic() >= due:
+            call()
+            due = time.monotonic() + seconds
+
+    return maybe
 
 
 def _failed(version: str, log_path: Path, code: int) -> TreeError:
@@ -138,15 +150,13 @@ def check_signals(
             )  # fmt: skip
             procs.append((process, proc))
         started = time.monotonic()
-        look_at = started + every
+        look = _at_most_every(every, meanwhile)
         while (
             any(p.poll() is None for _, p in procs)
             and not any(p.poll() for _, p in procs)  # one failed: it is the answer
             and time.monotonic() < started + LOOKUP_SECONDS
         ):
-            if time.monotonic() >= look_at:
-                meanwhile()
-                look_at = time.monotonic() + every
+            look()
             if stop.wait(POLL_SECONDS):
                 raise Stopped()
         failed = [(process, proc) for process, proc in procs if proc.poll()]

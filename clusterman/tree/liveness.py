@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
@@ -42,6 +44,13 @@ class Heartbeat:
     unanswered: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # app -> (since, last), unix s
     pid: int = 0  # the writer; 0: an older autoscaler, which wrote neither this nor ``monotonic``
     monotonic: float = 0.0  # the end of the last run on the host's CLOCK_MONOTONIC (seconds)
+
+    @staticmethod
+    def this_process(
+        finished_at: float, period_seconds: float, unanswered: Mapping[str, tuple[float, float]] | None = None
+    ) -> Heartbeat:
+        """The heartbeat of a run of this process that has just finished (at ``finished_at``, wall clock)."""
+        return Heartbeat(finished_at, period_seconds, unanswered or {}, os.getpid(), time.monotonic())
 
     @staticmethod
     def read(path: Path) -> Heartbeat | None:
@@ -106,18 +115,26 @@ def on_monotonic(beat: Heartbeat, pid: int) -> Heartbeat:
     return replace(beat, finished_at=beat.monotonic if beat.pid == pid else -math.inf)
 
 
+Moment = tuple[float, float]  # (wall clock, the host's monotonic clock), seconds
+NEVER: Moment = (-math.inf, -math.inf)
+
+
+def process_stalled_for(beat: Heartbeat, pid: int, started: Moment, now: Moment, rules: LivenessRules) -> float | None:
+    """``stalled_for`` for the process ``pid``, started at ``started``: on the host's monotonic clock
+    when the heartbeat gives it (a process of this host wrote it), else on the wall clock."""
+    if beat.pid:
+        return stalled_for(on_monotonic(beat, pid), started[1], now[1], rules)
+    return stalled_for(beat, started[0], now[0], rules)
+
+
 def heartbeat_problem(path: Path, now: float, monotonic_now: float, rules: LivenessRules) -> str:
     """For an exec liveness probe of a loop that writes a heartbeat after every run (the metrics
-    collector's ``--check-heartbeat``): why it counts as stopped or hung, "" when it does not. Judged
-    on the host's monotonic clock when the heartbeat gives it (the probe runs on the loop's host),
-    else on the wall clock."""
+    collector's ``--check-heartbeat``, run on the loop's host): why it counts as stopped or hung, ""
+    when it does not."""
     beat = Heartbeat.read(path)
     if beat is None:
         return f"no heartbeat in {path}: not started yet, or not writing it"
-    if beat.pid:
-        stalled = stalled_for(on_monotonic(beat, beat.pid), -math.inf, monotonic_now, rules)
-    else:
-        stalled = stalled_for(beat, -math.inf, now, rules)
+    stalled = process_stalled_for(beat, beat.pid, NEVER, (now, monotonic_now), rules)
     if stalled is None:
         return ""
     return f"no run finished for {stalled:.0f} s (runs every {beat.period_seconds:g} s): stopped or hung"

@@ -27,9 +27,8 @@ from clusterman.tree.environment import TreePlan
 from clusterman.tree.liveness import Heartbeat
 from clusterman.tree.liveness import LivenessRules
 from clusterman.tree.liveness import crash_loop
-from clusterman.tree.liveness import on_monotonic
+from clusterman.tree.liveness import process_stalled_for
 from clusterman.tree.liveness import runner_unanswered_for
-from clusterman.tree.liveness import stalled_for
 from clusterman.tree.parent_death import read_starts
 from clusterman.tree.parent_death import starts_file
 from clusterman.tree.supervisor import ProcessStatus
@@ -112,6 +111,7 @@ class ProcessTree:
         self.clock = clock
         self.monotonic = monotonic
         self._seen = (0, 0.0)  # the autoscaler's pid and when a look first saw it (monotonic)
+        self.beat: Heartbeat | None = None  # as the last ``check`` read it
         self.starts = starts_file(supervisor.private_dir, "autoscaler")
         self.killed: set[int] = set()  # stalled autoscaler and runner pids already killed (supervisord may lag)
         # supervisord's process name -> the signal it runs (``numprocs``, in the plan's order)
@@ -178,7 +178,7 @@ class ProcessTree:
         if code is not None:
             raise TreeError(f"supervisord exited with status {code}")
         now = self.clock()
-        beat = Heartbeat.read(self.heartbeat) if self.heartbeat is not None else None
+        beat = self.beat = Heartbeat.read(self.heartbeat) if self.heartbeat is not None else None
         for status in self.supervisor.processes():
             if status.full_name == AUTOSCALER:
                 self._check_autoscaler(status, beat, now)
@@ -203,13 +203,10 @@ class ProcessTree:
             )
         if beat is None or status.state != "RUNNING" or status.pid in self.killed:
             return
-        if beat.pid:  # on the monotonic clock, from when a look first saw this process (a poll late at most)
-            mono = self.monotonic()
-            if self._seen[0] != status.pid:
-                self._seen = (status.pid, mono)
-            stalled = stalled_for(on_monotonic(beat, status.pid), self._seen[1], mono, self.rules)
-        else:  # an older autoscaler's heartbeat: on the wall clock
-            stalled = stalled_for(beat, status.start, now, self.rules)
+        mono = self.monotonic()
+        if self._seen[0] != status.pid:  # its start on the monotonic clock: when a look first saw it (a poll late)
+            self._seen = (status.pid, mono)
+        stalled = process_stalled_for(beat, status.pid, (status.start, self._seen[1]), (now, mono), self.rules)
         if stalled is not None:
             log.error(
                 "the autoscaler (pid %d) has not finished a run for %.0f s (over %g periods of %g s): restarting it",
@@ -241,8 +238,9 @@ class ProcessTree:
             pass
 
     def has_finished_a_run(self) -> bool:
-        """Whether the autoscaler of this tree finished a run (its heartbeat is newer than the tree)."""
-        beat = Heartbeat.read(self.heartbeat) if self.heartbeat is not None else None
+        """Whether the autoscaler of this tree finished a run (the heartbeat the last ``check`` read is
+        newer than the tree)."""
+        beat = self.beat
         if beat is None:
             return False
         return beat.monotonic >= self.started_monotonic if beat.pid else beat.finished_at >= self.started_at

@@ -11,6 +11,8 @@ import hashlib
 import os
 import signal
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,19 +134,26 @@ def test_an_unknown_signal_name_is_refused_at_start_up(tmp_path, moto_server, si
         bootstrap.kill()
 
 
+def on_v1(tmp_path: Path, moto: MotoServer, signal_versions: Any) -> tuple[TreeConfig, str, str]:
+    """v1 and v2 published in a bucket of ``moto``'s; a config whose app signal ``name`` runs v1 with
+    max_capacity 9. Returns (config, bucket, name)."""
+    bucket = new_bucket(moto.url)
+    for version in ("v1", "v2"):
+        upload(moto.url, bucket, version, signal_versions.tarballs[version])
+    root = tmp_path / "srv-configs"
+    root.mkdir()
+    config = TreeConfig(root, moto.url, bucket, unique_name("pool"))
+    config.write_main(signal_block(unique_name(), "v1"))
+    name = unique_name()
+    write_pool(config, signal_block(name, "v1"), 9)
+    return config, bucket, name
+
+
 def test_a_change_refused_while_s3_is_down_is_applied_once_s3_is_back(tmp_path, signal_versions):
     """A new version cannot be fetched while S3 is down: the running tree stays, and the change is
     tried again every --fetch-retry seconds, without waiting for another edit of the files."""
     with MotoServer() as moto:
-        bucket = new_bucket(moto.url)
-        for version in ("v1", "v2"):
-            upload(moto.url, bucket, version, signal_versions.tarballs[version])
-        root = tmp_path / "srv-configs"
-        root.mkdir()
-        config = TreeConfig(root, moto.url, bucket, unique_name("pool"))
-        config.write_main(signal_block(unique_name(), "v1"))
-        name = unique_name()
-        write_pool(config, signal_block(name, "v1"), 9)
+        config, bucket, name = on_v1(tmp_path, moto, signal_versions)
         tree = Bootstrap(config, tmp_path, ("--fetch-retry", "2"), autoscaler=STAND_IN)
         try:
             tree.wait_for_run(lambda r: r["max_capacity"] == 9, timeout=60)
@@ -179,15 +188,7 @@ def test_the_running_tree_is_watched_while_a_change_waits_for_an_s3_that_hangs(t
     looking. Before, the watch waited for the fetch: nothing was restarted, and /healthz answered
     503 (`the bootstrap has not looked at the tree …`) until the fetch gave up."""
     with MotoServer() as moto:
-        bucket = new_bucket(moto.url)
-        for version in ("v1", "v2"):
-            upload(moto.url, bucket, version, signal_versions.tarballs[version])
-        root = tmp_path / "srv-configs"
-        root.mkdir()
-        config = TreeConfig(root, moto.url, bucket, unique_name("pool"))
-        config.write_main(signal_block(unique_name(), "v1"))
-        name = unique_name()
-        write_pool(config, signal_block(name, "v1"), 9)
+        config, _, name = on_v1(tmp_path, moto, signal_versions)
         liveness = ("--fetch-timeout", "120", "--stale-periods", "3", "--start-grace", "2")
         tree = Bootstrap(config, tmp_path, liveness, cman_args="--period 0.5", autoscaler=STAND_IN)
         assert moto._proc is not None
