@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -135,8 +136,8 @@ def kubeconfig(path: Path, server: str) -> str:
 
 
 @contextmanager
-def http_server(answer: Callable[[Request], tuple[int, bytes]]) -> Iterator[str]:
-    """Serve ``answer`` on a free loopback port (any method); yields the base URL."""
+def http_server(answer: Callable[[Request], tuple[int, bytes]], tls: ssl.SSLContext | None = None) -> Iterator[str]:
+    """Serve ``answer`` on a free loopback port (any method), over TLS with ``tls``; yields the base URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def handle_any(self) -> None:
@@ -157,10 +158,12 @@ def http_server(answer: Callable[[Request], tuple[int, bytes]]) -> Iterator[str]
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

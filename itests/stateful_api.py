@@ -34,6 +34,7 @@ import abc
 import copy
 import json
 import re
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -106,7 +107,8 @@ class FakeKubernetes(FakeServer):
         return self.pods.get((namespace, name))
 
     def handle(self, request: Request) -> Answer:
-        if request.headers.get("authorization") != f"Bearer {self.token}":
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or token != self.token:  # the scheme is case-blind, as the API server's
             return status(401, "Unauthorized", "no bearer token")
         node = self.NODE.match(request.path)
         eviction = self.EVICTION.match(request.path)
@@ -289,7 +291,7 @@ F = TypeVar("F", bound=FakeServer)
 
 
 @contextmanager
-def serving(fake: F) -> Iterator[F]:
-    with http_server(fake.answer) as url:
+def serving(fake: F, tls: ssl.SSLContext | None = None) -> Iterator[F]:
+    with http_server(fake.answer, tls) as url:
         fake.url = url
         yield fake

@@ -143,7 +143,7 @@ def config_dir(tmp_path):
     pools.mkdir(parents=True)
     (pools / "good.simulated").write_text(POOL_FILE)
     (pools / "typo.simulated").write_text(POOL_FILE.replace("scaling_limits", "scaling_limit"))
-    (pools / "kube.kubernetes").write_text(POOL_FILE)  # no kubeconfig_path for c1
+    (pools / "kube.kubernetes").write_text(POOL_FILE)  # c1 names no kubeconfig_path
     (pools / "README").write_text("not a pool")
     return tmp_path
 
@@ -152,9 +152,9 @@ def test_pools_with_bad_config_are_left_out_and_named(config_dir, caplog):
     main = load_main_config(config_dir / "clusterman.yaml")
     with caplog.at_level(logging.ERROR):
         pools = load_pools(main, "c1", [])
-    assert [(i.pool, type(c)) for i, c in pools] == [("good", LiveSimulatedConnector)]
+    # c1 names no kubeconfig: its Kubernetes pool is read in-cluster (or with $KUBECONFIG) when run
+    assert [(i.pool, type(c)) for i, c in pools] == [("good", LiveSimulatedConnector), ("kube", KubernetesConnector)]
     assert "typo.simulated: scaling_limit: unknown key" in caplog.text
-    assert "clusters.c1: kubeconfig_path: required for the pool c1/kube.kubernetes" in caplog.text
     assert [i.pool for i, _ in load_pools(main, "c1", ["good.simulated"])] == ["good"]
     with pytest.raises(ConfigError, match="no pool file for nope"):
         load_pools(main, "c1", ["nope"])

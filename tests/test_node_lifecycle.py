@@ -252,10 +252,6 @@ def test_scheduler_api_calls_are_bounded_by_the_runs_budget():
 
 def test_factory_errors_name_what_is_missing():
     pool = PoolConfig(scaling_limits=LIMITS)
-    with pytest.raises(ConfigError, match=r"clusters.c2: kubeconfig_path: required for the pool c2/web.kubernetes"):
-        lifecycle_for_pool(
-            MainConfig(clusters={"c2": ClusterConfig()}), PoolIdentity("c2", "web", Scheduler.KUBERNETES), pool
-        )
     with pytest.raises(ConfigError, match="mesos_master_fqdn"):
         lifecycle_for_pool(
             MainConfig(clusters={"c2": ClusterConfig()}), PoolIdentity("c2", "web", Scheduler.MESOS), pool

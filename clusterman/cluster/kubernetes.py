@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -58,6 +59,7 @@ SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 # attempts per API call, each bounded by the caller's timeout: the first and two retries (urllib3's
 # default is four in all), so a call to an API server that does not answer ends within 3 timeouts
 ATTEMPTS = 3
+IN_CLUSTER_HOST_ENV = "KUBERNETES_SERVICE_HOST"  # set by the kubelet in every pod
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
@@ -387,7 +389,7 @@ class KubernetesConnector(ClusterConnector):
     def __init__(
         self,
         pool: KubernetesPool,
-        kubeconfig_path: str,
+        kubeconfig_path: str | None,
         *,
         cloud: CloudViewSource | None = None,
         page_size: int = 500,
@@ -423,7 +425,9 @@ class KubernetesConnector(ClusterConnector):
 
     @property
     def _host(self) -> str:
-        return self._client.configuration.host if self._client is not None else self.kubeconfig_path
+        if self._client is not None:
+            return str(self._client.configuration.host)
+        return self.kubeconfig_path or "(in-cluster)"
 
     def _list_all(self, method: Callable[..., Any], what: str, **selectors: str) -> list[dict[str, Any]]:
         """Every item of a list call, following ``metadata.continue`` page by page."""
@@ -461,8 +465,10 @@ def request_timeout(seconds: float) -> tuple[float, float]:
     return (seconds, seconds)
 
 
-def api_client(kubeconfig_path: str) -> kubernetes.client.ApiClient:
-    """A client for the cluster a kubeconfig names; ConnectorError naming the file when it is unusable."""
+def api_client(kubeconfig_path: str | None) -> kubernetes.client.ApiClient:
+    """A client for the pool's cluster: the kubeconfig the main file names, else ``$KUBECONFIG`` (an
+    operator's machine), else the pod's ServiceAccount, as every controller does (its token is read
+    again as the kubelet rotates it). ConnectorError naming what was tried when none is usable."""
     try:
         import kubernetes.config
     except ImportError as e:
@@ -473,12 +479,24 @@ def api_client(kubeconfig_path: str) -> kubernetes.client.ApiClient:
 
     configuration = kubernetes.client.Configuration()
     configuration.retries = ATTEMPTS - 1
-    try:
-        return kubernetes.config.new_client_from_config(
-            config_file=kubeconfig_path, persist_config=False, client_configuration=configuration
+    path = kubeconfig_path or os.environ.get("KUBECONFIG")
+    if path:
+        try:
+            return kubernetes.config.new_client_from_config(
+                config_file=path, persist_config=False, client_configuration=configuration
+            )
+        except (kubernetes.config.ConfigException, OSError, ValueError) as e:
+            raise ConnectorError(f"kubeconfig {path}: {e}") from e
+    if not os.environ.get(IN_CLUSTER_HOST_ENV):
+        raise ConnectorError(
+            "no kubeconfig: set the cluster's kubeconfig_path in the main file or $KUBECONFIG, "
+            f"or run in a pod (${IN_CLUSTER_HOST_ENV} is not set)"
         )
-    except (kubernetes.config.ConfigException, OSError, ValueError) as e:
-        raise ConnectorError(f"kubeconfig {kubeconfig_path}: {e}") from e
+    try:
+        kubernetes.config.load_incluster_config(client_configuration=configuration)
+    except (kubernetes.config.ConfigException, OSError) as e:
+        raise ConnectorError(f"in-cluster configuration (the pod's ServiceAccount): {e}") from e
+    return kubernetes.client.ApiClient(configuration)
 
 
 def api_error(e: ApiException) -> str:

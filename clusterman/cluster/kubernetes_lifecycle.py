@@ -107,7 +107,7 @@ class ApiFailure(Exception):
 class KubernetesLifecycle(NodeLifecycle):
     def __init__(
         self,
-        kubeconfig_path: str,
+        kubeconfig_path: str | None,
         *,
         dry_run: bool = False,
         timeout_seconds: float = 30.0,

@@ -58,9 +58,7 @@ def connector_for_pool(
 ) -> ClusterConnector:
     """``timeout_seconds``: each attempt of each call to the scheduler's API (see ``scheduler_timeout``)."""
     if identity.scheduler is Scheduler.KUBERNETES:
-        kubeconfig = _cluster(main, identity).kubeconfig_path
-        if not kubeconfig:
-            raise ConfigError(f"clusters.{identity.cluster}", "kubeconfig_path", f"required for the pool {identity}")
+        kubeconfig = _cluster(main, identity).kubeconfig_path  # None: $KUBECONFIG or in-cluster
         keys = (SAFE_TO_EVICT_ANNOTATION, pool.safe_to_evict_key)
         settings = KubernetesPool(
             pool=identity.pool,

@@ -37,9 +37,7 @@ def lifecycle_for_pool(
     """``timeout_seconds``: each attempt of each call to the scheduler's API (``scheduler_timeout``)."""
     lifecycle: NodeLifecycle
     if identity.scheduler is Scheduler.KUBERNETES:
-        kubeconfig = _cluster(main, identity).kubeconfig_path
-        if not kubeconfig:
-            raise ConfigError(f"clusters.{identity.cluster}", "kubeconfig_path", f"required for the pool {identity}")
+        kubeconfig = _cluster(main, identity).kubeconfig_path  # None: $KUBECONFIG or in-cluster
         keys = tuple(dict.fromkeys((SAFE_TO_EVICT_ANNOTATION, pool.safe_to_evict_key)))
         lifecycle = KubernetesLifecycle(
             kubeconfig, dry_run=dry_run, safe_to_evict_keys=keys, timeout_seconds=timeout_seconds
