@@ -11,15 +11,17 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError
 
+from clusterman.config.files import read_regular_file
 from clusterman.core.config import AwsConfig
 from clusterman.errors import UserError
+
+MAX_KEY_FILE_BYTES = 64 << 10  # two short strings in JSON
 
 
 class AwsCredentialsError(UserError, ValueError):
@@ -48,10 +50,12 @@ class AwsSettings:
 
 def read_access_key_file(path: str) -> tuple[str, str]:
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(read_regular_file(path, MAX_KEY_FILE_BYTES))
         return str(data["accessKeyId"]), str(data["secretAccessKey"])
     except FileNotFoundError as e:
         raise AwsCredentialsError(f"{path}: AWS key file not found") from e
+    except OSError as e:  # a directory or a FIFO in its place, unreadable: the caller keeps what runs
+        raise AwsCredentialsError(f"{path}: cannot read the AWS key file: {e.strerror or e}") from e
     except (ValueError, KeyError, TypeError) as e:
         raise AwsCredentialsError(f"{path}: expected JSON with accessKeyId and secretAccessKey") from e
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from clusterman.config.files import read_regular_file
 from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
@@ -24,6 +25,7 @@ from clusterman.core.config_schema import parse
 from clusterman.data import default_main_config
 
 DEFAULT_ENV_CONFIG_PATH = "/nail/srv/configs/clusterman.yaml"
+MAX_CONFIG_BYTES = 16 << 20  # a srv-configs file is kilobytes; a device in its place never ends
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available
@@ -42,16 +44,15 @@ class YamlValueError(Exception):
 
 def _strict_yaml(filename: str) -> Any:
     """PyYAML's safe load, refusing what it would resolve silently or fail on without a key."""
-    with open(filename, encoding="utf-8") as fh:
-        loader = _Loader(fh)
-        try:
-            node = loader.get_single_node()
-            if node is None:
-                return {}
-            _check_document(loader, node, "", set())
-            return loader.construct_document(node)
-        finally:
-            loader.dispose()
+    loader = _Loader(read_regular_file(filename, MAX_CONFIG_BYTES).decode("utf-8"))
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return {}
+        _check_document(loader, node, "", set())
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def _check_document(loader: Any, node: yaml.Node, path: str, visited: set[int]) -> None:

@@ -10,6 +10,10 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
+from clusterman.config.files import read_regular_file
+
+MAX_WATCHED_BYTES = 16 << 20  # srv-configs and a key file are kilobytes
+
 Fingerprint = tuple[tuple[str, str], ...]
 
 
@@ -17,7 +21,7 @@ def fingerprint(paths: Sequence[Path]) -> Fingerprint:
     prints = []
     for path in paths:
         try:
-            prints.append((str(path), hashlib.sha256(path.read_bytes()).hexdigest()))
+            prints.append((str(path), hashlib.sha256(read_regular_file(path, MAX_WATCHED_BYTES)).hexdigest()))
         except FileNotFoundError:
             prints.append((str(path), "missing"))
         except OSError as e:
