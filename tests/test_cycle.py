@@ -40,14 +40,22 @@ NODE = Resources(cpus=4, mem=16000)
 class Pool:
     """A simulated pool with the real cycle on top; ``minute()`` advances the clock and runs once."""
 
-    def __init__(self, tasks: list[WorkItem], *, groups: int = 1, policy: ScalingPolicy | None = None, **kw) -> None:
+    def __init__(
+        self,
+        tasks: list[WorkItem],
+        *,
+        groups: int = 1,
+        policy: ScalingPolicy | None = None,
+        join_delay: float = 0,
+        **kw,
+    ) -> None:
         self.now = T0
         self.groups = [
             SimulatedGroup(f"g{i + 1}", [SimulatedMarket("m5.xlarge", "us-west-2a", 1, NODE)], lambda: self.now,
                            target_capacity=1, max_capacity=50)
             for i in range(groups)
         ]  # fmt: skip
-        self.scheduler = SimulatedScheduler(TaskList(tasks))
+        self.scheduler = SimulatedScheduler(TaskList(tasks), join_delay_seconds=join_delay)
         self.cloud = GroupsCloudView(self.groups)
         self.ring = EventRing(1000)
         self.publisher = EventPublisher(self.ring)
@@ -117,6 +125,27 @@ def test_capacity_follows_demand_up_and_down(pools):
     assert pool.ready() == 1
     details = {e.event.detail.name for e in pool.events()}
     assert {"DECISION_UTILISATION", "GROUP_TARGET", "NODE_TAINT", "NODE_TERMINATE"} <= details
+
+
+def test_the_line_and_the_event_of_a_run_agree_while_capacity_joins(pools):
+    """10 cpus on one 4-cpu node: target 1 -> 4; nodes take 5 minutes to join, and the work ends
+    meanwhile: the target goes down while the ready capacity is still 1. The action, the arrow,
+    the event's change and its amount all count from the target."""
+    pool = pools(work(10, end=T0 + 90), join_delay=300)
+    reports = [pool.minute() for _ in range(3)]
+    events = [e.event for e in pool.events() if e.event.type.name == "DECISION"]
+    lowered = [r for r in reports if r.decision and r.decision.action.value == "scale_down"]
+    assert lowered and lowered[0].decision.current_capacity < lowered[0].decision.target_capacity
+    for report, event in zip(reports, events, strict=True):
+        d = report.decision
+        assert d is not None
+        line = report.line()
+        assert f"target {d.current_target} -> {d.target_capacity}" in line
+        change = {"scale_up": "ADD", "scale_down": "REMOVE", "none": "NONE"}[d.action.value]
+        assert event.change.name == change, line
+        assert dict(event.resource).get("capacity", 0) == abs(d.target_capacity - d.current_target), line
+        arrow = line.rpartition(" → ")[2].split()[0].rstrip(";")
+        assert arrow == (f"{int(d.delta):+d}" if d.delta else "±0"), line
 
 
 def test_a_paused_pool_is_left_alone(pools):

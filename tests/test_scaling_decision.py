@@ -154,6 +154,17 @@ class TestFromZeroReadyNodes:
         assert "keep target 4 while it joins" in d.explanation
         assert d.terminate == ()  # joining orphans are not killed
 
+    def test_a_lowered_target_whose_nodes_are_still_joining_tells_one_story(self):
+        """Target 6 with one node ready: the rule wants 5, so the target goes down by one, and the
+        arrow and the delta say -1 (counted from the ready node they said +4 beside scale_down)."""
+        joining = nodes(5, prefix="j", state=ORPHAN, launched_at=NOW - 60)
+        d = run(snapshot(nodes(1) + joining, [group("g1", 6)]), request(3.5))  # ceil(1 × 350 / 70) = 5
+        assert (d.action, d.current_target, d.target_capacity, d.delta) == (Action.SCALE_DOWN, 6, 5, -1)
+        assert d.explanation.startswith(
+            "cpus 350% > setpoint 70%: ceil(1 × 350 / 70) = 5 → -1 from target 6 (ready 1); "
+            "4 already requested, waiting to join"
+        )
+
     def test_all_tainted_sized_from_their_size_and_untainted(self):
         tainted = [node(f"t{i}", state=TAINTED, launched_at=100 + i, tainted_at=1) for i in range(6)]
         d = run(snapshot(tainted, [group("g1", 0)]), request(3))

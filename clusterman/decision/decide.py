@@ -117,10 +117,12 @@ def decide(
         more = f" (and {len(actions.kept) - 1} more)" if len(actions.kept) > 1 else ""
         notes.append(f"node {first}{more} {actions.reasons[first]}")
     waiting = achieved - W - actions.untainted_weight + actions.tainted_weight
-    if achieved == T and waiting > 0:
+    if achieved <= T and waiting > 0:
         notes.append(f"{show(waiting)} already requested, waiting to join")
     after = AutoscalerState(lock, breaker, _remember(snapshot, joined, state.memory, actions.terminate))
-    head = f"{reason} → {signed(achieved - W)}"
+    # The arrow is the target's change, as the action, the target shown and the event: the rule
+    # sized the ready capacity, so when that differs from the target both are named.
+    head = f"{reason} → {signed(achieved - T)}" + (f" from target {show(T)} (ready {show(W)})" if W != T else "")
     return _decision(view, util, T, group_targets, actions, head, notes, after, why)
 
 

@@ -58,8 +58,9 @@ class Decision:
 
     @property
     def delta(self) -> Fraction:
-        """The signed change of ready capacity this decision aims for."""
-        return self.target_capacity - self.current_capacity
+        """The signed change of the live groups' targets: what the action, the explanation's arrow and
+        the DECISION event all say, so that one run tells one story."""
+        return self.target_capacity - self.current_target
 
     def as_json(self) -> dict[str, Any]:
         def numbers(values: dict[str, Fraction]) -> dict[str, int | float]:

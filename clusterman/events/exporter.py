@@ -85,7 +85,9 @@ class AutoscalerMetrics:
         self._capacity = gauge("capacity", "Resources of the pool's joined, untainted nodes", "resource")
         self._utilisation = gauge("utilisation_ratio", "Demand / capacity per resource (0..1)", "resource")
         self._setpoint = gauge("setpoint_ratio", "The utilisation the autoscaler aims at (0..1)")
-        self._delta = gauge("scale_delta", "Capacity the last decision added (+) or removed (-), weight units")
+        self._delta = gauge(
+            "scale_delta", "Change of the pool's target by the last decision (+ added, - removed), weight units"
+        )
         self._target = gauge("target_capacity", "The pool's total target capacity, weight units")
         self._group_target = gauge("group_target_capacity", "Target capacity per resource group", "group")
         self._group_fulfilled = gauge("group_fulfilled_capacity", "Capacity a resource group has running", "group")
