@@ -51,6 +51,7 @@ COMMANDS: Final = (
     Command("manage", "manage", "set a pool's target capacity by hand (limited as the autoscaler)"),
     Command("metrics", "metrics", "read and write the metrics datastore"),
     Command("plan", "plan", "print the scaling decision for a pool snapshot, and why"),
+    Command("setup", "setup", "create the state and metrics tables the main file names"),
     Command("signal", "signal", "work with signals", ("signals",)),
     Command(
         "simulate",

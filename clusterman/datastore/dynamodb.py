@@ -35,6 +35,8 @@ from clusterman.aws.session import AwsCredentialsError
 from clusterman.aws.session import AwsSettings
 from clusterman.aws.session import budget_config
 from clusterman.aws.session import client as aws_client
+from clusterman.aws.tables import TableSpec
+from clusterman.aws.tables import ensure_table
 from clusterman.core.config import DynamoDBMetricsConfig
 from clusterman.core.config import MetricType
 from clusterman.datastore.store import MetricsError
@@ -253,49 +255,16 @@ class DynamoDBStore(MetricsStore):
     # -- set-up ---------------------------------------------------------------------------------
 
     def create(self) -> list[str]:
-        """Create the missing tables (on-demand billing, TTL on when retention is set); returns the new ones."""
+        """Create the missing tables (on-demand billing, TTL on when retention is set) and check the
+        ones there (``aws/tables.py``); returns the tables that were created or changed."""
         dynamodb = self._dynamodb()
-        spec = {"Enabled": True, "AttributeName": self.tables.ttl_attribute}
-        created = []
+        ttl = self.tables.ttl_attribute if self.retention_seconds else None
+        changed = []
         for metric_type in MetricType:
-            table = self.tables.table(metric_type)
-            if not self._guard("create", table, partial(self._create_table, dynamodb, table)):
-                continue
-            self._guard("wait for", table, partial(self._wait_for_table, dynamodb, table))
-            if self.retention_seconds:
-                self._guard(
-                    "enable TTL on",
-                    table,
-                    partial(dynamodb.update_time_to_live, TableName=table, TimeToLiveSpecification=spec),
-                )
-            created.append(table)
-        return created
-
-    @staticmethod
-    def _create_table(dynamodb: Any, table: str) -> bool:
-        """True when created, False when it already exists."""
-        try:
-            dynamodb.create_table(
-                TableName=table,
-                KeySchema=[
-                    {"AttributeName": "key", "KeyType": "HASH"},
-                    {"AttributeName": "timestamp", "KeyType": "RANGE"},
-                ],
-                AttributeDefinitions=[
-                    {"AttributeName": "key", "AttributeType": "S"},
-                    {"AttributeName": "timestamp", "AttributeType": "N"},
-                ],
-                BillingMode="PAY_PER_REQUEST",
-            )
-        except ClientError as e:
-            if e.response.get("Error", {}).get("Code") == "ResourceInUseException":
-                return False
-            raise
-        return True
-
-    @staticmethod
-    def _wait_for_table(dynamodb: Any, table: str) -> None:
-        dynamodb.get_waiter("table_exists").wait(TableName=table, WaiterConfig={"Delay": 1, "MaxAttempts": 60})
+            spec = TableSpec(self.tables.table(metric_type), ("key", "S"), ("timestamp", "N"), ttl)
+            if self._guard("set up", spec.name, partial(ensure_table, dynamodb, spec)):
+                changed.append(spec.name)
+        return changed
 
     def __repr__(self) -> str:
         return f"DynamoDBStore({self.where!r}, {self.tables.system_metrics_table!r}, ...)"

@@ -12,12 +12,18 @@ from __future__ import annotations
 import abc
 import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
 from typing import Any
+from typing import TypeVar
 
+from clusterman.aws.tables import TableSpec
+from clusterman.aws.tables import ensure_table
 from clusterman.errors import UserError
+
+T = TypeVar("T")
 
 NO_EXPIRY = 0  # an item that never expires
 
@@ -80,6 +86,10 @@ class StateStore(abc.ABC):
     def release(self, state: str, entity: str, owner: str) -> None:
         """Delete the item only if ``owner`` holds it (a successor's lease is never removed)."""
 
+    @abc.abstractmethod
+    def set_up(self) -> list[str]:
+        """Create the file or table, or check the one there (``clusterman setup``); what was done."""
+
 
 def _claimable(existing: StateItem | None, owner: str, now: float) -> bool:
     if existing is None:
@@ -103,6 +113,15 @@ class SqliteStateStore(StateStore):
             return conn
         except (OSError, sqlite3.Error) as e:
             raise _sqlite_error(self.path, e) from e
+
+    def __repr__(self) -> str:
+        return f"SQLite state store {self.path}"
+
+    def set_up(self) -> list[str]:
+        existed = self.path.exists()
+        with self._guard():
+            pass  # connecting creates the file and its table
+        return [] if existed else ["created"]
 
     def get(self, state: str, entity: str) -> StateItem | None:
         with self._guard() as conn:
@@ -195,12 +214,27 @@ class DynamoStateStore(StateStore):
         self.client = client
         self.table = table
 
+    def __repr__(self) -> str:
+        return f"DynamoDB state table {self.table} ({self.spec.describe()})"
+
+    @property
+    def spec(self) -> TableSpec:
+        """Its TTL deletes expired pauses and leases; an item that never expires has 0 there, which
+        DynamoDB's TTL leaves alone (it skips times more than five years past)."""
+        return TableSpec(self.table, ("state", "S"), ("entity", "S"), "expiration_timestamp")
+
+    def set_up(self) -> list[str]:
+        return self._guarded(lambda: ensure_table(self.client, self.spec))
+
     def _call(self, operation: str, **kwargs: Any) -> Any:
+        return self._guarded(lambda: getattr(self.client, operation)(TableName=self.table, **kwargs))
+
+    def _guarded(self, call: Callable[[], T]) -> T:
         from botocore.exceptions import BotoCoreError
         from botocore.exceptions import ClientError
 
         try:
-            return getattr(self.client, operation)(TableName=self.table, **kwargs)
+            return call()
         except ClientError as e:
             raise StateError(f"DynamoDB state table {self.table}: {e.response['Error'].get('Message', e)}") from e
         except BotoCoreError as e:
