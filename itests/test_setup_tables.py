@@ -19,7 +19,10 @@ from clusterman.state.pause import pause_status
 from clusterman.state.store import DynamoStateStore
 
 _names = itertools.count()
-POOL_FILE = "resource_groups: []\nscaling_limits: {min_capacity: 1, max_capacity: 5, max_weight_to_add: 1, max_weight_to_remove: 1}\n"
+POOL_FILE = """
+resource_groups: []
+scaling_limits: {min_capacity: 1, max_capacity: 5, max_weight_to_add: 1, max_weight_to_remove: 1}
+"""
 
 
 @pytest.fixture
