@@ -1,9 +1,11 @@
 """``python -m clusterman.batch.autoscaler_bootstrap``: run one pool's process tree and keep it current.
 
 1. Read ``CMAN_CLUSTER``, ``CMAN_POOL`` and ``CMAN_SCHEDULER`` (default ``mesos``, as Clusterman),
-   load and validate the main and the pool config: a bad config stops here, before anything runs,
-   unless a configuration the autoscaler finished a run under was kept (``--last-good-dir``): then
-   that one runs, with one ERROR line and a ``config_rejected`` outcome, never silently.
+   load and validate the main and the pool config. A configuration that fails before its
+   autoscaler finished a run (a bad file; a version or signal that cannot be fetched or found;
+   a tree that does not come up; a crash loop) stops here, exit 1, unless a configuration the
+   autoscaler finished a run under was kept (``--last-good-dir``): then that one runs, with one
+   ERROR line and a ``config_rejected`` outcome, never silently.
 2. Work out the signals (the default signal, the pool's own, its ``app_signals``) and export them
    as the CMAN_* lists (``clusterman.tree.environment``).
 3. Copy the validated files to a snapshot the programs read (``clusterman.tree.snapshot``): a
@@ -15,9 +17,9 @@
    autoscaler (``clusterman.tree.process_tree``).
 6. Watch: supervisord, the autoscaler's starts and heartbeat (a stalled autoscaler is restarted),
    and the main config, the pool config and the AWS key file. A crash loop after a change rolls
-   back to the last configuration the autoscaler finished a run under (one ERROR line, a
-   ``config_rejected`` outcome), and the rejected files are tried again once edited; a crash loop
-   with no earlier good configuration (or under it) stops the tree, exit 1.
+   back to the last configuration the autoscaler finished a run under, in memory or kept (one
+   ERROR line, a ``config_rejected`` outcome), and the rejected files are tried again once
+   edited; a crash loop with no earlier good configuration (or under it) stops the tree, exit 1.
    A change is validated and fetched beside the running tree, which is only stopped once that
    succeeded (if the new tree's signals then fail, the previous tree comes back). Each outcome
    goes to ``$CMAN_TREE_STATUS_FILE`` for the autoscaler's events. SIGTERM or SIGINT stops the
@@ -72,7 +74,6 @@ from clusterman.tree.process_tree import ProcessTree
 from clusterman.tree.process_tree import Stopped
 from clusterman.tree.process_tree import Timeouts
 from clusterman.tree.process_tree import TreeError
-from clusterman.tree.snapshot import LastGood
 from clusterman.tree.snapshot import LastGoodError
 from clusterman.tree.snapshot import keep_last_good
 from clusterman.tree.snapshot import last_good_home
@@ -225,21 +226,15 @@ class Bootstrap:
         self.good: Prepared | None = None  # the last configuration the autoscaler finished a run under
         self.good_since = 0.0  # unix seconds it was found good
         self.kept_home = last_good_home(settings.last_good_dir, settings.env_config_path, settings.identity)
-        self.restart_from: tuple[Exception, LastGood] | None = None  # the live files are bad: start from the kept copy
 
     def run(self) -> int:
         try:
-            self._validate()
+            validated: tuple[LoadedConfig, Fingerprint] | Exception = self._validate()
         except SETUP_ERRORS as e:
-            try:
-                kept = read_last_good(self.kept_home)
-            except LastGoodError as why:
-                log.error("%s (and %s)", e, why)
-                return 1
-            if kept is None:
+            if not (self.kept_home / "current").is_symlink():  # nothing to fall back on: stop before anything runs
                 log.error("%s", e)
                 return 1
-            self.restart_from = (e, kept)
+            validated = e
         private = Path(tempfile.mkdtemp(prefix="clusterman-tree-", dir=self.settings.private_parent))
         paths = Paths(
             private, self.settings.log_dir or private / "logs", self.settings.signals_dir or private / "signals"
@@ -251,7 +246,7 @@ class Bootstrap:
             paths.log_dir.mkdir(parents=True, exist_ok=True)
             paths.signals_dir.mkdir(parents=True, exist_ok=True)
             log.info("private directory %s, program logs in %s", private, paths.log_dir)
-            return self._supervise(paths)
+            return self._supervise(paths, validated)
         finally:
             shutil.rmtree(private, ignore_errors=True)
 
@@ -270,23 +265,32 @@ class Bootstrap:
         except SETUP_ERRORS:
             return [self.settings.env_config_path]
 
-    def _prepare_kept(
-        self, paths: Paths, status: StatusWriter, error: Exception, kept: LastGood
+    def _fall_back(
+        self, paths: Paths, status: StatusWriter, error: Exception, failed: Fingerprint
     ) -> tuple[Prepared, Fingerprint]:
-        """Start from the kept configuration (the live files are bad); say so, never silently.
+        """A new configuration failed before its autoscaler finished a run (at start, or a crash
+        loop with nothing better in memory): start from the kept one instead; say so, never silently.
 
-        Returns it, already the one to roll back to, and the live files as they are now: not
-        tried again until they change.
+        ``failed``: the files the failing configuration was read from. Re-raises ``error`` when
+        nothing is kept, or the kept configuration is that one. Returns the kept configuration,
+        already the one to roll back to, and the live files as they are now: not tried again until
+        they change.
         """
-        settings = replace(self.settings, env_config_path=kept.main_path)
         try:
-            loaded = load(settings)
-        except SETUP_ERRORS:
-            log.error("%s (and the kept configuration in %s cannot be used either:)", error, self.kept_home)
-            raise
+            kept = read_last_good(self.kept_home)
+        except LastGoodError as why:
+            raise TreeError(f"{error} (and {why})") from error
+        if kept is None or kept.baseline == failed:
+            raise error
         live = fingerprint([Path(p) for p, _ in kept.baseline])
+        try:
+            loaded = load(replace(self.settings, env_config_path=kept.main_path))
+            current = self._prepare(paths, (loaded, live), kept.main_path)
+        except (*SETUP_ERRORS, TreeError) as e:
+            raise TreeError(
+                f"{error} (and the kept configuration in {self.kept_home} cannot be used either: {e})"
+            ) from e
         what = ", ".join(changed(kept.baseline, live)) or str(self.settings.env_config_path)
-        current = self._prepare(paths, (loaded, live), kept.main_path)
         message = (
             f"CONFIGURATION ROLLED BACK: {error}; the bootstrap starts with the last configuration the "
             f"autoscaler finished runs under (accepted {format_time(kept.accepted_at)}, kept in {self.kept_home}); "
@@ -296,6 +300,32 @@ class Bootstrap:
         status.record(False, what, message)
         self.good, self.good_since = current, kept.accepted_at
         return current, live
+
+    def _first_tree(
+        self, paths: Paths, status: StatusWriter, validated: tuple[LoadedConfig, Fingerprint] | Exception
+    ) -> tuple[ProcessTree, Prepared, Refused]:
+        """The tree of the live files (``validated``: loaded already, or why they could not be) or,
+        when they fail before a tree runs, of the kept configuration."""
+        try:
+            if isinstance(validated, Exception):
+                raise validated
+            current = self._prepare(paths, validated)
+        except (*SETUP_ERRORS, TreeError) as e:
+            current, rejected = self._fall_back(paths, status, e, fingerprint(self._watched_now()))
+            retry = self._retry_at(e)
+            return self._start(current, paths), current, Refused(rejected, retry)
+        try:
+            return self._start(current, paths), current, Refused()
+        except (TreeError, SupervisorError) as e:
+            self._forget(current)
+            kept, rejected = self._fall_back(paths, status, e, current.baseline)
+            return self._start(kept, paths), kept, Refused(rejected)
+
+    def _retry_at(self, error: Exception) -> float:
+        """When refused files are tried again without an edit: a fetch or a lookup may succeed
+        later (S3 back, a version published); an invalid file needs an edit."""
+        transient = isinstance(error, TreeError)
+        return time.monotonic() + self.settings.fetch_retry_seconds if transient else math.inf
 
     def _prepare(
         self,
@@ -349,42 +379,24 @@ class Bootstrap:
             raise
         return tree
 
-    def _supervise(self, paths: Paths) -> int:
+    def _supervise(self, paths: Paths, validated: tuple[LoadedConfig, Fingerprint] | Exception) -> int:
         status = StatusWriter(paths.status)
         tree: ProcessTree | None = None
-        rejected: Fingerprint | None = None  # a change rolled back after a crash loop: tried again once edited
         try:
-            if self.restart_from is None:
-                current = self._prepare(paths)
-            else:
-                current, rejected = self._prepare_kept(paths, status, *self.restart_from)
-            tree = self._start(current, paths)
+            tree, current, refused = self._first_tree(paths, status, validated)
             while True:
                 try:
-                    new = self._watch(tree, current, paths, status, rejected)
+                    new = self._watch(tree, current, paths, status, refused)
                 except CrashLoop as e:
-                    good = self.good
-                    if good is None or good is current:
-                        raise  # no earlier configuration the autoscaler ran under: stop, as documented
                     tree.stop()
                     tree = None
-                    what = self._changed(good, current)
-                    message = (
-                        f"CONFIGURATION ROLLED BACK: the change to {what} is rejected ({e}); "
-                        f"running the last configuration the autoscaler finished runs under again "
-                        f"(accepted {format_time(self.good_since)}); "
-                        "a newer edit of the file is tried again"
-                    )
-                    log.error("%s", message)
-                    status.record(False, what, message)
-                    rejected = current.baseline
-                    self._forget(current)
-                    current = good
+                    current, rejected = self._roll_back(paths, status, e, current)
+                    refused = Refused(rejected)
                     tree = self._start(current, paths)
                     continue
                 if new is None:
                     return 0
-                rejected = None
+                refused = Refused()
                 tree.stop()
                 tree = None
                 try:
@@ -392,24 +404,47 @@ class Bootstrap:
                 except (TreeError, SupervisorError) as e:
                     log.error("%s; going back to the last working configuration", e)
                     status.record(False, self._changed(current, new), str(e))
+                    refused = Refused(new.baseline)  # not tried again, tree restart and all, until edited
+                    self._forget(new)
                     tree = self._start(current, paths)
                     continue
                 status.record(True, self._changed(current, new), new.loaded.plan.describe())
                 if current is not self.good:  # the last good one is kept for a rollback
                     self._forget(current)
                 current = new
-        except SETUP_ERRORS as e:
+        except (*SETUP_ERRORS, TreeError, SupervisorError) as e:
             log.error("%s", e)
             return 1
         except Stopped:
             return 0
-        except (TreeError, SupervisorError) as e:
-            log.error("%s", e)
-            return 1
         finally:
             if tree is not None:
                 tree.stop()
             log.info("stopped the tree")
+
+    def _roll_back(
+        self, paths: Paths, status: StatusWriter, error: CrashLoop, current: Prepared
+    ) -> tuple[Prepared, Fingerprint]:
+        """``current``'s autoscaler keeps exiting: go back to the last configuration it finished runs
+        under, this bootstrap's or the kept one; re-raise when ``current`` is that one."""
+        good = self.good
+        if good is current:
+            raise error
+        if good is None:
+            fallback = self._fall_back(paths, status, error, current.baseline)
+            self._forget(current)
+            return fallback
+        what = self._changed(good, current)
+        message = (
+            f"CONFIGURATION ROLLED BACK: the change to {what} is rejected ({error}); "
+            f"running the last configuration the autoscaler finished runs under again "
+            f"(accepted {format_time(self.good_since)}); "
+            "a newer edit of the file is tried again"
+        )
+        log.error("%s", message)
+        status.record(False, what, message)
+        self._forget(current)
+        return good, current.baseline
 
     @staticmethod
     def _changed(old: Prepared, new: Prepared) -> str:
@@ -445,13 +480,14 @@ class Bootstrap:
         current: Prepared,
         paths: Paths,
         status: StatusWriter,
-        rejected: Fingerprint | None = None,
+        refused: Refused,
     ) -> Prepared | None:
         """Return the next configuration, validated and fetched beside the running tree; None on SIGTERM/SIGINT.
 
-        ``rejected``: the files as they were when a change was rolled back; not tried until they change.
+        ``refused``: files refused (or rolled back) already: not tried again until they change, or
+        until ``refused.retry_at``.
         """
-        retry_at = math.inf  # when a change refused for a failed fetch (S3 down, say) is tried again
+        rejected, retry_at = refused.files, refused.retry_at
         baseline = current.baseline
         watched = [Path(p) for p, _ in baseline]
 
@@ -478,17 +514,25 @@ class Bootstrap:
             except _TreeFailed as e:
                 raise e.error from None
             except (*SETUP_ERRORS, TreeError) as e:
-                transient = isinstance(e, TreeError)
-                retry = f"; trying again in {self.settings.fetch_retry_seconds:g} s" if transient else ""
+                retry_at = self._retry_at(e)
+                retry = f"; trying again in {self.settings.fetch_retry_seconds:g} s" if retry_at < math.inf else ""
                 log.error("%s (the running tree keeps its previous configuration%s)", e, retry)
                 if now != rejected:
                     status.record(False, what, str(e))
                 rejected = now
-                retry_at = time.monotonic() + self.settings.fetch_retry_seconds if transient else math.inf
                 continue
             log.info("%s changed: restarting the tree", what)
             return new
         return None
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Files a configuration was refused (or rolled back) from: not tried again until they change,
+    or until ``retry_at`` (monotonic)."""
+
+    files: Fingerprint | None = None
+    retry_at: float = math.inf
 
 
 class _TreeFailed(Exception):
