@@ -4,7 +4,13 @@ No Kubernetes API server or Mesos master can run on these machines, so the tests
 responses to the *real* client libraries (the ``kubernetes`` client, ``requests``) instead of
 patching them. For Kubernetes list calls the server applies what the real API server would: the
 equality ``labelSelector`` and ``fieldSelector`` the connector sends, and ``limit``/``continue``
-pagination, so the client's query encoding and the connector's paging both run for real.
+pagination, so the client's query encoding and the connector's paging both run for real. A
+``watch=true`` request to a recorded list is a watch on a cluster where nothing changes: a stream
+that stays open, empty, for its ``timeoutSeconds``.
+
+An answer's body is bytes, or an iterator of byte strings, sent as they come with chunked transfer
+encoding (a watch stream); an iterator that raises ``DropConnection`` drops the connection
+without ending the stream, as a dying server or a proxy does.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import json
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,9 +47,18 @@ class Request:
     headers: dict[str, str]
     method: str = "GET"
     body: bytes = b""
+    # set when the server shuts down: a stream being sent for this request ends
+    stopping: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     def json(self) -> Any:
         return json.loads(self.body or b"null")
+
+
+Body = bytes | Iterator[bytes]
+
+
+class DropConnection(Exception):
+    """Raised by a streamed body: the connection is dropped mid-stream."""
 
 
 @dataclass
@@ -61,7 +77,7 @@ class RecordedApi:
     def serve(self, path: str, body: Any, status: int = 200, *, kubernetes_list: bool = False) -> None:
         self.routes[path] = Route(body, status, kubernetes_list)
 
-    def answer(self, request: Request) -> tuple[int, bytes]:
+    def answer(self, request: Request) -> tuple[int, Body]:
         self.requests.append(request)
         if request.method != "GET":
             return 405, json.dumps(
@@ -74,7 +90,22 @@ class RecordedApi:
             return route.status, route.body
         if not route.kubernetes_list or route.status != 200:
             return route.status, json.dumps(route.body).encode()
+        if flag(request.query, "watch"):
+            return 200, quiet_watch(float(request.query.get("timeoutSeconds") or 60), request.stopping)
         return 200, json.dumps(kubernetes_page(route.body, request.query)).encode()
+
+
+def flag(query: dict[str, str], name: str) -> bool:
+    """A boolean query parameter as the API server reads it (Go's ParseBool: the client sends "True")."""
+    return query.get(name, "") in ("1", "t", "T", "TRUE", "true", "True")
+
+
+def quiet_watch(seconds: float, stopping: threading.Event) -> Iterator[bytes]:
+    """A watch stream of a cluster where nothing changes: open, empty, until its timeout."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not stopping.is_set():
+        stopping.wait(0.05)
+        yield b""
 
 
 def lookup(obj: Any, dotted: str) -> str:
@@ -136,21 +167,39 @@ def kubeconfig(path: Path, server: str) -> str:
 
 
 @contextmanager
-def http_server(answer: Callable[[Request], tuple[int, bytes]], tls: ssl.SSLContext | None = None) -> Iterator[str]:
+def http_server(answer: Callable[[Request], tuple[int, Body]], tls: ssl.SSLContext | None = None) -> Iterator[str]:
     """Serve ``answer`` on a free loopback port (any method), over TLS with ``tls``; yields the base URL."""
+    stopping = threading.Event()
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # chunked streams; the client may keep the connection
+
         def handle_any(self) -> None:
             parts = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
             headers = {k.lower(): v for k, v in self.headers.items()}
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            status, reply = answer(Request(parts.path, query, headers, self.command, body))
+            status, reply = answer(Request(parts.path, query, headers, self.command, body, stopping))
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(reply)))
+            if isinstance(reply, bytes):
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+                return
+            self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            self.wfile.write(reply)
+            try:
+                for chunk in reply:
+                    if chunk:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+            except DropConnection:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:  # the client went away
+                self.close_connection = True
 
         do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = handle_any
 
@@ -165,6 +214,7 @@ def http_server(answer: Callable[[Request], tuple[int, bytes]], tls: ssl.SSLCont
     try:
         yield f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
     finally:
+        stopping.set()
         server.shutdown()
         server.server_close()
         thread.join()

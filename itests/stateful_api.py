@@ -6,7 +6,17 @@ the real servers apply (read from their documentation and source), so a wrong re
 it would there:
 
 Kubernetes
-  GET    /api/v1/nodes, /api/v1/pods       lists, with selectors and paging (``recorded_api``)
+  GET    /api/v1/nodes, /api/v1/pods       lists, with selectors and paging, in key order (namespace/name),
+                                           each paged list one consistent state (the continue token
+                                           pins the version of its first page, as etcd's does)
+  GET    ...?watch=true&resourceVersion=V  a watch: every change after V, as the API server sends it:
+                                           ADDED / MODIFIED / DELETED by the selectors (an object that
+                                           stops matching is DELETED, one that starts is ADDED),
+                                           BOOKMARKs every ``bookmark_seconds`` when asked, the stream
+                                           ended after ``timeoutSeconds``; V older than the history
+                                           (``compact``) is an ERROR event with a 410 Status, and
+                                           ``expire_watches`` sends one to the open watches;
+                                           ``drop_watches`` drops their connections mid-stream
   GET    /api/v1/nodes/{name}              one node, or 404
   PATCH  /api/v1/nodes/{name}              a strategic-merge or merge patch; ``metadata.resourceVersion``
                                            in the patch is a precondition (409 Conflict when stale);
@@ -36,23 +46,30 @@ import json
 import re
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 from typing import TypeVar
 
+from itests.recorded_api import Body
+from itests.recorded_api import DropConnection
 from itests.recorded_api import Request
+from itests.recorded_api import flag
 from itests.recorded_api import http_server
-from itests.recorded_api import kubernetes_page
+from itests.recorded_api import label
+from itests.recorded_api import lookup
+from itests.recorded_api import matches
 
-Answer = tuple[int, bytes]
+Answer = tuple[int, Body]
 
 
 class FakeServer(abc.ABC):
     def __init__(self) -> None:
         self.requests: list[Request] = []
         self.url = ""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
 
     @property
     def writes(self) -> list[Request]:
@@ -62,6 +79,11 @@ class FakeServer(abc.ABC):
         with self._lock:
             self.requests.append(request)
             return self.handle(request)
+
+    @property
+    def changed(self) -> threading.Condition:
+        """Notified (under the state's lock) whenever the state changes."""
+        return self._changed
 
     @abc.abstractmethod
     def handle(self, request: Request) -> Answer:
@@ -87,6 +109,33 @@ def merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
             target[key] = copy.deepcopy(value)
 
 
+def selected(obj: dict[str, Any], query: dict[str, str]) -> bool:
+    """The equality label and field selectors of a list or watch request."""
+    return matches(query.get("labelSelector", ""), lambda k: label(obj, k)) and matches(
+        query.get("fieldSelector", ""), lambda k: lookup(obj, k)
+    )
+
+
+def watch_line(before: bytes | None, after: bytes | None, query: dict[str, str]) -> bytes:
+    """The event a watch with these selectors gets for one change, or b"" (it sees none)."""
+    was = before is not None and selected(json.loads(before), query)
+    now = after is not None and selected(json.loads(after), query)
+    if now:
+        kind, obj = ("MODIFIED" if was else "ADDED"), after
+    elif was:  # deleted, or no longer selected: the object as it is now, or as it was last
+        kind, obj = "DELETED", after or before
+    else:
+        return b""
+    assert obj is not None
+    return b'{"type": "%s", "object": %s}\n' % (kind.encode(), obj)
+
+
+def gone_event(version: int, oldest: int) -> bytes:
+    status_ = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410}
+    status_["message"] = f"too old resource version: {version} ({oldest})"
+    return json.dumps({"type": "ERROR", "object": status_}).encode() + b"\n"
+
+
 class FakeKubernetes(FakeServer):
     PATCH_TYPES = ("application/strategic-merge-patch+json", "application/merge-patch+json")
     NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
@@ -98,6 +147,13 @@ class FakeKubernetes(FakeServer):
         self.pods = {(p["metadata"]["namespace"], p["metadata"]["name"]): copy.deepcopy(p) for p in pods}
         self.token = token
         self.version = 50_000_000
+        # the history watches read: (version, resource, the object before, the object after), as JSON
+        self.history: list[tuple[int, str, bytes | None, bytes | None]] = []
+        self.compacted = self.version  # a watch from an older version is answered 410 Gone
+        self.bookmark_seconds = 0.2
+        self._expired = 0  # expire_watches() calls: open watches end with a 410 when it moves
+        self._dropped = 0  # drop_watches() calls: open watches' connections are dropped
+        self._snapshots: dict[str, tuple[int, list[bytes]]] = {}  # continue token -> a list's state
         self.budget_refuses: set[str] = set()  # "ns/name": evictions answered 429 (a disruption budget)
         self.eviction_errors: dict[str, Answer] = {}  # "ns/name": any other answer to its eviction
         # node name -> how many of its next PATCHes race another writer, which adds a taint first
@@ -112,10 +168,11 @@ class FakeKubernetes(FakeServer):
             return status(401, "Unauthorized", "no bearer token")
         node = self.NODE.match(request.path)
         eviction = self.EVICTION.match(request.path)
-        if request.method == "GET" and request.path == "/api/v1/nodes":
-            return self._list("NodeList", list(self.nodes.values()), request)
-        if request.method == "GET" and request.path == "/api/v1/pods":
-            return self._list("PodList", list(self.pods.values()), request)
+        if request.method == "GET" and request.path in ("/api/v1/nodes", "/api/v1/pods"):
+            resource = request.path.rsplit("/", 1)[1]
+            if flag(request.query, "watch"):
+                return 200, self._watch(resource, request)
+            return self._list(resource, request)
         if request.method == "GET" and node:
             found = self.nodes.get(node[1])
             if found is None:
@@ -127,13 +184,138 @@ class FakeKubernetes(FakeServer):
             return self._evict(eviction[1], eviction[2], request)
         return status(404, "NotFound", f"{request.method} {request.path}: not served by this fake")
 
-    def _list(self, kind: str, items: list[dict[str, Any]], request: Request) -> Answer:
-        recorded = {"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": str(self.version)}}
-        return 200, json.dumps(kubernetes_page({**recorded, "items": items}, request.query)).encode()
+    def _list(self, resource: str, request: Request) -> Answer:
+        """One page of a list; the first page takes the state, the continue token keeps it."""
+        query = request.query
+        token = query.get("continue")
+        if token:
+            if token not in self._snapshots:
+                return status(410, "Expired", "The provided continue parameter is too old")
+            version, items = self._snapshots[token]
+            offset = int(token.rsplit(":", 1)[1])
+        else:
+            objs = self.nodes if resource == "nodes" else self.pods
+            chosen = [o for _, o in sorted(objs.items()) if selected(o, query)]
+            version, items, offset = self.version, [json.dumps(o).encode() for o in chosen], 0
+        limit = int(query.get("limit") or 0) or len(items) or 1
+        page = items[offset : offset + limit]
+        metadata = {"resourceVersion": str(version)}
+        if offset + limit < len(items):
+            following = f"{len(self._snapshots)}:{offset + limit}"
+            self._snapshots[following] = (version, items)
+            metadata["continue"] = following
+            metadata["remainingItemCount"] = len(items) - offset - limit  # type: ignore[assignment]
+        kind = "NodeList" if resource == "nodes" else "PodList"
+        head = json.dumps({"kind": kind, "apiVersion": "v1", "metadata": metadata})[:-1].encode()
+        return 200, head + b', "items": [' + b",".join(page) + b"]}"
+
+    # --- changes, and the watches that see them ---------------------------------------------------
 
     def _bump(self, obj: dict[str, Any]) -> None:
         self.version += 1
         obj["metadata"]["resourceVersion"] = str(self.version)
+
+    def _record(self, resource: str, before: bytes | None, after: dict[str, Any] | None) -> None:
+        """Keep one change in the history (after ``_bump``) and wake the watches."""
+        self.history.append((self.version, resource, before, None if after is None else json.dumps(after).encode()))
+        self._changed.notify_all()
+
+    def put(self, resource: str, obj: dict[str, Any]) -> None:
+        """Create or replace a node or a pod (a controller or the kubelet writing it)."""
+        with self._lock:
+            obj = copy.deepcopy(obj)
+            objs: dict[Any, dict[str, Any]] = self.nodes if resource == "nodes" else self.pods  # type: ignore[assignment]
+            key = self._key(resource, obj)
+            before = objs.get(key)
+            self._bump(obj)
+            objs[key] = obj
+            self._record(resource, None if before is None else json.dumps(before).encode(), obj)
+
+    def delete(self, resource: str, name: str, namespace: str = "") -> None:
+        with self._lock:
+            objs: dict[Any, dict[str, Any]] = self.nodes if resource == "nodes" else self.pods  # type: ignore[assignment]
+            gone = objs.pop(name if resource == "nodes" else (namespace, name), None)
+            if gone is not None:
+                self._bump(gone)  # a deletion has a version of its own
+                self._record(resource, json.dumps(gone).encode(), None)
+
+    @staticmethod
+    def _key(resource: str, obj: dict[str, Any]) -> Any:
+        meta = obj["metadata"]
+        return meta["name"] if resource == "nodes" else (meta["namespace"], meta["name"])
+
+    def compact(self) -> None:
+        """Forget the history up to now: a watch from an older version gets 410 Gone."""
+        with self._lock:
+            self.compacted = self.version
+            self.history.clear()
+
+    def expire_watches(self) -> None:
+        """The open watches fall out of the server's history: each ends with a 410 ERROR event."""
+        with self._lock:
+            self.compact()
+            self._expired += 1
+            self._changed.notify_all()
+
+    def drop_watches(self) -> None:
+        """The open watches' connections are dropped mid-stream (a restarting server or proxy)."""
+        with self._lock:
+            self._dropped += 1
+            self._changed.notify_all()
+
+    def _watch(self, resource: str, request: Request) -> Iterator[bytes]:
+        query = request.query
+        since = int(query.get("resourceVersion") or self.version)
+        seconds = float(query.get("timeoutSeconds") or 1800)
+        bookmarks = flag(query, "allowWatchBookmarks")
+        kind = "Node" if resource == "nodes" else "Pod"
+        return self._stream(resource, kind, since, seconds, bookmarks, query, request)
+
+    def _stream(
+        self, resource: str, kind: str, since: int, seconds: float, bookmarks: bool, query: dict[str, str],
+        request: Request,
+    ) -> Iterator[bytes]:  # fmt: skip
+        deadline = time.monotonic() + seconds
+        with self._lock:
+            expired, dropped = self._expired, self._dropped
+            gone = since < self.compacted
+        if gone:
+            yield gone_event(since, self.compacted)
+            return
+        seen = since
+        next_bookmark = time.monotonic() + self.bookmark_seconds
+        while time.monotonic() < deadline and not request.stopping.is_set():
+            lines: list[bytes] = []
+            with self._lock:
+                if self._dropped != dropped:
+                    raise DropConnection
+                if self._expired != expired:
+                    lines.append(gone_event(seen, self.compacted))
+                else:
+                    for version, changed, before, after in self.history:
+                        if version > seen and changed == resource:
+                            line = watch_line(before, after, query)
+                            if line:
+                                lines.append(line)
+                    seen = self.version
+                    if not lines:
+                        wait = min(deadline, next_bookmark) - time.monotonic()
+                        self._changed.wait(max(0.0, min(wait, 0.1)))
+            if lines:
+                yield b"".join(lines)
+                if lines[-1].startswith(b'{"type": "ERROR"'):
+                    return
+            if bookmarks and time.monotonic() >= next_bookmark:
+                next_bookmark = time.monotonic() + self.bookmark_seconds
+                meta = {"resourceVersion": str(seen)}
+                yield (
+                    json.dumps(
+                        {"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": "v1", "metadata": meta}}
+                    ).encode()
+                    + b"\n"
+                )
+            else:
+                yield b""  # lets the server notice a client that went away
 
     def _patch(self, name: str, request: Request) -> Answer:
         node = self.nodes.get(name)
@@ -143,9 +325,11 @@ class FakeKubernetes(FakeServer):
             return status(415, "UnsupportedMediaType", f"unsupported patch type {request.headers.get('content-type')}")
         if self.races.get(name, 0) > 0:  # someone else changes the node between our read and our write
             self.races[name] -= 1
+            before = json.dumps(node).encode()
             taints = node["spec"].setdefault("taints", [])
             taints.append({"key": f"example.com/other-writer-{self.races[name]}", "effect": "PreferNoSchedule"})
             self._bump(node)
+            self._record("nodes", before, node)
         patch = request.json()
         wanted = (patch.get("metadata") or {}).pop("resourceVersion", None)
         if wanted is not None and wanted != node["metadata"]["resourceVersion"]:
@@ -154,8 +338,10 @@ class FakeKubernetes(FakeServer):
                 "please apply your changes to the latest version and try again"
             )
             return status(409, "Conflict", message)
+        before = json.dumps(node).encode()
         merge(node, patch)
         self._bump(node)
+        self._record("nodes", before, node)
         return 200, json.dumps(node).encode()
 
     def _evict(self, namespace: str, name: str, request: Request) -> Answer:
@@ -170,7 +356,7 @@ class FakeKubernetes(FakeServer):
             return status(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.")
         if key in self.eviction_errors:
             return self.eviction_errors[key]
-        del self.pods[(namespace, name)]
+        self.delete("pods", name, namespace)
         return 201, json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}).encode()
 
 

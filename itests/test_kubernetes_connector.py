@@ -16,6 +16,7 @@ from clusterman.core.cloud_view import CloudView
 from clusterman.core.config import DEFAULT_POD_REQUEST
 from clusterman.core.model import NodeState
 from clusterman.core.model import ResourceGroup
+from itests.recorded_api import flag
 from itests.recorded_api import kubeconfig
 from itests.recorded_api import load
 from itests.recorded_api import recorded_api
@@ -94,7 +95,7 @@ def test_snapshot_from_recorded_api(api, connector, caplog):
     (train,) = n11.tasks
     assert not train.safe_to_evict and train.batch and n11.pins_node()
     assert n14.pins_node() and not snap.node(N.format(12)).pins_node()
-    assert next(iter(n10.workload())).app == "web"
+    assert {t.id: t.app for t in n10.workload()}["default/web-7d9f8c6b5-abcde"] == "web"
 
     # pending: unschedulable pods aimed at the pool, by selector, affinity or pool label
     assert sorted(t.id for t in snap.pending) == [
@@ -110,8 +111,12 @@ def test_snapshot_from_recorded_api(api, connector, caplog):
 
 def test_the_client_asks_what_a_real_api_server_expects(api, connector):
     connector.snapshot(NOW)
-    node_calls = [r for r in api.requests if r.path == "/api/v1/nodes"]
-    pod_calls = [r for r in api.requests if r.path == "/api/v1/pods"]
+    deadline = time.monotonic() + 10
+    while len([r for r in api.requests if "watch" in r.query]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lists = [r for r in api.requests if "watch" not in r.query]
+    node_calls = [r for r in lists if r.path == "/api/v1/nodes"]
+    pod_calls = [r for r in lists if r.path == "/api/v1/pods"]
     assert all(r.query["labelSelector"] == "clusterman.com/pool=default" for r in node_calls)
     assert all(r.query["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed" for r in pod_calls)
     assert all(r.query["limit"] == "4" for r in node_calls + pod_calls)
@@ -119,6 +124,16 @@ def test_the_client_asks_what_a_real_api_server_expects(api, connector):
     assert len(node_calls) == 2 and "continue" in node_calls[1].query
     assert len(pod_calls) == 5
     assert all(r.headers.get("authorization") == "Bearer recorded-token" for r in api.requests)
+    # then one watch of each, from the list's version, with the same selectors and bookmarks
+    watches = {r.path: r.query for r in api.requests if "watch" in r.query}
+    assert set(watches) == {"/api/v1/nodes", "/api/v1/pods"}
+    for path, query in watches.items():
+        assert flag(query, "watch") and flag(query, "allowWatchBookmarks")
+        recorded = load(f"kubernetes/{path.rsplit('/', 1)[1]}.json")
+        assert query["resourceVersion"] == recorded["metadata"]["resourceVersion"]
+        assert query["timeoutSeconds"] == "60" and "limit" not in query
+    assert watches["/api/v1/nodes"]["labelSelector"] == "clusterman.com/pool=default"
+    assert watches["/api/v1/pods"]["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
 
 
 def test_join_with_the_clouds_view(api, tmp_path):

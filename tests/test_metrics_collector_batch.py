@@ -1,5 +1,6 @@
 """The collector batch: every pool, every interval, and a failure never ends the loop."""
 
+import dataclasses
 import json
 import logging
 import threading
@@ -68,6 +69,18 @@ def test_one_pool_failing_does_not_stop_the_others(caplog):
     assert "c1/down.kubernetes: no metrics this run: kubernetes API http://k: cannot reach it" in caplog.text
     assert "c1/buggy.mesos: no metrics this run: unexpected error" in caplog.text
     assert "ZeroDivisionError" in caplog.text  # a bug keeps its traceback in the log
+
+
+def test_a_view_that_may_be_old_writes_no_points(caplog):
+    class Stale(Scripted):
+        def snapshot(self, now):
+            return dataclasses.replace(super().snapshot(now), stale="the watch of the pool's nodes has not heard")
+
+    store = InMemoryStore()
+    with caplog.at_level(logging.INFO):
+        assert collect_once([(GOOD, Stale("ok"))], store, clock=lambda: 1000.0) == 1
+    assert cpus_allocated(store, GOOD) == []  # old data would look fresh to the signals
+    assert "no metrics this run: the watch of the pool's nodes has not heard" in caplog.text
 
 
 def test_a_store_failure_is_a_failed_pool():

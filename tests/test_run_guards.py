@@ -3,6 +3,7 @@ events say when something is unknown, NODE_JOIN events, and the loop's heartbeat
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -263,6 +264,21 @@ def test_signal_input_older_than_its_window_holds_scale_down(pools):  # noqa: F8
     store.load(MetricType.SYSTEM_METRICS, system_key("cpus_allocated", "c", "p.simulated"), [(int(T0 + 30), 1.0)])
     fresh.groups[0].set_target_capacity(6)
     assert fresh.minute().decision.taint  # fresh input: the pool shrinks
+
+
+def test_a_scheduler_view_that_may_be_old_holds_scale_down_and_says_so(pools):  # noqa: F811
+    stale = "the watch of the pool's pods has not heard from the API server for 200 s (> 150 s; watching)"
+    pool = pools(work(1))
+    pool.groups[0].set_target_capacity(6)
+    read = pool.cycle.connector.snapshot
+    pool.cycle.connector.snapshot = lambda now: dataclasses.replace(read(now), stale=stale)  # type: ignore[method-assign]
+    for _ in range(3):
+        report = pool.minute()
+        assert report.decision is not None and not report.decision.taint and not report.decision.terminate
+    assert f"{stale}: no scale-down" in report.line()
+    assert pool.groups[0].read().group.target_capacity == 6
+    pool.cycle.connector.snapshot = read  # type: ignore[method-assign]
+    assert pool.minute().decision.taint  # heard from again: the pool shrinks
 
 
 def test_unwritable_metrics_hold_scale_down_and_say_so(pools, caplog):  # noqa: F811

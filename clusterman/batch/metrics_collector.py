@@ -123,7 +123,10 @@ def collect_once(
     failures = 0
     for identity, connector in pools:
         try:
-            points = collect(connector.snapshot(clock()), identity)
+            snapshot = connector.snapshot(clock())
+            if snapshot.stale:  # points from a view that may be old would look fresh to the signals
+                raise ConnectorError(snapshot.stale)
+            points = collect(snapshot, identity)
             store.write(points)
             log.info("%s: wrote %d points", identity, len(points))
         except (ConnectorError, MetricsError) as e:

@@ -31,6 +31,7 @@ class SchedulerView:
 
     nodes: tuple[Node, ...] = ()
     pending: tuple[Task, ...] = ()
+    stale: str = ""  # why this view may be too old to shrink the pool on ("" when it is not)
 
 
 class ClusterConnector(abc.ABC):
@@ -44,9 +45,9 @@ class ClusterConnector(abc.ABC):
     def snapshot(self, now: float) -> PoolSnapshot:
         view = self.scheduler_view(now)
         if self.cloud is None:
-            return PoolSnapshot(now, view.nodes, (), view.pending)
+            return PoolSnapshot(now, view.nodes, (), view.pending, view.stale)
         cloud = self.cloud.cloud_view(now)
-        return PoolSnapshot(now, join(view.nodes, cloud), cloud.groups, view.pending)
+        return PoolSnapshot(now, join(view.nodes, cloud), cloud.groups, view.pending, view.stale)
 
     def close(self) -> None:  # noqa: B027 - connectors that hold no connection need not override
         """Release connections; the connector may be used again afterwards (it reconnects)."""

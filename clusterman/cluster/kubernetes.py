@@ -21,7 +21,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Callable
+import sys
 from collections.abc import Iterable
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,8 +29,6 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 from typing import Any
-
-import urllib3
 
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
@@ -44,9 +42,12 @@ from clusterman.core.model import Task
 from clusterman.core.resources import Resources
 from clusterman.core.timestamps import parse_time
 
-if TYPE_CHECKING:  # the kubernetes package is an extra: imported where a Kubernetes pool needs it
+if TYPE_CHECKING:  # the kubernetes extra (kubernetes, msgspec): imported where a Kubernetes pool needs it
     import kubernetes.client
     from kubernetes.client.exceptions import ApiException
+
+    from clusterman.cluster import kubernetes_objects as objects
+    from clusterman.cluster.kubernetes_cache import PoolCache
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,9 @@ def resources_from(resource_list: Mapping[str, Any] | None, where: str) -> Resou
         raise ConnectorError(f"{where}.{e}") from None
 
 
-def pod_request(pod: Mapping[str, Any], default: Resources = DEFAULT_POD_REQUEST) -> tuple[Resources, bool]:
+def pod_request(
+    pod: Mapping[str, Any] | objects.Pod, default: Resources = DEFAULT_POD_REQUEST
+) -> tuple[Resources, bool]:
     """Kubernetes' effective request of a pod, and whether a default was used for cpu or memory.
 
     Regular containers and sidecars (init containers with ``restartPolicy: Always``) run together;
@@ -137,21 +140,22 @@ def pod_request(pod: Mapping[str, Any], default: Resources = DEFAULT_POD_REQUEST
     no request requests its limit (the API server's defaulting rule; recorded objects already show
     it, objects written by hand may not).
     """
-    spec = pod.get("spec") or {}
+    pod = as_pod(pod)
+    spec = pod.spec
     named: set[str] = set()
     where = "spec.overhead"
     try:
-        overhead = amounts(spec.get("overhead"))
+        overhead = amounts(spec.overhead)
         running = [0.0, 0.0, 0.0, 0.0]
-        for i, container in enumerate(spec.get("containers") or ()):
+        for i, container in enumerate(spec.containers or ()):
             where = f"spec.containers[{i}].resources"
             _add(running, _container(container, named))
         sidecars = [0.0, 0.0, 0.0, 0.0]
         peak = [0.0, 0.0, 0.0, 0.0]
-        for i, container in enumerate(spec.get("initContainers") or ()):
+        for i, container in enumerate(spec.init_containers or ()):
             where = f"spec.initContainers[{i}].resources"
             request = _container(container, named)
-            if container.get("restartPolicy") == "Always":
+            if container.restart_policy == "Always":
                 _add(sidecars, request)
                 step = sidecars
             else:
@@ -171,12 +175,13 @@ def pod_request(pod: Mapping[str, Any], default: Resources = DEFAULT_POD_REQUEST
     return Resources(*effective), defaulted
 
 
-def _container(container: Mapping[str, Any], named: set[str]) -> Amounts:
-    spec = container.get("resources") or {}
-    requests = spec.get("requests") or {}
-    limits = spec.get("limits")
-    if limits:
-        requests = {**limits, **requests}
+def _container(container: objects.Container, named: set[str]) -> Amounts:
+    spec = container.resources
+    if spec is None:
+        return [0.0, 0.0, 0.0, 0.0]
+    requests = spec.requests or {}
+    if spec.limits:
+        requests = {**spec.limits, **requests}
     if "cpu" in requests:
         named.add("cpu")
     if "memory" in requests:
@@ -192,67 +197,113 @@ def _add(total: Amounts, more: Amounts) -> None:
 # --- pods ---------------------------------------------------------------------------------------
 
 
-def pod_name(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+def as_pod(pod: Mapping[str, Any] | objects.Pod) -> objects.Pod:
+    """A pod as its struct; a dict that is not a pod's shape is a ConnectorError."""
+    from clusterman.cluster import kubernetes_objects as structs
+
+    try:
+        return structs.convert(pod, structs.Pod)
+    except structs.DecodeError as e:
+        raise ConnectorError(f"a pod is not a Kubernetes pod object: {e}") from None
 
 
-def owner_kinds(pod: Mapping[str, Any]) -> set[str]:
-    return {ref.get("kind", "") for ref in (pod.get("metadata") or {}).get("ownerReferences") or ()}
+def pod_name(pod: Mapping[str, Any] | objects.Pod) -> str:
+    meta = as_pod(pod).metadata
+    return f"{meta.namespace or 'default'}/{meta.name or '?'}"
 
 
-def is_daemon(pod: Mapping[str, Any], owners: set[str] | None = None) -> bool:
+def owner_kinds(pod: objects.Pod) -> set[str]:
+    return {ref.kind for ref in pod.metadata.owner_references or ()}
+
+
+def is_daemon(pod: Mapping[str, Any] | objects.Pod, owners: set[str] | None = None) -> bool:
     """DaemonSet pods and mirror pods (static pods the kubelet runs) belong to the node, not the load."""
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    pod = as_pod(pod)
     owners = owner_kinds(pod) if owners is None else owners
-    return MIRROR_POD_ANNOTATION in annotations or "DaemonSet" in owners or "Node" in owners
+    return MIRROR_POD_ANNOTATION in (pod.metadata.annotations or {}) or "DaemonSet" in owners or "Node" in owners
 
 
-def is_unschedulable(pod: Mapping[str, Any]) -> bool:
+def is_unschedulable(pod: Mapping[str, Any] | objects.Pod) -> bool:
     """Pending, on no node, and the scheduler said it found none that fits."""
-    status = pod.get("status") or {}
-    if status.get("phase") != "Pending" or (pod.get("spec") or {}).get("nodeName"):
+    pod = as_pod(pod)
+    if pod.status.phase != "Pending" or pod.spec.node_name:
         return False
     return any(
-        c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
-        for c in status.get("conditions") or ()
+        c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+        for c in pod.status.conditions or ()
     )
 
 
-def targets_pool(pod: Mapping[str, Any], pool: KubernetesPool) -> bool:
+def targets_pool(pod: Mapping[str, Any] | objects.Pod, pool: KubernetesPool) -> bool:
     """Does this pod ask for the pool's nodes? Pods that accept any node are no pool's demand."""
-    spec = pod.get("spec") or {}
-    if (spec.get("nodeSelector") or {}).get(pool.node_label_key) == pool.pool:
+    pod = as_pod(pod)
+    spec = pod.spec
+    if (spec.node_selector or {}).get(pool.node_label_key) == pool.pool:
         return True
-    if ((pod.get("metadata") or {}).get("labels") or {}).get(pool.pool_label_key) == pool.pool:
+    if (pod.metadata.labels or {}).get(pool.pool_label_key) == pool.pool:
         return True
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    for term in required.get("nodeSelectorTerms") or ():
-        for expression in term.get("matchExpressions") or ():
+    node_affinity = spec.affinity.node_affinity if spec.affinity else None
+    required = node_affinity.required_during_scheduling_ignored_during_execution if node_affinity else None
+    for term in (required.node_selector_terms if required else None) or ():
+        for expression in term.match_expressions or ():
             if (
-                expression.get("key") == pool.node_label_key
-                and expression.get("operator") == "In"
-                and pool.pool in (expression.get("values") or ())
+                expression.key == pool.node_label_key
+                and expression.operator == "In"
+                and pool.pool in (expression.values or ())
             ):
                 return True
     return False
 
 
-def task_from(pod: Mapping[str, Any], request: Resources, pool: KubernetesPool, owners: set[str]) -> Task:
-    meta = pod.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    labels = meta.get("labels") or {}
+def task_from(pod: objects.Pod, request: Resources, pool: KubernetesPool, owners: set[str]) -> Task:
+    meta = pod.metadata
+    annotations = meta.annotations or {}
+    labels = meta.labels or {}
     pinned = any(str(annotations.get(k, "")).strip().lower() in FALSE_WORDS for k in pool.safe_to_evict_keys)
     return Task(
         id=pod_name(pod),
-        requests=request,
+        requests=_shared(request),
         daemon=is_daemon(pod, owners),
         safe_to_evict=not pinned,
         batch="Job" in owners,
-        app=str(labels.get("app.kubernetes.io/name") or labels.get("app") or ""),
+        app=sys.intern(str(labels.get("app.kubernetes.io/name") or labels.get("app") or "")),
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared(request: Resources) -> Resources:
+    """One object per distinct request: pods of a deployment ask alike, and a cache holds 300,000."""
+    return request
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """What a pod is to the pool, decoded once: its task, where it runs, and whether it took the default."""
+
+    node: str  # spec.nodeName; "" for a pending pod aimed at the pool
+    task: Task
+    defaulted: bool  # counts with the default request for cpu or memory
+    error: str = ""  # why the pod cannot be read: a snapshot that needs it fails with this
+
+
+def pod_record(pod: Mapping[str, Any] | objects.Pod, pool: KubernetesPool) -> PodRecord | None:
+    """The record of a pod that may matter to the pool: bound to a node (any node: the node may be, or
+    become, one of the pool's), or unschedulable and aimed at the pool. None for any other pod."""
+    pod = as_pod(pod)
+    if pod.status.phase in FINISHED_PHASES:
+        return None
+    node_name = pod.spec.node_name or ""
+    if not node_name and (not is_unschedulable(pod) or not targets_pool(pod, pool)):
+        return None
+    owners = owner_kinds(pod)
+    daemon = is_daemon(pod, owners)
+    if not node_name and daemon:
+        return None
+    try:
+        request, used_default = pod_request(pod, Resources() if daemon else pool.default_request)
+    except ConnectorError as e:  # kept: it fails the snapshots that need it (the pool's), not the others
+        return PodRecord(sys.intern(node_name), Task(pod_name(pod), Resources()), False, str(e))
+    return PodRecord(sys.intern(node_name), task_from(pod, request, pool, owners), used_default)
 
 
 # --- nodes --------------------------------------------------------------------------------------
@@ -265,37 +316,57 @@ def unix_time(text: Any, where: str) -> float:
         raise ConnectorError(f"{where}: {text!r} is not an RFC 3339 time") from None
 
 
-def taint_time(taint: Mapping[str, Any], node: str, now: float) -> float:
-    """When the node was tainted: the taint's value (Unix seconds), else ``timeAdded``.
-
-    With neither, the taint counts from ``now``: a grace period never ends early on a guess.
-    """
+def taint_time(taint: objects.Taint, node: str) -> float | None:
+    """When the node was tainted: the taint's value (Unix seconds), else ``timeAdded``; None when neither."""
     try:
-        value = parse_time(taint.get("value", ""))
+        value = parse_time("" if taint.value is None else taint.value)
         if value > 0:
             return value
     except ValueError:
         pass
-    if taint.get("timeAdded"):
-        return unix_time(taint["timeAdded"], f"node {node}: taint {taint.get('key')}.timeAdded")
-    log.warning("node %s: taint %s carries no time; counting it from now", node, taint.get("key"))
-    return now
+    if taint.time_added:
+        return unix_time(taint.time_added, f"node {node}: taint {taint.key}.timeAdded")
+    return None
 
 
-def node_state(obj: Mapping[str, Any], now: float) -> tuple[NodeState, float]:
+def _state(obj: objects.Node) -> tuple[NodeState, float | None, str]:
+    """The node's state, its taint time (None: the taint carries none) and the scale-down taint's key."""
+    name = obj.metadata.name or "?"
+    for taint in obj.spec.taints or ():
+        if taint.key in SCALE_DOWN_TAINT_KEYS:
+            return NodeState.TAINTED, taint_time(taint, name), taint.key
+    if not any(c.type == "Ready" and c.status == "True" for c in obj.status.conditions or ()):
+        return NodeState.UNKNOWN, NO_TIME, ""
+    if obj.spec.unschedulable:
+        return NodeState.CORDONED, NO_TIME, ""
+    return NodeState.READY, NO_TIME, ""
+
+
+def node_state(obj: Mapping[str, Any] | objects.Node, now: float) -> tuple[NodeState, float]:
     """The node's state and taint time. A scale-down taint wins (the node is on its way out, Ready
-    or not); then not Ready is unknown; then cordoned (``spec.unschedulable``); else ready."""
-    name = (obj.get("metadata") or {}).get("name", "?")
-    spec = obj.get("spec") or {}
-    for taint in spec.get("taints") or ():
-        if taint.get("key") in SCALE_DOWN_TAINT_KEYS:
-            return NodeState.TAINTED, taint_time(taint, name, now)
-    conditions = (obj.get("status") or {}).get("conditions") or ()
-    if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-        return NodeState.UNKNOWN, NO_TIME
-    if spec.get("unschedulable"):
-        return NodeState.CORDONED, NO_TIME
-    return NodeState.READY, NO_TIME
+    or not); then not Ready is unknown; then cordoned (``spec.unschedulable``); else ready.
+
+    A scale-down taint with no time counts from ``now``: a grace period never ends early on a guess.
+    """
+    node = as_node(obj)
+    state, tainted_at, key = _state(node)
+    if tainted_at is None:
+        _untimed(node.metadata.name or "?", key)
+        return state, now
+    return state, tainted_at
+
+
+def _untimed(node: str, key: str) -> None:
+    log.warning("node %s: taint %s carries no time; counting it from now", node, key)
+
+
+def as_node(obj: Mapping[str, Any] | objects.Node) -> objects.Node:
+    from clusterman.cluster import kubernetes_objects as structs
+
+    try:
+        return structs.convert(obj, structs.Node)
+    except structs.DecodeError as e:
+        raise ConnectorError(f"a node is not a Kubernetes node object: {e}") from None
 
 
 def provider_instance(provider_id: str) -> tuple[str, str]:
@@ -309,65 +380,67 @@ def provider_instance(provider_id: str) -> tuple[str, str]:
     return parts[-1], zone
 
 
-def node_from(obj: Mapping[str, Any], now: float) -> Node:
-    """The scheduler's view of one node (tasks and daemon overhead are added by ``build_view``)."""
-    meta = obj.get("metadata") or {}
-    name = meta.get("name")
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """The scheduler's view of one node, without its pods; ``untimed``: the key of a scale-down taint
+    that carries no time (the node's taint time is then the snapshot's ``now``), else ""."""
+
+    node: Node
+    untimed: str = ""
+
+    def at(self, now: float) -> Node:
+        if not self.untimed:
+            return self.node
+        _untimed(self.node.id, self.untimed)
+        return replace(self.node, tainted_at=now)
+
+
+def node_record(obj: Mapping[str, Any] | objects.Node) -> NodeRecord:
+    """The scheduler's view of one node (tasks and daemon overhead are added by ``assemble``)."""
+    obj = as_node(obj)
+    meta = obj.metadata
+    name = meta.name
     if not name:
         raise ConnectorError("a node in the list has no metadata.name")
-    labels = meta.get("labels") or {}
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    state, tainted_at = node_state(obj, now)
-    instance_id, zone = provider_instance(str(spec.get("providerID") or ""))
-    ip = next((a.get("address", "") for a in status.get("addresses") or () if a.get("type") == "InternalIP"), "")
-    created = meta.get("creationTimestamp")
-    return Node(
-        id=name,
+    labels = meta.labels or {}
+    status = obj.status
+    state, tainted_at, key = _state(obj)
+    instance_id, zone = provider_instance(str(obj.spec.provider_id or ""))
+    ip = next((a.address for a in status.addresses or () if a.type == "InternalIP"), "")
+    created = meta.creation_timestamp
+    node = Node(
+        id=sys.intern(name),
         state=state,
-        allocatable=resources_from(status.get("allocatable"), f"node {name}: status.allocatable"),
+        allocatable=resources_from(status.allocatable, f"node {name}: status.allocatable"),
         instance_id=instance_id,
         launched_at=unix_time(created, f"node {name}: metadata.creationTimestamp") if created else NO_TIME,
-        tainted_at=tainted_at,
+        tainted_at=NO_TIME if tainted_at is None else tainted_at,
         instance_type=_label(labels, "node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type"),
         market=_label(labels, "topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone") or zone,
         ip=ip,
     )
+    return NodeRecord(node, key if tainted_at is None else "")
 
 
-def _label(labels: Mapping[str, str], *keys: str) -> str:
+def node_from(obj: Mapping[str, Any] | objects.Node, now: float) -> Node:
+    return node_record(obj).at(now)
+
+
+def _label(labels: Mapping[str, Any], *keys: str) -> str:
     """The first of ``keys`` present: the current label name, then its deprecated beta spelling."""
     return next((str(labels[k]) for k in keys if labels.get(k)), "")
 
 
-def build_view(
-    node_objs: Iterable[Mapping[str, Any]], pod_objs: Iterable[Mapping[str, Any]], pool: KubernetesPool, now: float
-) -> SchedulerView:
-    """Nodes with their pods, and the pool's unschedulable pods, from raw API objects."""
-    nodes = {n.id: n for n in (node_from(obj, now) for obj in node_objs)}
-    tasks: dict[str, list[Task]] = {name: [] for name in nodes}
-    overhead: dict[str, list[Resources]] = {name: [] for name in nodes}
-    pending: list[Task] = []
-    defaulted: list[str] = []
-    for pod in pod_objs:
-        if (pod.get("status") or {}).get("phase") in FINISHED_PHASES:
-            continue
-        node_name = str((pod.get("spec") or {}).get("nodeName") or "")
-        on_pool_node = node_name in nodes
-        if not on_pool_node and (node_name or not is_unschedulable(pod) or not targets_pool(pod, pool)):
-            continue
-        owners = owner_kinds(pod)
-        daemon = is_daemon(pod, owners)
-        request, used_default = pod_request(pod, Resources() if daemon else pool.default_request)
-        task = task_from(pod, request, pool, owners)
-        if used_default:
-            defaulted.append(task.id)
-        if on_pool_node:
-            tasks[node_name].append(task)
-            if daemon:
-                overhead[node_name].append(request)
-        elif not daemon:
-            pending.append(task)
+def assemble(node: Node, pods: Iterable[PodRecord]) -> Node:
+    """A node with its pods: daemon pods' requests come out of its allocatable."""
+    tasks = tuple(p.task for p in pods)
+    allocatable = (node.allocatable - Resources.total([t.requests for t in tasks if t.daemon])).clip_negative()
+    return replace(node, allocatable=allocatable, tasks=tasks)
+
+
+def warn_defaulted(records: Iterable[PodRecord], pool: KubernetesPool) -> None:
+    """One warning per snapshot naming the pods that took the default request."""
+    defaulted = [r.task.id for r in records if r.defaulted]
     if defaulted:
         log.warning(
             "%d pod(s) request no cpu or memory; each counts as %s: %s",
@@ -375,17 +448,48 @@ def build_view(
             ", ".join(f"{k}={v:g}" for k, v in pool.default_request.items() if v),
             ", ".join(defaulted[:5]) + (" ..." if len(defaulted) > 5 else ""),
         )
-    built = []
-    for name, node in nodes.items():
-        allocatable = (node.allocatable - Resources.total(overhead[name])).clip_negative()
-        built.append(replace(node, allocatable=allocatable, tasks=tuple(tasks[name])))
-    return SchedulerView(tuple(built), tuple(pending))
+
+
+def build_view(
+    node_objs: Iterable[Mapping[str, Any] | objects.Node],
+    pod_objs: Iterable[Mapping[str, Any] | objects.Pod],
+    pool: KubernetesPool,
+    now: float,
+) -> SchedulerView:
+    """Nodes with their pods, and the pool's unschedulable pods, from API objects in list order."""
+    records = {r.node.id: r for r in map(node_record, node_objs)}
+    return view_of(records, [r for r in (pod_record(p, pool) for p in pod_objs) if r is not None], pool, now)
+
+
+def view_of(
+    nodes: Mapping[str, NodeRecord], pods: Iterable[PodRecord], pool: KubernetesPool, now: float
+) -> SchedulerView:
+    """The view from records: each pool node with the pods bound to it, and the pending pods."""
+    on: dict[str, list[PodRecord]] = {name: [] for name in nodes}
+    pending_records: list[PodRecord] = []
+    used: list[PodRecord] = []
+    for record in pods:
+        mine = on.get(record.node) if record.node else pending_records
+        if mine is None:
+            continue
+        if record.error:
+            raise ConnectorError(record.error)
+        mine.append(record)
+        used.append(record)
+    warn_defaulted(used, pool)
+    built = tuple(assemble(record.at(now), on[name]) for name, record in nodes.items())
+    return SchedulerView(built, tuple(r.task for r in pending_records))
 
 
 # --- the connector ------------------------------------------------------------------------------
 
 
 class KubernetesConnector(ClusterConnector):
+    """The pool read through a watch-fed cache (``kubernetes_cache.py``): the first snapshot lists
+    the pool's nodes and the pods in the caller's thread (the API's errors are this snapshot's),
+    then threads watch for changes and each snapshot reads the cache. ``watch=False`` lists afresh
+    for every snapshot instead (a command that reads the pool once)."""
+
     def __init__(
         self,
         pool: KubernetesPool,
@@ -394,26 +498,59 @@ class KubernetesConnector(ClusterConnector):
         cloud: CloudViewSource | None = None,
         page_size: int = 500,
         timeout_seconds: float = 30.0,
+        watch: bool = True,
+        stale_after_seconds: float | None = None,
+        watch_seconds: int | None = None,
     ) -> None:
         super().__init__(cloud)
         self.pool = pool
         self.kubeconfig_path = kubeconfig_path
         self.page_size = page_size
         self.timeout_seconds = timeout_seconds
+        self.watch = watch
+        self.stale_after_seconds = stale_after_seconds
+        self.watch_seconds = watch_seconds
         self._client: kubernetes.client.ApiClient | None = None
+        self._cache: PoolCache | None = None
 
     def scheduler_view(self, now: float) -> SchedulerView:
-        client = self._connect()  # first: it names the missing kubernetes extra
-        import kubernetes.client
+        cache = self.cache()
+        if not cache.synced or not self.watch:
+            cache.sync()
+            if self.watch:
+                cache.start()
+        return cache.view(now)
 
-        api = kubernetes.client.CoreV1Api(client)
-        nodes = self._list_all(api.list_node, "nodes", label_selector=self.pool.node_selector)
-        pods = self._list_all(
-            api.list_pod_for_all_namespaces, "pods", field_selector="status.phase!=Succeeded,status.phase!=Failed"
-        )
-        return build_view(nodes, pods, self.pool, now)
+    def cache(self) -> PoolCache:
+        """The pool's cache (not synced until the first snapshot)."""
+        client = self._connect()  # first: it names the missing kubernetes extra
+        if self._cache is None:
+            import kubernetes.client
+
+            from clusterman.cluster import kubernetes_cache
+            from clusterman.cluster import kubernetes_objects as structs
+
+            api = kubernetes.client.CoreV1Api(client)
+            host = client.configuration.host
+            common: dict[str, Any] = {"page_size": self.page_size, "timeout_seconds": self.timeout_seconds}
+            common["watch_seconds"] = self.watch_seconds
+            nodes = kubernetes_cache.KubernetesSource(
+                api.list_node, structs.Node, "nodes", host, selectors={"label_selector": self.pool.node_selector},
+                **common,
+            )  # fmt: skip
+            pods = kubernetes_cache.KubernetesSource(
+                api.list_pod_for_all_namespaces, structs.Pod, "pods", host,
+                selectors={"field_selector": "status.phase!=Succeeded,status.phase!=Failed"}, **common,
+            )  # fmt: skip
+            self._cache = kubernetes_cache.PoolCache(
+                self.pool, nodes, pods, stale_after_seconds=self.stale_after_seconds
+            )
+        return self._cache
 
     def close(self) -> None:
+        if self._cache is not None:
+            self._cache.stop()
+            self._cache = None
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -422,41 +559,6 @@ class KubernetesConnector(ClusterConnector):
         if self._client is None:
             self._client = api_client(self.kubeconfig_path)
         return self._client
-
-    @property
-    def _host(self) -> str:
-        if self._client is not None:
-            return str(self._client.configuration.host)
-        return self.kubeconfig_path or "(in-cluster)"
-
-    def _list_all(self, method: Callable[..., Any], what: str, **selectors: str) -> list[dict[str, Any]]:
-        """Every item of a list call, following ``metadata.continue`` page by page."""
-        from kubernetes.client.exceptions import ApiException
-
-        items: list[dict[str, Any]] = []
-        token: str | None = None
-        while True:
-            try:
-                response = method(
-                    limit=self.page_size,
-                    _continue=token,
-                    _preload_content=False,
-                    _request_timeout=request_timeout(self.timeout_seconds),
-                    **selectors,
-                )
-                body = json.loads(response.data)
-            except ApiException as e:
-                raise ConnectorError(f"kubernetes API {self._host}: listing {what}: {api_error(e)}") from e
-            except urllib3.exceptions.HTTPError as e:
-                raise ConnectorError(f"kubernetes API {self._host}: listing {what}: cannot reach it: {e}") from e
-            except ValueError as e:
-                raise ConnectorError(f"kubernetes API {self._host}: listing {what}: the answer is not JSON: {e}") from e
-            if not isinstance(body, dict) or not isinstance(body.get("items"), list):
-                raise ConnectorError(f"kubernetes API {self._host}: listing {what}: the answer has no items list")
-            items.extend(body["items"])
-            token = (body.get("metadata") or {}).get("continue") or None
-            if token is None:
-                return items
 
 
 def request_timeout(seconds: float) -> tuple[float, float]:

@@ -263,6 +263,9 @@ class PoolSnapshot:
     nodes: tuple[Node, ...] = ()
     groups: tuple[ResourceGroup, ...] = ()
     pending: tuple[Task, ...] = ()  # work the scheduler could not place (unscheduled pods)
+    # why the scheduler's view may be too old to shrink the pool on ("" when it is not): a watch
+    # cache that has not heard from its API server lately
+    stale: str = ""
     _index: dict[str, Node] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def node(self, node_id: str) -> Node:

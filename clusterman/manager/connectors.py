@@ -55,8 +55,11 @@ def connector_for_pool(
     pool: PoolConfig,
     cloud: CloudViewSource | None = None,
     timeout_seconds: float = SCHEDULER_TIMEOUT_SECONDS,
+    watch: bool = True,
 ) -> ClusterConnector:
-    """``timeout_seconds``: each attempt of each call to the scheduler's API (see ``scheduler_timeout``)."""
+    """``timeout_seconds``: each attempt of each call to the scheduler's API (see ``scheduler_timeout``).
+    ``watch``: a Kubernetes pool is kept by watching (a program that reads it every run); False for a
+    command that reads it once."""
     if identity.scheduler is Scheduler.KUBERNETES:
         kubeconfig = _cluster(main, identity).kubeconfig_path  # None: $KUBECONFIG or in-cluster
         keys = (SAFE_TO_EVICT_ANNOTATION, pool.safe_to_evict_key)
@@ -67,7 +70,7 @@ def connector_for_pool(
             default_request=pool.default_pod_request,
             safe_to_evict_keys=tuple(dict.fromkeys(keys)),
         )
-        return KubernetesConnector(settings, kubeconfig, cloud=cloud, timeout_seconds=timeout_seconds)
+        return KubernetesConnector(settings, kubeconfig, cloud=cloud, timeout_seconds=timeout_seconds, watch=watch)
     if identity.scheduler is Scheduler.MESOS:
         fqdn = _cluster(main, identity).mesos_master_fqdn
         if not fqdn:

@@ -4,7 +4,8 @@ Every adapter is passed in (the batch program wires real ones from config, the t
 simulator wire others), and time is a parameter. A run never raises for something outside
 clusterman's control: it records what went wrong and keeps the pool as it is. Missing data never
 shrinks the pool: no snapshot, no metrics, or no signal answer keeps the current target; a resource
-group that cannot be read holds scale-down for the run.
+group that cannot be read, signals' input that is too old, or a scheduler view that may be old (a
+watch cache that has not heard from its API server lately) holds scale-down for the run.
 
 The state carried from run to run (scale lock, breaker, capacity-loss memory) is loaded from a
 ``StateKeeper`` at the first run and saved whenever a run changes it, so a restart remembers it.
@@ -230,9 +231,10 @@ class Cycle:
             return self._no_change(now, Outcome.NO_DEMAND, f"no usable demand, target kept: {e}", None, snapshot)
         self._still_ours(at())
         self._record_signals(requests)
-        if requests.stale:
-            log.warning("%s: no scale-down this run", requests.stale)
-            holds.append(f"{requests.stale}: no scale-down")
+        for stale in (snapshot.stale, requests.stale):
+            if stale:
+                log.warning("%s: no scale-down this run", stale)
+                holds.append(f"{stale}: no scale-down")
 
         if unreadable:
             holds.append(f"{unreadable} resource group(s) could not be read: no scale-down this run")

@@ -264,7 +264,7 @@ def gather(
 
 
 def _snapshot(setup: PoolSetup, view: CloudView, now: float, timeout_seconds: float) -> PoolSnapshot:
-    connector = connector_for_pool(setup.main, setup.identity, setup.pool, _Seen(view), timeout_seconds)
+    connector = connector_for_pool(setup.main, setup.identity, setup.pool, _Seen(view), timeout_seconds, watch=False)
     try:
         return connector.snapshot(now)
     finally:

@@ -1,0 +1,260 @@
+"""Keep one resource's objects current: list once, then watch from the list's resourceVersion.
+
+This is client-go's reflector, for one Kubernetes resource with its selectors:
+
+- the list is read page by page (``limit``/``continue``); each page goes to the store and is dropped;
+- the watch starts from the list's ``resourceVersion`` with bookmarks, and each event (or
+  bookmark) moves the version on;
+- a watch that ends (its ``timeoutSeconds``, or a broken stream) is resumed from the last version;
+- ``410 Gone`` (the version is older than the server's history) lists again;
+- failures are retried with exponential backoff (0.8 s doubling to 30 s, with jitter, reset once a
+  watch has run for a while), as client-go does.
+
+What the API calls are is given (``Source``), so this module knows nothing of HTTP or JSON. The
+loop runs on a thread of its own; ``freshness`` says when it last heard from the API server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Generic
+from typing import Protocol
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
+
+O = TypeVar("O")  # noqa: E741 - an API object, as the source decodes it
+O_in = TypeVar("O_in", contravariant=True)
+
+ADDED, MODIFIED, DELETED, BOOKMARK = "ADDED", "MODIFIED", "DELETED", "BOOKMARK"
+
+
+class Gone(Exception):
+    """410: the version asked for is older than the server keeps; only a new list helps."""
+
+
+class StreamEnded(Exception):
+    """The watch stream broke, or its server went away: resume from the last version."""
+
+
+@dataclass(frozen=True)
+class Page(Generic[O]):
+    items: list[O]
+    version: str  # the list's resourceVersion
+    next: str | None  # the continue token; None on the last page
+
+
+@dataclass(frozen=True)
+class Event(Generic[O]):
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK
+    obj: O | None  # None for a bookmark
+    version: str
+
+
+class Source(Protocol[O]):
+    """The API calls for one resource (with its selectors). Errors other than Gone and StreamEnded
+    are the API's own (unreachable, forbidden, not JSON): retried with backoff."""
+
+    def page(self, token: str | None) -> Page[O]: ...
+
+    def watch(self, version: str) -> Iterator[Event[O]]:
+        """Events after ``version`` until the server ends the stream; ``stop`` ends it from outside."""
+        ...
+
+    def stop(self) -> None: ...
+
+
+class Store(Protocol[O_in]):
+    def replace(self, objects: Iterable[O_in]) -> None:
+        """The whole list, as pages arrive: afterwards the store holds exactly these objects."""
+
+    def update(self, kind: str, obj: O_in) -> None:
+        """One ADDED, MODIFIED or DELETED object."""
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """What a reflector can say about itself: ``heard_at`` on the monotonic clock (0: never)."""
+
+    resource: str
+    heard_at: float
+    synced: bool  # a full list has been stored
+    state: str  # "watching", "listing", or what it is waiting for
+    error: str = ""  # the last failure, "" after a successful watch
+
+    def silent_for(self, now: float) -> float:
+        return float("inf") if not self.heard_at else max(0.0, now - self.heard_at)
+
+
+class Backoff:
+    """client-go's: 0.8 s doubling to 30 s, each with up to as much again of jitter."""
+
+    def __init__(self, initial: float = 0.8, cap: float = 30.0, rng: random.Random | None = None) -> None:
+        self.initial, self.cap = initial, cap
+        self.delay = 0.0
+        self.rng = rng or random.Random()
+
+    def next(self) -> float:
+        self.delay = min(self.cap, self.delay * 2) if self.delay else self.initial
+        return self.delay * (1 + self.rng.random())
+
+    def reset(self) -> None:
+        self.delay = 0.0
+
+
+_GC_PAUSES = 0
+_GC_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic collector off while a list is decoded (it would walk the growing heap again and
+    again), then what survived moved out of its reach (``gc.freeze``): records hold no cycles."""
+    global _GC_PAUSES
+    with _GC_LOCK:
+        _GC_PAUSES += 1
+        if _GC_PAUSES == 1:
+            gc.disable()
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC_PAUSES -= 1
+            if _GC_PAUSES == 0:
+                gc.freeze()
+                gc.enable()
+
+
+class Reflector(Generic[O]):
+    def __init__(
+        self,
+        resource: str,
+        source: Source[O],
+        store: Store[O],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        backoff: Backoff | None = None,
+        healthy_after_seconds: float = 1.0,
+    ) -> None:
+        self.resource = resource
+        self.source = source
+        self.store = store
+        self.clock = clock
+        self.backoff = backoff or Backoff()
+        # a watch that the server ended cleanly after this long resets the backoff
+        self.healthy_after_seconds = healthy_after_seconds
+        self.version: str | None = None  # None: a list is needed
+        self._heard_at = 0.0
+        self._state = "not started"
+        self._error = ""
+        self._synced = False
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.lists = 0  # full lists done (the first included)
+        self.watches = 0  # watch requests made
+
+    # --- what readers see -----------------------------------------------------------------------
+
+    def freshness(self) -> Freshness:
+        return Freshness(self.resource, self._heard_at, self._synced, self._state, self._error)
+
+    def _heard(self) -> None:
+        self._heard_at = self.clock()
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """One full list into the store, in the caller's thread; the API's errors are raised."""
+        self._state = "listing"
+        token: str | None = None
+        version = ""
+
+        def objects() -> Iterator[O]:
+            nonlocal token, version
+            while True:
+                page = self.source.page(token)
+                self._heard()
+                version = page.version
+                yield from page.items
+                token = page.next
+                if token is None:
+                    return
+
+        with collector_paused():
+            self.store.replace(objects())
+        self.version = version
+        self._synced = True
+        self.lists += 1
+        self._state = "watching"
+
+    def start(self) -> None:
+        """Watch (and list again when needed) on a thread of its own, until ``stop``."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"watch {self.resource}", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopping.set()
+        self.source.stop()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                if self.version is None:
+                    self.sync()
+                self._watch_once()
+            except Gone:
+                log.info("watch of %s: version %s is gone (410): listing again", self.resource, self.version)
+                self.version = None
+                self._error = "410 Gone: the watch's version was older than the server's history"
+                self._wait("listing again after 410 Gone")
+            except StreamEnded as e:
+                if self._stopping.is_set():
+                    return
+                self._error = f"the watch stream broke: {e}"
+                self._wait("resuming the watch")
+            except Exception as e:  # the API's own errors: retried, and shown in the freshness
+                if self._stopping.is_set():
+                    return
+                self._error = str(e) or type(e).__name__
+                log.warning("watch of %s: %s", self.resource, self._error)
+                self._wait("retrying after an error" if self.version else "listing again after an error")
+
+    def _wait(self, why: str) -> None:
+        delay = self.backoff.next()
+        self._state = f"{why} (in {delay:.1f} s)"
+        self._stopping.wait(delay)
+
+    def _watch_once(self) -> None:
+        assert self.version is not None
+        self._state = "watching"
+        started = self.clock()
+        self.watches += 1
+        events = self.source.watch(self.version)
+        self._heard()  # the server answered the watch
+        for event in events:
+            self._heard()
+            if event.type != BOOKMARK:
+                assert event.obj is not None
+                self.store.update(event.type, event.obj)
+            if event.version:
+                self.version = event.version
+        # the server ended the stream (its timeoutSeconds): watch again at once, unless it ended
+        # the stream as soon as it began (then it is not well, and the backoff applies)
+        if self.clock() - started < self.healthy_after_seconds:
+            self._wait("watching again after a short watch")
+            return
+        self._error = ""
+        self.backoff.reset()

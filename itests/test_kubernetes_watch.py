@@ -1,0 +1,216 @@
+"""The watch-fed cache against the stateful fake API server, on loopback, through the real client.
+
+The property: whatever happens to the cluster (pods and nodes added, changed, moved in and out of
+the pool, finished, deleted; watches that expire with 410 Gone or whose connections drop), once the
+cache has caught up, the view it gives equals the view of a fresh list of the same state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from clusterman.cluster.connector import ConnectorError
+from clusterman.cluster.kubernetes import KubernetesConnector
+from clusterman.cluster.kubernetes import KubernetesPool
+from itests.recorded_api import kubeconfig
+from itests.stateful_api import FakeKubernetes
+from itests.stateful_api import serving
+
+POOL = KubernetesPool("default")
+NOW = 1714650000.0
+NODES = [f"node-{i}" for i in range(4)]
+
+
+def node(name: str, pool: str = "default", ready: str = "True", taint: bool = False, cpu: str = "4") -> dict[str, Any]:
+    taints = [{"key": "clusterman.com/scale-down", "value": "1714640000", "effect": "NoSchedule"}] if taint else []
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"clusterman.com/pool": pool},
+            "creationTimestamp": "2024-05-01T10:00:00Z",
+        },
+        "spec": {"providerID": f"aws:///us-west-2a/i-{name}", "taints": taints},
+        "status": {"allocatable": {"cpu": cpu, "memory": "16Gi"}, "conditions": [{"type": "Ready", "status": ready}]},
+    }
+
+
+def pod(name: str, where: str, cpu: str = "500m", daemon: bool = False, phase: str = "Running") -> dict[str, Any]:
+    """``where``: a node name, "pending" (unschedulable, aimed at the pool) or "elsewhere" (aimed at none)."""
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]}
+    status: dict[str, Any] = {"phase": phase}
+    if where in ("pending", "elsewhere"):
+        status = {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        }
+        if where == "pending":
+            spec["nodeSelector"] = {"clusterman.com/pool": "default"}
+    else:
+        spec["nodeName"] = where
+    owner = [{"kind": "DaemonSet" if daemon else "ReplicaSet", "name": "x"}]
+    meta = {"name": name, "namespace": "ns", "ownerReferences": owner, "labels": {"app": "a"}}
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+pod_names = st.sampled_from([f"p{i}" for i in range(8)])
+places = st.sampled_from([*NODES, "pending", "elsewhere"])
+ops = st.one_of(
+    st.tuples(
+        st.just("pod"), pod_names, places, st.sampled_from(["100m", "500m", "2"]), st.booleans(),
+        st.sampled_from(["Running", "Running", "Succeeded"]),
+    ),
+    st.tuples(st.just("delete pod"), pod_names),
+    st.tuples(
+        st.just("node"), st.sampled_from(NODES), st.sampled_from(["default", "other"]),
+        st.sampled_from(["True", "False"]), st.booleans(), st.sampled_from(["4", "8"]),
+    ),
+    st.tuples(st.just("delete node"), st.sampled_from(NODES)),
+    st.tuples(st.just("410")),
+    st.tuples(st.just("drop")),
+)  # fmt: skip
+
+
+def apply(fake: FakeKubernetes, op: tuple[Any, ...]) -> None:
+    if op[0] == "pod":
+        _, name, where, cpu, daemon, phase = op
+        fake.put("pods", pod(name, where, cpu, daemon, phase))
+    elif op[0] == "delete pod":
+        fake.delete("pods", op[1], "ns")
+    elif op[0] == "node":
+        _, name, pool, ready, taint, cpu = op
+        fake.put("nodes", node(name, pool, ready, taint, cpu))
+    elif op[0] == "delete node":
+        fake.delete("nodes", op[1])
+    elif op[0] == "410":
+        fake.expire_watches()
+    else:
+        fake.drop_watches()
+
+
+@pytest.fixture
+def world(tmp_path) -> Iterator[tuple[FakeKubernetes, str]]:
+    nodes = [node(n) for n in NODES[:3]]
+    pods = [pod("p0", NODES[0]), pod("p1", NODES[1], daemon=True), pod("p2", "pending")]
+    with serving(FakeKubernetes(nodes, pods)) as fake:
+        fake.bookmark_seconds = 0.05
+        yield fake, kubeconfig(tmp_path / "kubeconfig", fake.url)
+
+
+def watching(config: str) -> KubernetesConnector:
+    connector = KubernetesConnector(POOL, config, page_size=2, timeout_seconds=5, watch_seconds=2)
+    cache = connector.cache()
+    for reflector in (cache.node_reflector, cache.pod_reflector):
+        reflector.backoff.initial = 0.02  # the test's 410s and drops relist at once, not in 0.8 s
+    return connector
+
+
+def caught_up(connector: KubernetesConnector, fake: FakeKubernetes, seconds: float = 15.0) -> None:
+    """Both watches have seen the server's latest version (bookmarks carry it)."""
+    cache = connector.cache()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with fake.changed:
+            version = str(fake.version)
+        if all(r.version == version for r in (cache.node_reflector, cache.pod_reflector)):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"the cache did not catch up with version {fake.version} in {seconds} s")
+
+
+def fresh(config: str) -> Any:
+    connector = KubernetesConnector(POOL, config, page_size=3, watch=False)
+    try:
+        return connector.scheduler_view(NOW)
+    finally:
+        connector.close()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.lists(ops, min_size=1, max_size=6), min_size=1, max_size=3))
+def test_the_cache_gives_what_a_fresh_list_gives(world, steps):
+    fake, config = world
+    connector = watching(config)
+    try:
+        connector.scheduler_view(NOW)
+        for batch in steps:
+            for op in batch:
+                apply(fake, op)
+            caught_up(connector, fake)
+            assert connector.scheduler_view(NOW) == fresh(config)
+    finally:
+        connector.close()
+    # leave the fake as the next example expects it
+    for name in list(fake.pods):
+        fake.delete("pods", name[1], name[0])
+    for name in list(fake.nodes):
+        fake.delete("nodes", name)
+    for obj in (node(n) for n in NODES[:3]):
+        fake.put("nodes", obj)
+    for obj in (pod("p0", NODES[0]), pod("p1", NODES[1], daemon=True), pod("p2", "pending")):
+        fake.put("pods", obj)
+
+
+def test_a_410_lists_again_and_a_dropped_stream_resumes_without_one(world):
+    fake, config = world
+    connector = watching(config)
+    try:
+        connector.scheduler_view(NOW)
+        cache = connector.cache()
+        fake.drop_watches()
+        fake.put("pods", pod("p5", NODES[2]))
+        caught_up(connector, fake)
+        assert (cache.node_reflector.lists, cache.pod_reflector.lists) == (1, 1)  # resumed from its version
+        assert [t.id for t in connector.scheduler_view(NOW).nodes[2].tasks] == ["ns/p5"]
+        fake.expire_watches()
+        fake.put("pods", pod("p6", NODES[2]))
+        caught_up(connector, fake)
+        assert (cache.node_reflector.lists, cache.pod_reflector.lists) == (2, 2)  # the history was gone
+        assert [t.id for t in connector.scheduler_view(NOW).nodes[2].tasks] == ["ns/p5", "ns/p6"]
+    finally:
+        connector.close()
+
+
+def test_a_bad_object_fails_the_snapshots_that_need_it_until_it_is_fixed(world):
+    fake, config = world
+    connector = watching(config)
+    try:
+        connector.scheduler_view(NOW)
+        fake.put("pods", pod("p7", "elsewhere-node", cpu="lots"))  # not on the pool's nodes: no matter
+        caught_up(connector, fake)
+        connector.scheduler_view(NOW)
+        fake.put("pods", pod("p7", NODES[0], cpu="lots"))
+        caught_up(connector, fake)
+        with pytest.raises(ConnectorError, match=r"pod ns/p7: spec.containers\[0\].resources.cpu: 'lots'"):
+            connector.scheduler_view(NOW)
+        with pytest.raises(ConnectorError, match=r"pod ns/p7"):
+            fresh(config)  # as a fresh list does
+        fake.put("pods", pod("p7", NODES[0], cpu="1"))
+        caught_up(connector, fake)
+        assert connector.scheduler_view(NOW) == fresh(config)
+    finally:
+        connector.close()
+
+
+def test_a_silent_api_server_makes_the_view_stale_and_says_why(world):
+    fake, config = world
+    connector = KubernetesConnector(POOL, config, timeout_seconds=0.5, watch_seconds=1, stale_after_seconds=1.5)
+    try:
+        assert connector.scheduler_view(NOW).stale == ""
+        with fake.changed:  # the server stops answering: requests wait on its lock
+            time.sleep(3.5)
+            stale = connector.scheduler_view(NOW).stale  # the run does not wait for the API
+        assert "has not heard from the API server for" in stale and "(> 1.5 s;" in stale
+        deadline = time.monotonic() + 15
+        while connector.scheduler_view(NOW).stale and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert connector.scheduler_view(NOW).stale == ""  # heard again: fresh
+    finally:
+        connector.close()
