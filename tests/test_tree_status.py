@@ -1,4 +1,5 @@
 import threading
+import time
 
 from clusterman.tree.status import StatusFeed
 from clusterman.tree.status import StatusWriter
@@ -47,9 +48,17 @@ def test_the_writer_keeps_the_latest_outcomes(tmp_path):
     assert len(outcomes) == 50 and outcomes[-1].seq == 60
 
 
-def test_follow_tree_exports_the_fallback_versions(tmp_path):
+def test_follow_tree_exports_the_fallback_versions_the_bootstrap_writes(tmp_path):
+    status = tmp_path / "tree-status.json"
+    writer = StatusWriter(status)
+    writer.set_fallbacks({"v1": "S3 gave no answer within 30 s", "v2": "checksum mismatch"})
     recorded = Recorded()
     stop = threading.Event()
+    thread = follow_tree({"CMAN_TREE_STATUS_FILE": str(status)}, recorded, recorded, stop)
+    assert thread is not None
+    deadline = time.monotonic() + 10
+    while ("fallbacks", ["v1", "v2"]) not in recorded.calls and time.monotonic() < deadline:
+        time.sleep(0.01)
     stop.set()
-    assert follow_tree({"CMAN_SIGNAL_FALLBACK_VERSIONS": "v1 v2"}, recorded, recorded, stop) is None
+    thread.join(10)
     assert recorded.calls == [("fallbacks", ["v1", "v2"])]

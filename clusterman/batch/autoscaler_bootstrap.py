@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field
 from dataclasses import replace
 from pathlib import Path
 
@@ -61,9 +62,12 @@ from clusterman.data import supervisor_config
 from clusterman.manager.arguments import add_program_arguments
 from clusterman.manager.arguments import configure_logging
 from clusterman.signals.artifacts import default_codename
+from clusterman.signals.artifacts import installed_copy
 from clusterman.signals.client import parse_uids
+from clusterman.tree.environment import INSTALLS_ENV
 from clusterman.tree.environment import TreePlan
 from clusterman.tree.environment import plan_tree
+from clusterman.tree.fetching import VersionCheck
 from clusterman.tree.fetching import check_signals
 from clusterman.tree.fetching import fetch_versions
 from clusterman.tree.liveness import WATCH_ENV
@@ -134,6 +138,7 @@ class BootstrapSettings:
             timeouts=Timeouts(
                 supervisor=args.supervisor_timeout,
                 fetch=args.fetch_timeout,
+                s3_check=args.s3_check_timeout,
                 signals=args.signal_timeout,
                 stop=args.stop_timeout,
             ),
@@ -177,7 +182,9 @@ class Prepared:
     loaded: LoadedConfig
     baseline: Fingerprint  # of the live files, as they were when validated
     snapshot: Path  # the copy of the main file the programs read
-    fallbacks: dict[str, str]  # version -> why its installed copy is used
+    fallbacks: Mapping[str, str] = field(default_factory=dict)  # version -> why its installed copy is used
+    installs: Mapping[str, str] = field(default_factory=dict)  # version -> the install directory it runs from
+    unchecked: tuple[str, ...] = ()  # versions started from their installed copy, S3 not asked yet
 
 
 @dataclass(frozen=True)
@@ -214,8 +221,13 @@ def tree_environment(settings: BootstrapSettings, prepared: Prepared, paths: Pat
         "CMAN_HEARTBEAT_FILE": str(paths.heartbeat),
         "CMAN_TREE_STATUS_FILE": str(paths.status),
         WATCH_ENV: str(paths.watch),
-        "CMAN_SIGNAL_FALLBACK_VERSIONS": " ".join(prepared.fallbacks),
+        INSTALLS_ENV: " ".join(prepared.installs.get(s.version, "") for s in prepared.loaded.plan.signals).strip(),
     }
+
+
+def log_fallbacks(fallbacks: Mapping[str, str]) -> None:
+    for version, why in fallbacks.items():
+        log.error("SIGNAL VERSION %s RUNS FROM ITS INSTALLED COPY: %s", version, why)
 
 
 class Bootstrap:
@@ -349,20 +361,31 @@ class Bootstrap:
                 snapshot = take_snapshot(loaded.main, main_path, loaded.pool_path, identity, dest)
             except (OSError, yaml.YAMLError) as e:
                 raise TreeError(f"cannot copy the configuration to {dest}: {e}") from e
-            prepared = Prepared(loaded, baseline, snapshot, {})
-            env = tree_environment(self.settings, prepared, paths)
+            env = tree_environment(self.settings, Prepared(loaded, baseline, snapshot), paths)
+            versions = loaded.plan.versions
+            held = [v for v in versions if installed_copy(paths.signals_dir, v) is not None]  # S3 is asked later
             fetched = fetch_versions(
                 loaded.plan, env, paths.log_dir, self.settings.timeouts.fetch, self.stop_event,
-                meanwhile, self.settings.poll_interval,
+                meanwhile, self.settings.poll_interval, [v for v in versions if v not in held],
             )  # fmt: skip
-            for version, why in fetched.fallbacks.items():
-                log.error("SIGNAL VERSION %s RUNS FROM ITS INSTALLED COPY: %s", version, why)
-            log.info("fetched %d signal version(s) in %.2f s", len(loaded.plan.versions), fetched.seconds)
-            check_signals(loaded.plan, paths.signals_dir, env, self.stop_event, meanwhile, self.settings.poll_interval)
+            log_fallbacks(fetched.fallbacks)
+            log.info(
+                "fetched %d signal version(s) in %.2f s; %d installed already (checked with S3 once the tree runs)",
+                len(versions) - len(held), fetched.seconds, len(held),
+            )  # fmt: skip
+            installs = {}
+            for version in versions:
+                install = installed_copy(paths.signals_dir, version)
+                if install is None:
+                    raise TreeError(f"signal version {version} is not installed in {paths.signals_dir} after its fetch")
+                installs[version] = install[0].name
+            check_signals(
+                loaded.plan, paths.signals_dir, env, self.stop_event, meanwhile, self.settings.poll_interval, installs
+            )
         except BaseException:
             shutil.rmtree(dest, ignore_errors=True)
             raise
-        return Prepared(loaded, baseline, snapshot, fetched.fallbacks)
+        return Prepared(loaded, baseline, snapshot, fetched.fallbacks, installs, tuple(held))
 
     def _start(self, prepared: Prepared, paths: Paths) -> ProcessTree:
         env = tree_environment(self.settings, prepared, paths)
@@ -490,11 +513,18 @@ class Bootstrap:
         rejected, retry_at = refused.files, refused.retry_at
         baseline = current.baseline
         watched = [Path(p) for p, _ in baseline]
+        status.set_fallbacks(current.fallbacks)
+        check = self._check_versions(current, paths)
+        moved: list[str] = []  # versions the check found moved in S3 (and installed)
 
         def look() -> None:
+            nonlocal check
             tree.check()
             write_watch(paths.watch, time.time(), self.settings.poll_interval, time.monotonic())
             self._note_health(tree, current)
+            if check is not None and (fallbacks := check.poll()) is not None:
+                check = None
+                moved.extend(self._checked(current, paths, status, fallbacks))
 
         def look_while_preparing() -> None:
             try:
@@ -503,27 +533,74 @@ class Bootstrap:
                 raise _TreeFailed(e) from e
 
         write_watch(paths.watch, time.time(), self.settings.poll_interval, time.monotonic())
-        while not self.stop_event.wait(self.settings.poll_interval):
-            look()
-            now = fingerprint(watched)
-            if now == baseline or (now == rejected and time.monotonic() < retry_at):
-                continue
-            what = ", ".join(changed(baseline, now))
-            try:
-                new = self._prepare(paths, meanwhile=look_while_preparing)
-            except _TreeFailed as e:
-                raise e.error from None
-            except (*SETUP_ERRORS, TreeError) as e:
-                retry_at = self._retry_at(e)
-                retry = f"; trying again in {self.settings.fetch_retry_seconds:g} s" if retry_at < math.inf else ""
-                log.error("%s (the running tree keeps its previous configuration%s)", e, retry)
-                if now != rejected:
-                    status.record(False, what, str(e))
-                rejected = now
-                continue
-            log.info("%s changed: restarting the tree", what)
-            return new
-        return None
+        try:
+            while not self.stop_event.wait(self.settings.poll_interval):
+                look()
+                if moved:
+                    again = self._again(current, paths, moved, look_while_preparing)
+                    moved.clear()
+                    if again is not None:
+                        return again
+                now = fingerprint(watched)
+                if now == baseline or (now == rejected and time.monotonic() < retry_at):
+                    continue
+                what = ", ".join(changed(baseline, now))
+                try:
+                    new = self._prepare(paths, meanwhile=look_while_preparing)
+                except _TreeFailed as e:
+                    raise e.error from None
+                except (*SETUP_ERRORS, TreeError) as e:
+                    retry_at = self._retry_at(e)
+                    retry = f"; trying again in {self.settings.fetch_retry_seconds:g} s" if retry_at < math.inf else ""
+                    log.error("%s (the running tree keeps its previous configuration%s)", e, retry)
+                    if now != rejected:
+                        status.record(False, what, str(e))
+                    rejected = now
+                    continue
+                log.info("%s changed: restarting the tree", what)
+                return new
+            return None
+        finally:
+            if check is not None:
+                check.stop()
+
+    def _check_versions(self, current: Prepared, paths: Paths) -> VersionCheck | None:
+        """Ask S3, beside the running tree, about the versions it started from their installed copies."""
+        if not current.unchecked:
+            return None
+        env = tree_environment(self.settings, current, paths)
+        plan = current.loaded.plan
+        return VersionCheck(plan, env, paths.log_dir, current.unchecked, self.settings.timeouts.s3_check)
+
+    @staticmethod
+    def _checked(current: Prepared, paths: Paths, status: StatusWriter, fallbacks: Mapping[str, str]) -> list[str]:
+        """Report what the check of ``current``'s installed versions found; return those it found
+        moved in S3 (a branch pushed since: installed now, and the tree is to run on it)."""
+        log_fallbacks(fallbacks)
+        status.set_fallbacks({**current.fallbacks, **fallbacks})
+        moved = []
+        for version in current.unchecked:
+            install = installed_copy(paths.signals_dir, version)
+            if version not in fallbacks and install is not None and install[0].name != current.installs[version]:
+                moved.append(version)
+        if not fallbacks:
+            log.info("S3 has the installed copies of signal version(s) %s", " ".join(current.unchecked))
+        return moved
+
+    def _again(
+        self, current: Prepared, paths: Paths, moved: list[str], meanwhile: Callable[[], None]
+    ) -> Prepared | None:
+        """``current`` once more, on the new installs of the ``moved`` versions; None when that fails
+        (said in one line: the running tree keeps the installs it has)."""
+        log.info("signal version(s) %s moved in S3: restarting the tree on the new install", " ".join(moved))
+        try:
+            loaded = load(replace(self.settings, env_config_path=current.snapshot))
+            return self._prepare(paths, (loaded, current.baseline), current.snapshot, meanwhile)
+        except _TreeFailed as e:
+            raise e.error from None
+        except (*SETUP_ERRORS, TreeError) as e:
+            log.error("%s (the running tree keeps the installs it runs from)", e)
+            return None
 
 
 @dataclass(frozen=True)
@@ -570,6 +647,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="the autoscaler program, before $CMAN_ARGS (default: this Python -m clusterman.batch.autoscaler)",
     )
     parser.add_argument("--fetch-timeout", type=float, default=300.0, help="seconds for all versions to be fetched")
+    parser.add_argument(
+        "--s3-check-timeout", type=float, default=60.0,
+        help="seconds for S3 to confirm a version the tree started from its installed copy (asked beside the tree)",
+    )  # fmt: skip
     parser.add_argument("--signal-timeout", type=float, default=60.0, help="seconds for all signals to answer")
     parser.add_argument("--stop-timeout", type=float, default=60.0, help="seconds for the tree to stop")
     parser.add_argument(

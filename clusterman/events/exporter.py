@@ -112,6 +112,7 @@ class AutoscalerMetrics:
             "signal_version_fallback", "1 for a signal version run from its installed copy: S3 gave none", "version"
         )
         self._groups: set[str] = set()
+        self._fallback_versions: set[str] = set()
         if events is not None:
             r.register(_EventStats(events, cluster, pool))
 
@@ -206,9 +207,13 @@ class AutoscalerMetrics:
         self._reloads.labels(*self._l("ok" if ok else "rejected")).inc()
 
     def set_signal_fallbacks(self, versions: list[str]) -> None:
-        """The versions the bootstrap ran from their installed copy (set once, at start-up)."""
+        """The versions the bootstrap runs from their installed copy (S3 gave no verified one); a
+        version S3 confirmed since goes back to 0."""
+        for version in self._fallback_versions - set(versions):
+            self._fallbacks.labels(*self._l(version)).set(0)
         for version in versions:
             self._fallbacks.labels(*self._l(version)).set(1)
+        self._fallback_versions |= set(versions)
 
     def _set_per_resource(self, gauge: Gauge, amounts: Amounts) -> None:
         values = dict(amounts.items())

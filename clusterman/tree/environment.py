@@ -154,6 +154,21 @@ def signal_process(env: Mapping[str, str], n: int) -> SignalProcess:
     return SignalProcess(version, namespace, name, app)
 
 
+INSTALLS_ENV = "CMAN_SIGNAL_INSTALLS"
+
+
+def signal_install(env: Mapping[str, str], n: int, version: str) -> str:
+    """The directory (under ``$CMAN_SIGNALS_DIR``) signal number ``n`` runs from: the install the
+    bootstrap checked for this tree (``$CMAN_SIGNAL_INSTALLS``), not whatever the version's link
+    points to when supervisord restarts it (a later fetch may have moved it); else the link."""
+    if not env.get(INSTALLS_ENV):
+        return version
+    install = _entry(env, INSTALLS_ENV, "CMAN_NUM_SIGNALS", n)
+    if not install.startswith(f".{version}-") or "/" in install:
+        raise TreeEnvironmentError(f"${INSTALLS_ENV}: {install!r} is not an install of version {version}")
+    return install
+
+
 def signal_processes(env: Mapping[str, str]) -> list[SignalProcess]:
     """Every signal of the tree, as the autoscaler program reads them."""
     count = env.get("CMAN_NUM_SIGNALS", "")

@@ -33,6 +33,7 @@ from clusterman.tree.parent_death import die_with_parent
 
 PROG = "fetch_clusterman_signal"
 EXIT_INSTALLED_COPY = 3
+CALL_SECONDS = 20.0  # one S3 call with its retries, until its answer begins
 
 
 def fetch(n: int) -> tuple[str, bool]:
@@ -45,10 +46,14 @@ def fetch(n: int) -> tuple[str, bool]:
                 raise TreeEnvironmentError(f"${var} is not set")
         main = load_main_config(default_env_config_path())
         location = ArtifactLocation(env["CMAN_SIGNALS_BUCKET"], default_codename(), version)
-        # Few, short retries: with an installed copy to fall back on, an unreachable S3 must not
-        # hold a start-up for long.
+        # Few, short retries, each call bounded: an S3 that accepts and never answers must cost
+        # seconds, as one that refuses does (botocore's 60 s read timeout, three attempts, held a
+        # fetch for three minutes). A read timeout bounds each read of a download, not all of it.
         retries = {"max_attempts": 3, "mode": "standard"}
-        s3 = client(AwsSettings.from_config(main.aws), "s3", retries=retries, connect_timeout=5, read_timeout=60)
+        s3 = client(
+            AwsSettings.from_config(main.aws), "s3", call_budget_seconds=CALL_SECONDS, retries=retries,
+            connect_timeout=3, read_timeout=5,
+        )  # fmt: skip
         started = time.monotonic()
         fetched = fetch_version(s3, location, Path(env["CMAN_SIGNALS_DIR"]))
     except (ArtifactError, ConfigError, AwsCredentialsError, TreeEnvironmentError) as e:

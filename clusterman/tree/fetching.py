@@ -2,7 +2,8 @@
 
 The bootstrap runs one ``fetch_clusterman_signal N`` per version as its own children (each
 dying with it), so a configuration change is fetched beside the running tree and the old tree is
-only stopped once the new one has everything it needs. Each fetcher's output goes to
+only stopped once the new one has everything it needs. A version installed and verified already
+is not waited for: the tree starts on it, and ``VersionCheck`` asks S3 afterwards. Each fetcher's output goes to
 ``fetch_signals_N.log``, rewritten by every fetch, so a failure shows this fetch's lines only.
 Then each signal's class is looked up with its own version's interpreter: a name the version
 does not have is refused here, in one line naming the file and key, instead of a signal that
@@ -15,9 +16,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Collection
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 from clusterman.data import supervisor_config
 from clusterman.tree.environment import SignalProcess
@@ -60,6 +63,34 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else "(no output)"
 
 
+Fetcher = tuple[str, Path, "subprocess.Popen[bytes]"]  # the version, its log, the process
+
+
+def _start_fetchers(plan: TreePlan, env: Mapping[str, str], log_dir: Path, versions: Collection[str]) -> list[Fetcher]:
+    """One ``fetch_clusterman_signal N`` per version of ``versions`` (N: its place in the plan)."""
+    procs: list[Fetcher] = []
+    try:
+        for n, version in enumerate(plan.versions):
+            if version not in versions:
+                continue
+            log_path = log_dir / f"fetch_signals_{n}.log"
+            with log_path.open("wb") as out:  # rewritten: this fetch's lines only
+                command = [str(FETCHER), str(n)]
+                proc = subprocess.Popen(command, env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+            procs.append((version, log_path, proc))
+    except BaseException:
+        _end(procs)
+        raise
+    return procs
+
+
+def _end(procs: list[Fetcher]) -> None:
+    for _, _, proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
 def fetch_versions(
     plan: TreePlan,
     env: Mapping[str, str],
@@ -68,20 +99,16 @@ def fetch_versions(
     stop: threading.Event,
     meanwhile: Callable[[], None] = lambda: None,
     every: float = 1.0,
+    versions: Collection[str] | None = None,
 ) -> FetchReport:
-    """Run every fetcher at once; raise TreeError naming the first version that failed. While they
-    run, ``meanwhile`` is called every ``every`` seconds: a fetch from an S3 that hangs lasts up to
-    ``timeout``, and the bootstrap goes on watching the tree it runs."""
+    """Run every fetcher at once (of ``versions``, default all the plan's); raise TreeError naming the
+    first version that failed. While they run, ``meanwhile`` is called every ``every`` seconds: a
+    fetch from an S3 that hangs lasts up to ``timeout``, and the bootstrap goes on watching the tree
+    it runs."""
     started = time.monotonic()
     look = _at_most_every(every, meanwhile)
-    procs: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
+    procs = _start_fetchers(plan, env, log_dir, plan.versions if versions is None else versions)
     try:
-        for n, version in enumerate(plan.versions):
-            log_path = log_dir / f"fetch_signals_{n}.log"
-            with log_path.open("wb") as out:  # rewritten: this fetch's lines only
-                command = [str(FETCHER), str(n)]
-                proc = subprocess.Popen(command, env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=out)
-            procs.append((version, log_path, proc))
         deadline = started + timeout
         while any(p.poll() is None for _, _, p in procs):
             for version, log_path, proc in procs:
@@ -101,10 +128,41 @@ def fetch_versions(
                 raise _failed(version, log_path, proc.returncode)
         return FetchReport(fallbacks, time.monotonic() - started)
     finally:
-        for _, _, proc in procs:
+        _end(procs)
+
+
+class VersionCheck:
+    """Ask S3 about the versions a tree started from their installed copies, beside that tree.
+
+    A verified install starts at once: a start must not wait for an S3 that hangs (three attempts
+    of botocore's 60 s read timeout held a restarted bootstrap for four minutes). The check runs
+    the same fetchers afterwards, for at most ``timeout``: S3's copy confirmed, a moved branch
+    installed (the caller restarts the tree on it), or the reason the installed copy stays.
+    """
+
+    def __init__(
+        self, plan: TreePlan, env: Mapping[str, str], log_dir: Path, versions: Collection[str], timeout: float
+    ) -> None:
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+        self.procs = _start_fetchers(plan, env, log_dir, versions)
+
+    def poll(self) -> dict[str, str] | None:
+        """None while a fetcher runs within the time; then version -> why its installed copy stays
+        (empty when S3 gave a verified copy of each)."""
+        if any(p.poll() is None for _, _, p in self.procs) and time.monotonic() < self.deadline:
+            return None
+        fallbacks = {}
+        for version, log_path, proc in self.procs:
             if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+                fallbacks[version] = f"S3 gave no answer within {self.timeout:g} s"
+            elif proc.returncode != 0:
+                fallbacks[version] = last_line(log_path.read_text(errors="replace"))
+        self.stop()
+        return fallbacks
+
+    def stop(self) -> None:
+        _end(self.procs)
 
 
 def _at_most_every(seconds: float, call: Callable[[], None]) -> Callable[[], None]:
@@ -133,15 +191,17 @@ def check_signals(
     stop: threading.Event,
     meanwhile: Callable[[], None] = lambda: None,
     every: float = 1.0,
+    installs: Mapping[str, str] = MappingProxyType({}),
 ) -> None:
-    """Look every signal's class up in its fetched version, all at once, within ``LOOKUP_SECONDS``;
-    raise TreeError for the first missing. ``meanwhile`` as for ``fetch_versions``: a signal whose
-    import hangs (a service it calls at import) must not stop the watch of the running tree."""
+    """Look every signal's class up in its fetched version (in ``installs[version]``, default the
+    version's link), all at once, within ``LOOKUP_SECONDS``; raise TreeError for the first missing.
+    ``meanwhile`` as for ``fetch_versions``: a signal whose import hangs (a service it calls at
+    import) must not stop the watch of the running tree."""
     runner_env = runner_environment(env)
     procs: list[tuple[SignalProcess, subprocess.Popen[str]]] = []
     try:
         for process in plan.signals:
-            version_dir = signals_dir / process.version
+            version_dir = signals_dir / installs.get(process.version, process.version)
             python = version_dir / "venv" / "bin" / "python"
             command = [str(python), "-I", "-c", LOOKUP, process.namespace, process.name]
             proc = subprocess.Popen(

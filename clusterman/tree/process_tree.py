@@ -60,6 +60,7 @@ class Timeouts:
 
     supervisor: float = 15.0
     fetch: float = 300.0
+    s3_check: float = 60.0  # for S3 to confirm the versions a tree started from their installed copies
     signals: float = 60.0
     stop: float = 60.0
 

@@ -5,8 +5,9 @@ bootstrap. So the bootstrap appends each outcome (a change accepted and running,
 with the error) to ``$CMAN_TREE_STATUS_FILE``, a small JSON file in its private directory, and
 the autoscaler follows it and records ``config_reloaded`` / ``config_rejected``. Each outcome
 has a sequence number; the autoscaler writes the last one it recorded to ``<file>.ack`` so that
-a restarted autoscaler records only what is new. Versions served from the installed copy
-because S3 gave no verified one arrive as ``$CMAN_SIGNAL_FALLBACK_VERSIONS`` and become a gauge.
+a restarted autoscaler records only what is new. The same file says which signal versions run
+from their installed copy because S3 gave no verified one (``fallback_versions``: known only once
+S3 was asked, beside the running tree), and the autoscaler exports them as a gauge.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from typing import Protocol
 
 log = logging.getLogger(__name__)
@@ -49,12 +51,27 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-def read_outcomes(path: Path) -> list[ConfigOutcome]:
+def _read(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
-        return [ConfigOutcome(**item) for item in data["config_outcomes"]]
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def read_outcomes(path: Path) -> list[ConfigOutcome]:
+    try:
+        return [ConfigOutcome(**item) for item in _read(path)["config_outcomes"]]
+    except (TypeError, KeyError):
         return []
+
+
+def read_fallbacks(path: Path) -> dict[str, str] | None:
+    """Version -> why it runs from its installed copy; None when the file does not say (yet)."""
+    fallbacks = _read(path).get("fallback_versions")
+    if not isinstance(fallbacks, dict):
+        return None
+    return {str(version): str(why) for version, why in fallbacks.items()}
 
 
 class StatusWriter:
@@ -63,12 +80,22 @@ class StatusWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.outcomes: list[ConfigOutcome] = []
+        self.fallbacks: dict[str, str] = {}
 
     def record(self, accepted: bool, path: str, message: str, now: float | None = None) -> None:
         seq = self.outcomes[-1].seq + 1 if self.outcomes else 1
         outcome = ConfigOutcome(seq, time.time() if now is None else now, accepted, path, message)
         self.outcomes = [*self.outcomes, outcome][-KEEP:]
-        write_atomically(self.path, json.dumps({"config_outcomes": [asdict(o) for o in self.outcomes]}))
+        self._write()
+
+    def set_fallbacks(self, fallbacks: Mapping[str, str]) -> None:
+        """The versions the running tree serves from their installed copy, and why."""
+        self.fallbacks = dict(fallbacks)
+        self._write()
+
+    def _write(self) -> None:
+        status = {"config_outcomes": [asdict(o) for o in self.outcomes], "fallback_versions": self.fallbacks}
+        write_atomically(self.path, json.dumps(status))
 
 
 class ConfigEvents(Protocol):
@@ -112,22 +139,27 @@ class FallbackGauge(Protocol):
 def follow_tree(
     env: Mapping[str, str], events: ConfigEvents, metrics: FallbackGauge, stop: threading.Event
 ) -> threading.Thread | None:
-    """In the autoscaler: export the fallback versions, and record config outcomes until ``stop``."""
-    fallbacks = env.get("CMAN_SIGNAL_FALLBACK_VERSIONS", "").split()
-    metrics.set_signal_fallbacks(fallbacks)
-    if fallbacks:
-        log.warning("signal version(s) %s run from the installed copy: S3 gave no verified copy", " ".join(fallbacks))
+    """In the autoscaler: record config outcomes and export the fallback versions until ``stop``."""
     status = env.get("CMAN_TREE_STATUS_FILE")
     if not status:
         return None
-    feed = StatusFeed(Path(status), events)
+    path = Path(status)
+    feed = StatusFeed(path, events)
+    exported: dict[str, str] | None = None
 
     def follow() -> None:
+        nonlocal exported
         while True:
             try:
                 feed.poll()
             except OSError as e:
                 log.warning("cannot follow %s: %s", status, e)
+            fallbacks = read_fallbacks(path)
+            if fallbacks is not None and fallbacks != exported:
+                metrics.set_signal_fallbacks(sorted(fallbacks))
+                for version, why in fallbacks.items():
+                    log.warning("signal version %s runs from its installed copy: %s", version, why)
+                exported = fallbacks
             if stop.wait(POLL_SECONDS):
                 return
 

@@ -61,18 +61,18 @@ def test_s3_down_or_a_bad_checksum_uses_the_installed_copy(tmp_path, signal_vers
             key = f"{CODENAME}/clusterman_signals_v1.tar.gz.sha256"
             s3_client(moto.url).put_object(Bucket=bucket, Key=key, Body=b"0" * 64 + b"  clusterman_signals_v1.tar.gz\n")
             write_pool(config, app_signal, 8)
-            run = first.wait_for_run(lambda r: r["max_capacity"] == 8, timeout=60)
+            first.wait_for_run(lambda r: r["max_capacity"] == 8, timeout=60)  # at once: v1 is installed
+            run = first.wait_for_run(fell_back, timeout=60)  # S3 asked beside the new tree
             assert "checksum mismatch" in first.stderr and "RUNS FROM ITS INSTALLED COPY" in first.stderr
-            assert any('version="v1"' in line and line.endswith(" 1.0") for line in run["fallback_metrics"])
 
             # S3 unreachable, then a config edit: the tree comes up again from the installed copy.
             moto.stop()
             edited = time.monotonic()
             write_pool(config, app_signal, 7)
-            run = first.wait_for_run(lambda r: r["max_capacity"] == 7, timeout=90)
+            first.wait_for_run(lambda r: r["max_capacity"] == 7, timeout=90)
             print(f"config edit with S3 down: new tree running after {time.monotonic() - edited:.1f} s")
+            first.wait_for_run(fell_back, timeout=60)
             assert "Could not connect to the endpoint URL" in first.stderr
-            assert any('version="v1"' in line for line in run["fallback_metrics"])
 
             # A restart of the whole bootstrap with S3 still down.
             first.proc.send_signal(signal.SIGTERM)
@@ -87,6 +87,11 @@ def test_s3_down_or_a_bad_checksum_uses_the_installed_copy(tmp_path, signal_vers
                 second.kill()
         finally:
             first.kill()
+
+
+def fell_back(run: dict[str, Any]) -> bool:
+    """The autoscaler exports v1 as run from its installed copy."""
+    return any('version="v1"' in line and line.endswith(" 1.0") for line in run["fallback_metrics"])
 
 
 def test_fetch_failures_keep_their_cause_and_only_this_fetchs_lines(tmp_path, moto_server, signal_versions):
@@ -210,3 +215,37 @@ def test_the_running_tree_is_watched_while_a_change_waits_for_an_s3_that_hangs(t
         finally:
             moto._proc.send_signal(signal.SIGCONT)
             tree.kill()
+
+
+def test_a_restart_with_an_s3_that_hangs_starts_the_installed_versions_at_once(tmp_path, signal_versions):
+    """A bootstrap restarted while S3 accepts and never answers (moto ``SIGSTOP``ped), its versions
+    installed in a persistent signals directory: the tree starts at once, and S3 is asked beside it,
+    for at most --s3-check-timeout. Before, the start waited for S3: 3 attempts of a 60 s read
+    timeout, 241 s without an autoscaler."""
+    with MotoServer() as moto:
+        config, _, _ = on_v1(tmp_path, moto, signal_versions)
+        args = ("--signals-dir", str(tmp_path / "signals"), "--s3-check-timeout", "3")
+        first = Bootstrap(config, tmp_path, args, autoscaler=STAND_IN, name="first")
+        try:
+            first.wait_for_run(lambda r: r["max_capacity"] == 9, timeout=60)
+            first.proc.send_signal(signal.SIGTERM)
+            assert first.wait_exit(60) == 0, first.stderr
+        finally:
+            first.kill()
+        assert moto._proc is not None
+        moto._proc.send_signal(signal.SIGSTOP)
+        restarted = time.monotonic()
+        second = Bootstrap(config, tmp_path, args, autoscaler=STAND_IN, name="second")
+        try:
+            second.wait_for_run(lambda r: r["max_capacity"] == 9, timeout=20)
+            print(f"restart with S3 hanging: the tree runs {time.monotonic() - restarted:.1f} s after the start")
+            second.wait_for_run(fell_back, timeout=20)
+            print(f"and reports v1 run from its installed copy {time.monotonic() - restarted:.1f} s after the start")
+            errors = [line for line in second.stderr.splitlines() if " ERROR " in line]
+            assert errors == [e for e in errors if "SIGNAL VERSION v1 RUNS FROM ITS INSTALLED COPY: S3 gave no " in e]
+            assert len(errors) == 1, errors
+            second.proc.send_signal(signal.SIGTERM)
+            assert second.wait_exit(60) == 0, second.stderr
+        finally:
+            moto._proc.send_signal(signal.SIGCONT)
+            second.kill()
