@@ -40,10 +40,20 @@ def test_heartbeat_file(tmp_path):
         assert Heartbeat.read(path) is None
 
 
-def test_crash_loop_counts_starts_in_the_window():
-    assert crash_loop([100, 200, 300, 400], now=400, rules=RULES) == 0
-    assert crash_loop([100, 200, 300, 350, 400], now=400, rules=RULES) == 5
-    assert crash_loop([10, 200, 300, 350, 400], now=400, rules=RULES) == 0  # the first is older than 300 s
+def test_crash_loop_counts_starts_in_the_window_without_a_finished_run_between():
+    def starts(*monotonic):
+        return [(1e9 + t, t) for t in monotonic]  # the wall clock an arbitrary distance away
+
+    now = (1e9 + 400, 400)
+    assert crash_loop(starts(100, 200, 300, 400), now, RULES) == []
+    assert crash_loop(starts(100, 200, 300, 350, 400), now, RULES) == starts(100, 200, 300, 350, 400)
+    assert crash_loop(starts(10, 200, 300, 350, 400), now, RULES) == []  # the first is older than 300 s
+    ran = Heartbeat(0.0, 10, pid=7, monotonic=250)  # a run finished after the second start: killed from outside
+    assert crash_loop(starts(100, 200, 300, 350, 400), now, RULES, ran) == []
+    assert crash_loop(starts(100, 200, 300, 350, 390, 400), now, RULES, ran) == []  # 4 since that run
+    assert crash_loop(starts(260, 300, 350, 380, 400), now, RULES, ran) == starts(260, 300, 350, 380, 400)
+    old = Heartbeat(1e9 + 250, 10)  # an older autoscaler's heartbeat: its wall clock
+    assert crash_loop(starts(100, 200, 300, 350, 400), now, RULES, old) == []
 
 
 def test_a_runner_silent_for_n_periods_counts_as_hung():

@@ -35,7 +35,6 @@ import os
 import shlex
 import shutil
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -73,6 +72,8 @@ from clusterman.tree.fetching import fetch_versions
 from clusterman.tree.liveness import WATCH_ENV
 from clusterman.tree.liveness import LivenessRules
 from clusterman.tree.liveness import write_watch
+from clusterman.tree.private_dir import make_private_dir
+from clusterman.tree.private_dir import remove_orphans
 from clusterman.tree.process_tree import CrashLoop
 from clusterman.tree.process_tree import ProcessTree
 from clusterman.tree.process_tree import Stopped
@@ -247,7 +248,8 @@ class Bootstrap:
                 log.error("%s", e)
                 return 1
             validated = e
-        private = Path(tempfile.mkdtemp(prefix="clusterman-tree-", dir=self.settings.private_parent))
+        remove_orphans(self.settings.private_parent)
+        private, lock = make_private_dir(self.settings.private_parent)
         paths = Paths(
             private, self.settings.log_dir or private / "logs", self.settings.signals_dir or private / "signals"
         )
@@ -261,6 +263,7 @@ class Bootstrap:
             return self._supervise(paths, validated)
         finally:
             shutil.rmtree(private, ignore_errors=True)
+            os.close(lock)
 
     def _validate(self) -> tuple[LoadedConfig, Fingerprint]:
         """Load until the files hold still: the fingerprint is of what was validated."""

@@ -140,10 +140,17 @@ def heartbeat_problem(path: Path, now: float, monotonic_now: float, rules: Liven
     return f"no run finished for {stalled:.0f} s (runs every {beat.period_seconds:g} s): stopped or hung"
 
 
-def crash_loop(starts: list[float], now: float, rules: LivenessRules) -> int:
-    """How many starts fell in the window when they are a crash loop, else 0."""
-    recent = [t for t in starts if now - rules.crash_window_seconds <= t <= now + 1]
-    return len(recent) if len(recent) >= rules.crash_starts else 0
+def crash_loop(starts: list[Moment], now: Moment, rules: LivenessRules, beat: Heartbeat | None = None) -> list[Moment]:
+    """The starts that make a crash loop (enough of them within the window, on the monotonic
+    clock, and none followed by a finished run: ``beat`` says when the last one ended), else [].
+    An autoscaler killed from outside (an operator's ``kill -9``) between runs is not failing."""
+    after = -math.inf if beat is None else (beat.monotonic if beat.pid else beat.finished_at)
+    recent = [
+        (wall, mono)
+        for wall, mono in starts
+        if now[1] - rules.crash_window_seconds <= mono <= now[1] + 1 and (mono if beat and beat.pid else wall) > after
+    ]
+    return recent if len(recent) >= rules.crash_starts else []
 
 
 def runner_unanswered_for(

@@ -35,22 +35,31 @@ def starts_file(supervisor_dir: Path, name: str) -> Path:
 
 
 def note_start(supervisor_dir: str | None, name: str) -> None:
-    """Append this start's time (one line, O_APPEND: a single write, never interleaved)."""
+    """Append this start's wall-clock and monotonic times (one line, O_APPEND: a single write,
+    never interleaved)."""
     if not supervisor_dir:
         return
     fd = os.open(starts_file(Path(supervisor_dir), name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     try:
-        os.write(fd, f"{time.time():.3f}\n".encode())
+        os.write(fd, f"{time.time():.3f} {time.monotonic():.3f}\n".encode())
     finally:
         os.close(fd)
 
 
-def read_starts(supervisor_dir: Path, name: str) -> list[float]:
+def read_starts(supervisor_dir: Path, name: str) -> list[tuple[float, float]]:
+    """(wall clock, monotonic) of each start noted."""
     try:
         text = starts_file(supervisor_dir, name).read_text()
     except OSError:
         return []
-    return [float(line) for line in text.split() if line.replace(".", "", 1).isdigit()]
+    starts = []
+    for line in text.splitlines():
+        try:
+            wall, mono = map(float, line.split())
+        except ValueError:
+            continue  # a line cut short
+        starts.append((wall, mono))
+    return starts
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -194,17 +194,17 @@ class ProcessTree:
     def _check_autoscaler(self, status: ProcessStatus, beat: Heartbeat | None, now: float) -> None:
         if status.state == "FATAL":
             raise CrashLoop(f"the autoscaler keeps exiting ({self._failure(status)})")
-        starts = read_starts(self.supervisor.private_dir, "autoscaler")
-        looping = crash_loop(starts, now, self.rules)
+        mono = self.monotonic()
+        looping = crash_loop(read_starts(self.supervisor.private_dir, "autoscaler"), (now, mono), self.rules, beat)
         if looping:
-            window = now - min(t for t in starts if now - self.rules.crash_window_seconds <= t)
+            window = mono - min(m for _, m in looping)
             last = _last_lines(self.supervisor.log_tail(AUTOSCALER), 1)
             raise CrashLoop(
-                f"the autoscaler keeps exiting: started {looping} times in {window:.0f} s; its log ends: {last}"
+                f"the autoscaler keeps exiting: started {len(looping)} times in {window:.0f} s without finishing "
+                f"a run; its log ends: {last}"
             )
         if beat is None or status.state != "RUNNING" or status.pid in self.killed:
             return
-        mono = self.monotonic()
         if self._seen[0] != status.pid:  # its start on the monotonic clock: when a look first saw it (a poll late)
             self._seen = (status.pid, mono)
         stalled = process_stalled_for(beat, status.pid, (status.start, self._seen[1]), (now, mono), self.rules)
