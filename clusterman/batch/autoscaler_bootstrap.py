@@ -72,6 +72,8 @@ from clusterman.tree.fetching import fetch_versions
 from clusterman.tree.liveness import WATCH_ENV
 from clusterman.tree.liveness import LivenessRules
 from clusterman.tree.liveness import write_watch
+from clusterman.tree.log_follow import start_following
+from clusterman.tree.log_follow import write_to
 from clusterman.tree.private_dir import make_private_dir
 from clusterman.tree.private_dir import remove_orphans
 from clusterman.tree.process_tree import CrashLoop
@@ -115,6 +117,7 @@ class BootstrapSettings:
     fetch_retry_seconds: float  # a change refused because a version could not be fetched is tried again
     liveness: LivenessRules
     last_good_dir: Path  # where the last good configuration is kept across restarts (per pool and main file)
+    log_stdout: bool = False  # the programs' logs are followed to stdout: supervisord does not echo its own
 
     @staticmethod
     def from_args(args: argparse.Namespace, env: Mapping[str, str]) -> BootstrapSettings:
@@ -152,6 +155,7 @@ class BootstrapSettings:
                 crash_window_seconds=args.crash_window,
             ),
             last_good_dir=args.last_good_dir.resolve(),
+            log_stdout=args.log_stdout,
         )
 
 
@@ -392,7 +396,7 @@ class Bootstrap:
 
     def _start(self, prepared: Prepared, paths: Paths) -> ProcessTree:
         env = tree_environment(self.settings, prepared, paths)
-        supervisor = Supervisor(self.settings.supervisor_config, paths.private, env)
+        supervisor = Supervisor(self.settings.supervisor_config, paths.private, env, silent=self.settings.log_stdout)
         tree = ProcessTree(
             supervisor, prepared.loaded.plan, self.settings.timeouts, self.stop_event,
             heartbeat=paths.heartbeat, rules=self.settings.liveness,
@@ -636,6 +640,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--private-dir-parent", type=Path, default=None, help="where to make the private directory")
     parser.add_argument("--log-dir", type=Path, default=_env_path("CMAN_LOG_DIR"), help="program logs ($CMAN_LOG_DIR)")
     parser.add_argument(
+        "--log-stdout",
+        action="store_true",
+        default=env.get("CMAN_LOG_STDOUT", "") not in ("", "0", "false"),
+        help="copy every program's log lines to stdout, each prefixed with its program, and prefix ours with "
+        "'bootstrap' (for kubectl logs; needs --log-dir) ($CMAN_LOG_STDOUT=1)",
+    )
+    parser.add_argument(
         "--signals-dir", type=Path, default=_env_path("CMAN_SIGNALS_DIR"), help="fetched versions ($CMAN_SIGNALS_DIR)"
     )
     parser.add_argument("--codename", default=None, help="S3 prefix of the signal tarballs (default: OS codename)")
@@ -696,13 +707,24 @@ def _env_path(name: str) -> Path | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, prefix="bootstrap | " if args.log_stdout else "")
     try:
         settings = BootstrapSettings.from_args(args, os.environ)
+        if settings.log_stdout and settings.log_dir is None:
+            raise ValueError(
+                "--log-stdout ($CMAN_LOG_STDOUT) follows the programs' logs in --log-dir: set $CMAN_LOG_DIR"
+            )
     except SETUP_ERRORS as e:
         log.error("%s", e)
         return 1
-    return Bootstrap(settings, stop_on_signals(log, "stopping the tree")).run()
+    stop_following = (
+        start_following(settings.log_dir, write_to(1)) if settings.log_dir and settings.log_stdout else None
+    )
+    try:
+        return Bootstrap(settings, stop_on_signals(log, "stopping the tree")).run()
+    finally:
+        if stop_following is not None:
+            stop_following()
 
 
 if __name__ == "__main__":

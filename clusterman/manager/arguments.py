@@ -100,10 +100,11 @@ class UtcFormatter(logging.Formatter):
         return format_time(record.created, digits=3)
 
 
-def configure_logging(level: str) -> None:
-    """The one logging setup of every program: records on stderr, stamped in UTC."""
+def configure_logging(level: str, prefix: str = "") -> None:
+    """The one logging setup of every program: records on stderr, stamped in UTC (after ``prefix``,
+    which names the program where several share one stream)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(UtcFormatter(LOG_FORMAT))
+    handler.setFormatter(UtcFormatter(prefix + LOG_FORMAT))
     logging.basicConfig(level=level, handlers=[handler])
 
 

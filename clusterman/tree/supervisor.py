@@ -90,8 +90,9 @@ class _TimedTransport(SupervisorTransport):
 
 
 class Supervisor:
-    def __init__(self, config: Path, private_dir: Path, env: Mapping[str, str]) -> None:
+    def __init__(self, config: Path, private_dir: Path, env: Mapping[str, str], silent: bool = False) -> None:
         self.config = config
+        self.silent = silent  # its log goes to its log file only (the bootstrap follows that file)
         self.private_dir = private_dir
         self.socket_path = self.socket_in(private_dir)
         self.env = {**env, "CMAN_SUPERVISOR_DIR": str(private_dir)}
@@ -113,7 +114,14 @@ class Supervisor:
         most ``timeout`` for its answer."""
         parent = os.getpid()
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor.supervisord", "-c", str(self.config)],
+            [
+                sys.executable,
+                "-m",
+                "supervisor.supervisord",
+                "-c",
+                str(self.config),
+                *(["--silent"] if self.silent else []),
+            ],
             env=self.env,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
