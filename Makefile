@@ -4,6 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DURATION ?= 0
+# checkov in a venv of its own: its dependency tree conflicts with the project's pins.
+CHECKOV_VENV  := .venv-checkov
+CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
 .PHONY: venv system-deps run test lint format typecheck unit itests acceptance bench wheel image clean
 
@@ -15,16 +18,22 @@ $(STAMP): requirements.txt requirements-dev.txt constraints.txt constraints-dev.
 
 venv: $(STAMP)
 
+$(CHECKOV_STAMP): requirements-checkov.txt
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r requirements-checkov.txt
+	touch $@
+
 system-deps:
 	scripts/ensure-system-packages
 
 run: venv
 	$(BIN)/python -m clusterman.local.stack --duration $(DURATION)
 
-lint: venv
+lint: venv $(CHECKOV_STAMP)
 	$(BIN)/ruff check clusterman clusterman_signals tests itests acceptance bench
 	$(BIN)/ruff format --check clusterman clusterman_signals tests itests acceptance bench
 	$(BIN)/pytest -q -p no:cacheprovider tests/test_layers.py
+	scripts/lint-deploy $(BIN)/hadolint $(CHECKOV_VENV)/bin/checkov
 
 format: venv
 	$(BIN)/ruff check --fix-only clusterman clusterman_signals tests itests acceptance bench
@@ -53,7 +62,7 @@ wheel: venv
 	$(BIN)/pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w dist .
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .tox build dist
+	rm -rf $(VENV) $(CHECKOV_VENV) .mypy_cache .ruff_cache .pytest_cache .tox build dist
 
 # Where a Docker engine runs (none on the development machines; the install step the image runs
 # is tested on the host by itests/test_wheel_install.py).

@@ -1,15 +1,19 @@
-"""deploy/kubernetes and the Dockerfile, checked offline: every manifest parses, each pool's
-Deployment and PodDisruptionBudget select its own pods, the env names are the ones the bootstrap
-reads, the grace period outlasts the tree's stop, and each pod's mounted srv-configs pass the
-bootstrap's own validation.
+"""deploy/kubernetes, checked offline: every kustomization (the shared part, each pool, and each
+optional component on top) renders with ``kubectl kustomize`` without a warning; every rendered
+object is valid against the Kubernetes JSON schemas of each supported version (``kubernetes-validate``);
+and what the schemas cannot see is checked here: selectors, env names, RBAC verbs against the
+client calls in the code, the grace period, the probes, Secrets, and each pod's srv-configs passing
+the bootstrap's own validation.
 
-``kubectl kustomize`` renders the overlays (no server needed; make test installs kubectl).
-``kubectl apply --dry-run=client`` is not used: it asks a server for the API's resource list.
+``kubectl apply --dry-run=client`` is not used: even in client mode it asks a server for the API's
+resource list, and there is none offline.
 """
 
 from __future__ import annotations
 
 import configparser
+import functools
+import os
 import re
 import shutil
 import subprocess
@@ -17,48 +21,113 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes.client
+import kubernetes_validate
 import pytest
 import yaml
 
 from clusterman.batch.autoscaler_bootstrap import BootstrapSettings
 from clusterman.batch.autoscaler_bootstrap import build_parser
 from clusterman.batch.autoscaler_bootstrap import load
-from clusterman.core.config import EventsConfig
+from clusterman.config.loader import load_main_config
+from clusterman.core.config import MetricsBackend
+from clusterman.core.config import StateBackend
 from clusterman.data import supervisor_config
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy" / "kubernetes"
+POOLS = sorted(p.parent for p in (DEPLOY / "pools").glob("*/kustomization.yaml"))
+COMPONENTS = sorted(p.parent for p in (DEPLOY / "components").glob("*/kustomization.yaml"))
+# The Kubernetes versions the manifests are written for (docs/deployment.md says the same).
+SUPPORTED_VERSIONS = [f"1.{minor}.0" for minor in range(30, 38)]
+KUSTOMIZE_AT_LEAST = (5, 0)  # components, labels, replacements that append, no deprecated fields
 # The modules whose environment reads make up the bootstrap's input (and what it passes on).
 ENV_READERS = [
-    REPO / "clusterman" / "batch" / "autoscaler_bootstrap.py",
+    *(REPO / "clusterman" / "batch").glob("*.py"),
+    *(REPO / "clusterman" / "tree").glob("*.py"),
     REPO / "clusterman" / "config" / "loader.py",
     REPO / "clusterman" / "signals" / "artifacts.py",
     REPO / "clusterman" / "signals" / "client.py",
 ]
-HEALTH = re.compile(r"http://127\.0\.0\.1:(\d+)/healthz")
+PLACEHOLDERS = re.compile(r"\b(CLUSTER|POOL|SCHEDULER|CPU|MEMORY|MEMORY_LIMIT|set-by-the-pool)\b")
 
 
-def manifests() -> list[Path]:
-    """Kubernetes objects and kustomizations (srv-configs/ holds clusterman's files: validated below)."""
-    return sorted(p for p in DEPLOY.rglob("*.yaml") if "srv-configs" not in p.parts)
+# ---- rendering --------------------------------------------------------------------------------
 
 
-def documents(text: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(text) if d is not None]
+@functools.cache
+def kubectl() -> str:
+    found = shutil.which("kubectl")
+    if found is None:
+        pytest.fail("kubectl is not installed (make test installs it from system-packages.txt)")
+    out = subprocess.run([found, "version", "--client"], capture_output=True, text=True, check=False).stdout
+    version = re.search(r"Kustomize Version: v(\d+)\.(\d+)", out)
+    if version is None or tuple(map(int, version.groups())) < KUSTOMIZE_AT_LEAST:
+        pytest.fail(
+            f"{found} renders with kustomize {version.group(0) if version else 'of unknown version'}; the "
+            f"manifests need v{'.'.join(map(str, KUSTOMIZE_AT_LEAST))} or later (kubectl 1.27+): install a newer one"
+        )
+    return found
+
+
+@functools.cache
+def rendered_shared() -> list[dict[str, Any]]:
+    return render(DEPLOY / "shared")
+
+
+def render(directory: Path) -> list[dict[str, Any]]:
+    proc = subprocess.run([kubectl(), "kustomize", str(directory)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "", f"{directory}: kustomize warns: {proc.stderr}"  # deprecations included
+    return [d for d in yaml.safe_load_all(proc.stdout) if d is not None]
+
+
+def with_component(tmp: Path, target: Path, component: Path) -> Path:
+    """An overlay of ``target`` with ``component`` (before the pool's own, as the docs say)."""
+    overlay = tmp / f"{target.name}+{component.name}"
+    overlay.mkdir()
+    kustomization = yaml.safe_load((target / "kustomization.yaml").read_text())
+    if target.parent.name == "pools":  # a pool: its own file with the component in front of the rest
+        for name in (target / "kustomization.yaml", *target.iterdir()):
+            if name.name != "kustomization.yaml":
+                shutil.copy(name, overlay / name.name)
+        kustomization["resources"] = [relative(target / r, overlay) for r in kustomization["resources"]]
+        own = [relative(target / c, overlay) for c in kustomization["components"]]
+        kustomization["components"] = [relative(component, overlay), *own]
+    else:
+        kustomization = {"resources": [relative(target, overlay)], "components": [relative(component, overlay)]}
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return overlay
+
+
+def relative(path: Path, start: Path) -> str:
+    return os.path.relpath(path.resolve(), start)  # kustomize takes no absolute paths
+
+
+def renderings(tmp: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    yield "shared", rendered_shared()
+    for pool in POOLS:
+        yield pool.name, render(pool)
+    for component in COMPONENTS:
+        if component.name == "pool":
+            continue  # every pool has it
+        target = DEPLOY / "shared" if component.name == "irsa" else POOLS[0]
+        yield f"{target.name}+{component.name}", render(with_component(tmp, target, component))
 
 
 @pytest.fixture(scope="module")
-def rendered() -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.fail("kubectl is not installed (make test installs it from system-packages.txt)")
-    proc = subprocess.run([kubectl, "kustomize", str(DEPLOY)], capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return documents(proc.stdout)
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    return dict(renderings(tmp_path_factory.mktemp("overlays")))
 
 
 def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d.get("kind") == kind]
+
+
+def pools(rendered: dict[str, list[dict[str, Any]]]) -> Iterator[tuple[str, list[dict[str, Any]], dict[str, Any]]]:
+    for name, docs in rendered.items():
+        for deployment in of_kind(docs, "Deployment"):
+            yield name, docs, deployment
 
 
 def pod_spec(deployment: dict[str, Any]) -> dict[str, Any]:
@@ -79,58 +148,99 @@ def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-# ---- the files as written --------------------------------------------------------------------
+def main_file() -> Path:
+    return DEPLOY / "shared" / "srv-configs" / "clusterman.yaml"
 
 
-@pytest.mark.parametrize("path", manifests(), ids=lambda p: str(p.relative_to(DEPLOY)))
-def test_every_manifest_parses_and_names_its_kind(path: Path) -> None:
-    for doc in documents(path.read_text()):
-        if path.name == "kustomization.yaml":
-            assert set(doc) <= {
-                "resources", "bases", "namespace", "nameSuffix", "commonLabels", "patchesStrategicMerge",
-                "images", "generatorOptions", "configMapGenerator",
-            }  # fmt: skip
-            for entry in doc.get("resources", []) + doc.get("bases", []) + doc.get("patchesStrategicMerge", []):
-                assert (path.parent / entry).exists(), f"{path}: {entry} does not exist"
-            for generator in doc.get("configMapGenerator", []):
-                for file in generator["files"]:
-                    assert (path.parent / file).is_file(), f"{path}: {file} does not exist"
-        else:
-            assert {"apiVersion", "kind", "metadata"} <= set(doc), path
-            assert doc["metadata"].get("name"), path
+# ---- what kustomize and the schemas say -------------------------------------------------------
 
 
-def test_the_base_selects_its_own_template() -> None:
-    (deployment,) = documents((DEPLOY / "base" / "deployment.yaml").read_text())
-    (pdb,) = documents((DEPLOY / "base" / "pdb.yaml").read_text())
-    labels = deployment["spec"]["template"]["metadata"]["labels"]
-    assert selects(deployment["spec"]["selector"]["matchLabels"], labels)
-    assert selects(pdb["spec"]["selector"]["matchLabels"], labels)
+def test_every_kustomization_renders_without_a_warning(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert {"shared", "prod-batch", "prod-web", "prod-batch+aws-key-file", "shared+irsa"} <= set(rendered)
+    assert len(POOLS) >= 2
+    for path in DEPLOY.rglob("kustomization.yaml"):
+        doc = yaml.safe_load(path.read_text())
+        assert doc["apiVersion"].startswith("kustomize.config.k8s.io/"), path
+        assert not {"bases", "commonLabels", "patchesStrategicMerge", "patchesJson6902", "vars"} & set(doc), path
 
 
-# ---- what kubectl apply -k would send ---------------------------------------------------------
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+def test_every_object_is_valid_for_each_supported_kubernetes(
+    rendered: dict[str, list[dict[str, Any]]], version: str
+) -> None:
+    for name, docs in rendered.items():
+        for doc in docs:
+            if doc["kind"] == "ServiceMonitor":
+                continue  # a CRD: no schema ships offline; test_the_service_monitor_scrapes_the_pod checks it
+            try:
+                kubernetes_validate.validate(doc, version, strict=True)
+            except kubernetes_validate.ValidationError as e:
+                pytest.fail(f"{name}: {doc['kind']} {doc['metadata']['name']} on Kubernetes {version}: {e.message}")
 
 
-def test_one_deployment_and_one_budget_per_pool(rendered: list[dict[str, Any]]) -> None:
-    deployments = of_kind(rendered, "Deployment")
-    budgets = of_kind(rendered, "PodDisruptionBudget")
-    pools = {(env_of(d)["CMAN_CLUSTER"], env_of(d)["CMAN_POOL"]) for d in deployments}
-    assert len(pools) == len(deployments) == len(budgets) >= 2
-    for deployment in deployments:
-        spec = deployment["spec"]
+def test_no_placeholder_is_left_and_no_secret_is_created(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for name, docs in rendered.items():
+        for doc in docs:
+            assert doc["kind"] != "Secret", f"{name}: manifests name existing Secrets, they never create one"
+            text = yaml.safe_dump(doc)
+            assert not PLACEHOLDERS.search(text), f"{name}: {doc['kind']} keeps {PLACEHOLDERS.search(text)}"
+
+
+# ---- one pool ---------------------------------------------------------------------------------
+
+
+def test_each_pool_is_one_replica_selecting_its_own_pods_only(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    every = [d for _, _, d in pools(rendered)]
+    for name, docs, deployment in pools(rendered):
+        spec, env = deployment["spec"], env_of(deployment)
         labels = spec["template"]["metadata"]["labels"]
         assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"  # never two autoscalers
-        assert selects(spec["selector"]["matchLabels"], labels)
-        others = [d for d in deployments if d is not deployment]
-        # Its selector and its budget's select its own pods and no other pool's.
-        assert not any(
-            selects(spec["selector"]["matchLabels"], d["spec"]["template"]["metadata"]["labels"]) for d in others
+        assert deployment["metadata"]["name"] == f"clusterman-{env['CMAN_CLUSTER']}-{env['CMAN_POOL']}"
+        assert labels["clusterman.com/pool"] == env["CMAN_POOL"]
+        others = [d["spec"]["template"]["metadata"]["labels"] for d in every if env_of(d) != env]
+        assert others  # the shipped pools differ
+        selectors = [spec["selector"]["matchLabels"]]
+        selectors += [b["spec"]["selector"]["matchLabels"] for b in of_kind(docs, "PodDisruptionBudget")]
+        selectors += [s["spec"]["selector"] for s in of_kind(docs, "Service")]
+        assert len(selectors) == 2 + len(of_kind(docs, "Service")), name  # one budget per pool
+        for selector in selectors:
+            assert selects(selector, labels), (name, selector)
+            assert not any(selects(selector, other) for other in others), (name, selector)
+        (budget,) = of_kind(docs, "PodDisruptionBudget")
+        assert budget["spec"]["maxUnavailable"] == 1  # 0 would block every drain of its node
+
+
+def test_the_service_monitor_scrapes_the_pod(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    monitors = [(name, docs) for name, docs in rendered.items() if of_kind(docs, "ServiceMonitor")]
+    assert monitors
+    for name, docs in monitors:
+        (monitor,), (service,), (deployment,) = (of_kind(docs, k) for k in ("ServiceMonitor", "Service", "Deployment"))
+        assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+        assert selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"]), name
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["path"] == "/metrics" and endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+        (port,) = service["spec"]["ports"]
+        assert port["targetPort"] in {p["name"] for p in container(deployment)["ports"]}
+        assert (
+            monitor["metadata"]["namespace"] == service["metadata"]["namespace"] == deployment["metadata"]["namespace"]
         )
-        mine = [b for b in budgets if selects(b["spec"]["selector"]["matchLabels"], labels)]
-        assert len(mine) == 1
-        budget_selector = mine[0]["spec"]["selector"]["matchLabels"]
-        assert not any(selects(budget_selector, d["spec"]["template"]["metadata"]["labels"]) for d in others)
-        assert labels["clusterman.com/pool"] == env_of(deployment)["CMAN_POOL"]
+
+
+def test_the_autoscaler_runs_off_the_pool_it_scales(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for _, docs, deployment in pools(rendered):
+        pool_file = pool_file_text(docs, deployment)
+        key = yaml.safe_load(pool_file).get("node_label_key", "clusterman.com/pool")
+        affinity = pod_spec(deployment)["affinity"]["nodeAffinity"]
+        (term,) = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert {"key": key, "operator": "NotIn", "values": [env_of(deployment)["CMAN_POOL"]]} in term[
+            "matchExpressions"
+        ]
+        assert pod_spec(deployment)["priorityClassName"] in {
+            p["metadata"]["name"] for p in of_kind(rendered["shared"], "PriorityClass")
+        }
+        assert pod_spec(deployment)["serviceAccountName"] in {
+            a["metadata"]["name"] for a in of_kind(rendered["shared"], "ServiceAccount")
+        }
 
 
 def bootstrap_env_names() -> set[str]:
@@ -140,92 +250,155 @@ def bootstrap_env_names() -> set[str]:
     return names
 
 
-def test_env_names_are_the_ones_the_bootstrap_reads(rendered: list[dict[str, Any]]) -> None:
+def test_env_names_are_the_ones_the_bootstrap_reads(rendered: dict[str, list[dict[str, Any]]]) -> None:
     known = bootstrap_env_names()
-    assert {"CMAN_CLUSTER", "CMAN_POOL", "CMAN_SCHEDULER", "CMAN_ENV_CONFIG_PATH"} <= known
-    for deployment in of_kind(rendered, "Deployment"):
+    required = {"CMAN_CLUSTER", "CMAN_POOL", "CMAN_SCHEDULER", "CMAN_ENV_CONFIG_PATH"}
+    assert required <= known
+    for name, _, deployment in pools(rendered):
         env = env_of(deployment)
-        assert set(env) <= known, f"unknown: {set(env) - known}"
-        assert {"CMAN_CLUSTER", "CMAN_POOL", "CMAN_SCHEDULER", "CMAN_ENV_CONFIG_PATH"} <= set(env)
+        assert set(env) <= known, f"{name}: unknown: {set(env) - known}"
+        assert required <= set(env)
 
 
-def test_grace_period_outlasts_the_tree_stop(rendered: list[dict[str, Any]]) -> None:
+def test_grace_period_outlasts_the_tree_stop(rendered: dict[str, list[dict[str, Any]]]) -> None:
     stop_timeout = build_parser().parse_args([]).stop_timeout
     conf = configparser.RawConfigParser()
     conf.read(supervisor_config())
     # supervisord stops the programs one group after another; each may take its stopwaitsecs (default 10).
     waits = sum(int(conf[s].get("stopwaitsecs", "10")) for s in conf.sections() if s.startswith("program:"))
-    for deployment in of_kind(rendered, "Deployment"):
+    for _, _, deployment in pools(rendered):
         grace = pod_spec(deployment)["terminationGracePeriodSeconds"]
         assert grace > stop_timeout and grace > waits, (grace, stop_timeout, waits)
 
 
-def test_probes_ask_the_event_api_and_wait_for_the_tree(rendered: list[dict[str, Any]]) -> None:
+def test_probes_reach_the_event_api_from_the_kubelet_and_wait_for_the_tree(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    events = load_main_config(main_file()).events
+    assert events.host not in ("127.0.0.1", "localhost", "::1")  # the kubelet asks the pod's address
     defaults = build_parser().parse_args([])
     start_up = defaults.fetch_timeout + defaults.signal_timeout
-    for deployment in of_kind(rendered, "Deployment"):
+    for _, _, deployment in pools(rendered):
         c = container(deployment)
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-            command = " ".join(c[probe]["exec"]["command"])
-            found = HEALTH.search(command)
-            assert found and int(found.group(1)) == EventsConfig().port, command
+            get = c[probe]["httpGet"]
+            assert get["path"] == "/healthz" and ports[get["port"]] == events.port
         for probe in ("startupProbe", "livenessProbe"):  # a start, and a restart after a config change
             window = c[probe]["periodSeconds"] * c[probe]["failureThreshold"]
             assert window >= start_up, (probe, window, start_up)
-        assert {"cpu", "memory"} <= set(c["resources"]["requests"])
+        annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+        assert int(annotations["prometheus.io/port"]) == events.port
+        assert {"cpu", "memory"} <= set(c["resources"]["requests"]) and "memory" in c["resources"]["limits"]
         assert c["image"].startswith("registry.example.com/clusterman:")
 
 
-def test_every_mount_has_its_volume_and_every_volume_its_object(rendered: list[dict[str, Any]]) -> None:
-    config_maps = {d["metadata"]["name"]: d for d in of_kind(rendered, "ConfigMap")}
-    secrets = {d["metadata"]["name"]: d for d in of_kind(rendered, "Secret")}
-    for deployment in of_kind(rendered, "Deployment"):
-        volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
-        assert {m["name"] for m in container(deployment)["volumeMounts"]} <= set(volumes)
-        for volume in volumes.values():
-            if "configMap" in volume:
-                data = config_maps[volume["configMap"]["name"]]["data"]
-                assert {i["key"] for i in volume["configMap"]["items"]} <= set(data)
-            if "secret" in volume:
-                assert volume["secret"]["secretName"] in secrets
+def test_the_default_state_is_durable() -> None:
+    main = load_main_config(main_file())
+    assert main.state.backend is StateBackend.DYNAMODB and main.metrics.backend is MetricsBackend.DYNAMODB
+    assert not any(c.kubeconfig_path for c in main.clusters.values())  # in-cluster, with the ServiceAccount
+    assert main.aws.access_key_file is None  # IRSA, Pod Identity or the node's role; aws-key-file adds one
 
 
-def pod_files(deployment: dict[str, Any], docs: list[dict[str, Any]], root: Path) -> Iterator[tuple[str, Path]]:
-    """Write the ConfigMap and Secret files where the pod would see them, under ``root``."""
-    config_maps = {d["metadata"]["name"]: d for d in of_kind(docs, "ConfigMap")}
-    secrets = {d["metadata"]["name"]: d for d in of_kind(docs, "Secret")}
-    volumes = {v["name"]: v for v in pod_spec(deployment)["volumes"]}
-    for mount in container(deployment)["volumeMounts"]:
-        volume, target = volumes[mount["name"]], root / mount["mountPath"].lstrip("/")
-        if "configMap" in volume:
-            data = config_maps[volume["configMap"]["name"]]["data"]
-            files = {i["path"]: data[i["key"]] for i in volume["configMap"]["items"]}
-        elif "secret" in volume:
-            files = secrets[volume["secret"]["secretName"]]["stringData"]
-        else:
-            continue  # an emptyDir: nothing to read
-        for name, text in files.items():
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            (target / name).write_text(text)
-        yield mount["mountPath"], target
-
-
-def test_each_pod_s_srv_configs_pass_the_bootstrap_validation(rendered: list[dict[str, Any]], tmp_path: Path) -> None:
-    for deployment in of_kind(rendered, "Deployment"):
-        root = tmp_path / deployment["metadata"]["name"]
-        mounts = dict(pod_files(deployment, rendered, root))
+def test_each_pool_file_is_where_operators_commands_look_for_it(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Beside the main file, clusterman-clusters/<cluster>/<pool>.<scheduler> links to each overlay's
+    pool file, so `clusterman disable|manage|status --env-config-path <that main file>` finds it."""
+    clusters = main_file().parent / load_main_config(main_file()).cluster_config_directory
+    for name, docs, deployment in pools(rendered):
         env = env_of(deployment)
-        # The files name each other by their paths in the pod: point those paths into root.
-        for path in (root / "nail/srv/configs").rglob("*"):
-            if path.is_file():
-                text = path.read_text()
-                for mount_path, target in mounts.items():
-                    text = text.replace(f"{mount_path}/", f"{target}/")
-                path.write_text(text)
-        config = mounts["/nail/srv/configs"] / Path(env["CMAN_ENV_CONFIG_PATH"]).relative_to("/nail/srv/configs")
+        link = clusters / env["CMAN_CLUSTER"] / f"{env['CMAN_POOL']}.{env['CMAN_SCHEDULER']}"
+        target = os.path.relpath(DEPLOY / "pools" / name, link.parent)
+        assert link.is_file() and link.read_text() == pool_file_text(docs, deployment), (
+            f"{link} should be a link to the pool's file: ln -s {target}/<its pool file> {link}"
+        )
+
+
+# ---- RBAC against the code --------------------------------------------------------------------
+
+CLIENT_VERBS = {
+    "list": "list",
+    "read": "get",
+    "patch": "patch",
+    "create": "create",
+    "delete": "delete",
+    "replace": "update",
+}
+
+
+def client_calls() -> set[tuple[str, str]]:
+    """(resource, verb) of every Kubernetes client method the code calls, e.g. ("nodes", "patch")."""
+    methods = {m for api in (kubernetes.client.CoreV1Api, kubernetes.client.CoordinationV1Api) for m in dir(api)}
+    used: set[tuple[str, str]] = set()
+    for path in (REPO / "clusterman").rglob("*.py"):
+        for method in set(re.findall(r"\.([a-z_]+)\b", path.read_text())) & methods:
+            found = re.fullmatch(
+                r"(list|read|patch|create|delete|replace)_(?:namespaced_)?([a-z_]+?)(?:_for_all_namespaces)?", method
+            )
+            if found is None:
+                continue
+            verb, kind = CLIENT_VERBS[found[1]], found[2]
+            resource = {"pod_eviction": "pods/eviction"}.get(kind, kind + "s")
+            used.add((resource, verb))
+    return used
+
+
+def test_each_rbac_verb_is_one_the_code_uses_and_each_call_is_allowed(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    used = client_calls()
+    assert {("nodes", "list"), ("nodes", "patch"), ("pods/eviction", "create")} <= used
+    granted = set()
+    for role in of_kind(rendered["shared"], "ClusterRole"):
+        for rule in role["rules"]:
+            granted |= {(r, v) for r in rule["resources"] for v in rule["verbs"]}
+    # watch keeps a list current: granted where the code lists (the connector's cache watches).
+    allowed = used | {(r, "watch") for r, v in used if v == "list"}
+    assert granted - allowed == set(), "verbs no client call uses"
+    assert used - granted == set(), "calls the ClusterRole forbids (403 in the cluster)"
+    text = (DEPLOY / "shared" / "rbac.yaml").read_text()
+    for verbs in re.findall(r"verbs: \[([^\]]*)\]", text):  # each verb's reason is written next to it
+        for verb in verbs.split(", "):
+            assert re.search(rf"# {verb}: ", text), f"no reason given for {verb}"
+
+
+# ---- each pod's files -------------------------------------------------------------------------
+
+
+def pool_file_text(docs: list[dict[str, Any]], deployment: dict[str, Any]) -> str:
+    (_, pool) = projected(docs, deployment)
+    (text,) = pool.values()
+    return text
+
+
+def projected(docs: list[dict[str, Any]], deployment: dict[str, Any]) -> list[dict[str, str]]:
+    """The srv-configs volume's files by path: the main file's ConfigMap (from the shared part) and the pool's."""
+    maps = {d["metadata"]["name"]: d for d in of_kind(docs, "ConfigMap")}
+    shared = {d["metadata"]["name"]: d for d in of_kind(rendered_shared(), "ConfigMap")}
+    (volume,) = [v for v in pod_spec(deployment)["volumes"] if v["name"] == "srv-configs"]
+    files = []
+    for source in volume["projected"]["sources"]:
+        config_map = source["configMap"]
+        data = (maps.get(config_map["name"]) or shared[config_map["name"]])["data"]
+        files.append({item["path"]: data[item["key"]] for item in config_map["items"]})
+    return files
+
+
+def test_each_pod_s_srv_configs_pass_the_bootstrap_validation(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    for name, docs, deployment in pools(rendered):
+        (mount,) = [m for m in container(deployment)["volumeMounts"] if m["name"] == "srv-configs"]
+        root = tmp_path / name / mount["mountPath"].lstrip("/")
+        for files in projected(docs, deployment):
+            for path, text in files.items():
+                (root / path).parent.mkdir(parents=True, exist_ok=True)
+                # The files name each other by their paths in the pod: point those paths into root.
+                (root / path).write_text(text.replace(f"{mount['mountPath']}/", f"{root}/"))
+        env = env_of(deployment)
+        config = root / Path(env["CMAN_ENV_CONFIG_PATH"]).relative_to(mount["mountPath"])
         args = build_parser().parse_args(["--env-config-path", str(config), "--codename", "bookworm"])
         loaded = load(BootstrapSettings.from_args(args, env))  # raises a ConfigError naming file and key
-        assert loaded.plan is not None
+        assert loaded.plan is not None  # it read the pool file at clusterman-clusters/<cluster>/<pool>.<scheduler>
 
 
 # ---- the image --------------------------------------------------------------------------------
@@ -237,6 +410,5 @@ def test_the_dockerfile_installs_with_the_tested_script() -> None:
     assert copied and all((REPO / src).exists() for src in copied), copied
     assert "deploy/install-clusterman /opt/clusterman " in text  # the step itests/test_wheel_install.py runs
     assert re.search(r"^USER 10001", text, re.MULTILINE)
-    assert 'ENTRYPOINT ["python", "-m", "clusterman.batch.autoscaler_bootstrap"]' in text
     ignored = (REPO / ".dockerignore").read_text().splitlines()
     assert all(f"!{src.rstrip('/')}" in ignored for src in copied)  # everything it copies is in the context

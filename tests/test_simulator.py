@@ -80,6 +80,16 @@ def test_same_inputs_and_seed_give_the_same_bytes_and_a_plot(files, tmp_path, ca
     assert summary["scaling"]["scale_ups"] > 0 and summary["scaling"]["scale_downs"] > 0
 
 
+def test_without_the_simulator_extra_the_plot_is_one_line_naming_it(files, tmp_path, capsys, monkeypatch):
+    data, pool = files
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")] + ["matplotlib"]:
+        monkeypatch.setitem(sys.modules, name, None)  # as in the image built without the extra
+    status, _, err = simulate_cli(capsys, data, pool, tmp_path / "a")
+    assert status == 1 and len(err.strip().splitlines()) == 1, err
+    assert "a plot needs clusterman's simulator extra: pip install 'clusterman[simulator]'" in err
+    assert (tmp_path / "a.json").exists()  # the report is written before the picture
+
+
 def test_another_process_with_another_hash_seed_writes_the_same_bytes(files, tmp_path, capsys):
     data, pool = files
     assert simulate_cli(capsys, data, pool, tmp_path / "here")[0] == 0

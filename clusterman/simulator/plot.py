@@ -13,16 +13,23 @@ import datetime
 import os
 from typing import Any
 
+from clusterman.errors import UserError
 from clusterman.simulator.costs import Timeline
 
 
 def write_plot(path: str | os.PathLike[str], timeline: Timeline, title: str, *, small: bool = False) -> None:
     """``small``: a picture for the docs (under 100 KB for a week by the minute)."""
     # The object API with the Agg canvas: no pyplot, no global backend, nothing left open.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.dates import AutoDateLocator
-    from matplotlib.dates import ConciseDateFormatter
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.dates import AutoDateLocator
+        from matplotlib.dates import ConciseDateFormatter
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise UserError(
+            f"a plot needs clusterman's simulator extra: pip install 'clusterman[simulator]', or the image built "
+            f"with --build-arg EXTRAS=kubernetes,simulator ({e})"
+        ) from e
 
     times = [datetime.datetime.fromtimestamp(t, datetime.UTC) for t in timeline["time"]]
     demand, allocated = timeline["demand_cpus"], timeline["allocated_cpus"]
