@@ -325,9 +325,9 @@ CLIENT_VERBS = {
 }
 
 
-def client_calls() -> set[tuple[str, str]]:
-    """(resource, verb) of every Kubernetes client method the code calls, e.g. ("nodes", "patch")."""
-    methods = {m for api in (kubernetes.client.CoreV1Api, kubernetes.client.CoordinationV1Api) for m in dir(api)}
+def client_calls(api: type) -> set[tuple[str, str]]:
+    """(resource, verb) of every method of ``api`` the code calls, e.g. ("nodes", "patch")."""
+    methods = set(dir(api))
     used: set[tuple[str, str]] = set()
     for path in (REPO / "clusterman").rglob("*.py"):
         for method in set(re.findall(r"\.([a-z_]+)\b", path.read_text())) & methods:
@@ -342,23 +342,45 @@ def client_calls() -> set[tuple[str, str]]:
     return used
 
 
+def grants(docs: list[dict[str, Any]], kind: str) -> set[tuple[str, str]]:
+    return {
+        (r, v)
+        for role in of_kind(docs, kind)
+        for rule in role["rules"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+@pytest.mark.parametrize(
+    ("api", "rendering", "kind", "source"),
+    [
+        (kubernetes.client.CoreV1Api, "shared", "ClusterRole", "shared/rbac.yaml"),
+        (
+            kubernetes.client.CoordinationV1Api,
+            "prod-batch+kubernetes-lease",
+            "Role",
+            "components/kubernetes-lease/role.yaml",
+        ),
+    ],
+    ids=["cluster", "lease"],
+)
 def test_each_rbac_verb_is_one_the_code_uses_and_each_call_is_allowed(
-    rendered: dict[str, list[dict[str, Any]]],
+    rendered: dict[str, list[dict[str, Any]]], api: type, rendering: str, kind: str, source: str
 ) -> None:
-    used = client_calls()
-    assert {("nodes", "list"), ("nodes", "patch"), ("pods/eviction", "create")} <= used
-    granted = set()
-    for role in of_kind(rendered["shared"], "ClusterRole"):
-        for rule in role["rules"]:
-            granted |= {(r, v) for r in rule["resources"] for v in rule["verbs"]}
+    used = client_calls(api)
+    assert used, api
+    granted = grants(rendered[rendering], kind)
     # watch keeps a list current: granted where the code lists (the connector's cache watches).
     allowed = used | {(r, "watch") for r, v in used if v == "list"}
     assert granted - allowed == set(), "verbs no client call uses"
-    assert used - granted == set(), "calls the ClusterRole forbids (403 in the cluster)"
-    text = (DEPLOY / "shared" / "rbac.yaml").read_text()
+    assert used - granted == set(), f"calls the {kind} forbids (403 in the cluster)"
+    text = (DEPLOY / source).read_text()
     for verbs in re.findall(r"verbs: \[([^\]]*)\]", text):  # each verb's reason is written next to it
         for verb in verbs.split(", "):
             assert re.search(rf"# {verb}: ", text), f"no reason given for {verb}"
+    # Leases are granted by the component only, in the namespace only.
+    assert all(r != "leases" for r, _ in grants(rendered["shared"], "ClusterRole"))
 
 
 # ---- each pod's files -------------------------------------------------------------------------

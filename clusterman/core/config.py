@@ -156,12 +156,20 @@ class StateBackend(enum.Enum):
     DYNAMODB = "dynamodb"
 
 
+class LeaseBackend(enum.Enum):
+    STORE = "store"  # in the state backend, with the rest
+    KUBERNETES = "kubernetes"  # a coordination.k8s.io Lease per pool
+
+
 @dataclass(frozen=True)
 class StateConfig:
-    """Where pauses and other durable state live: a local SQLite file, or Clusterman's DynamoDB table."""
+    """Where pauses and other durable state live: a local SQLite file, or Clusterman's DynamoDB table;
+    the pool's lease with them, or in Kubernetes Leases."""
 
     backend: StateBackend = StateBackend.SQLITE
     path: str = "state.sqlite"  # relative to state_directory
+    lease: LeaseBackend = LeaseBackend.STORE
+    lease_namespace: str = "clusterman"
 
 
 @dataclass(frozen=True)

@@ -307,3 +307,36 @@ class DynamoStateStore(StateStore):
 
     def delete(self, state: str, entity: str) -> None:
         self._call("delete_item", Key={"state": {"S": state}, "entity": {"S": entity}})
+
+
+class SplitStore(StateStore):
+    """Some states in one store (the lease in Kubernetes Leases), every other in another."""
+
+    def __init__(self, rest: StateStore, split: StateStore, states: frozenset[str]) -> None:
+        self.rest = rest
+        self.split = split
+        self.states = states
+
+    def __repr__(self) -> str:
+        return f"{self.rest!r}, {', '.join(sorted(self.states))} in {self.split!r}"
+
+    def _of(self, state: str) -> StateStore:
+        return self.split if state in self.states else self.rest
+
+    def set_up(self) -> list[str]:
+        return self.rest.set_up() + self.split.set_up()
+
+    def get(self, state: str, entity: str) -> StateItem | None:
+        return self._of(state).get(state, entity)
+
+    def put(self, item: StateItem) -> None:
+        self._of(item.state).put(item)
+
+    def delete(self, state: str, entity: str) -> None:
+        self._of(state).delete(state, entity)
+
+    def claim(self, item: StateItem, owner: str, now: float) -> StateItem | None:
+        return self._of(item.state).claim(item, owner, now)
+
+    def release(self, state: str, entity: str, owner: str) -> None:
+        self._of(state).release(state, entity, owner)
