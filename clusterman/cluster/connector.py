@@ -13,6 +13,7 @@ import abc
 from dataclasses import dataclass
 
 from clusterman.core.cloud_view import CloudViewSource
+from clusterman.core.cloud_view import Joined
 from clusterman.core.cloud_view import join
 from clusterman.core.model import Node
 from clusterman.core.model import PoolSnapshot
@@ -37,6 +38,7 @@ class SchedulerView:
 class ClusterConnector(abc.ABC):
     def __init__(self, cloud: CloudViewSource | None = None) -> None:
         self.cloud = cloud
+        self._joined: dict[str, Joined] = {}  # the last join, reused for the nodes that did not change
 
     @abc.abstractmethod
     def scheduler_view(self, now: float) -> SchedulerView:
@@ -47,7 +49,7 @@ class ClusterConnector(abc.ABC):
         if self.cloud is None:
             return PoolSnapshot(now, view.nodes, (), view.pending, view.stale)
         cloud = self.cloud.cloud_view(now)
-        return PoolSnapshot(now, join(view.nodes, cloud), cloud.groups, view.pending, view.stale)
+        return PoolSnapshot(now, join(view.nodes, cloud, self._joined), cloud.groups, view.pending, view.stale)
 
     def close(self) -> None:  # noqa: B027 - connectors that hold no connection need not override
         """Release connections; the connector may be used again afterwards (it reconnects)."""

@@ -24,6 +24,7 @@ import os
 import sys
 from collections.abc import Iterable
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import replace
 from datetime import datetime
@@ -140,29 +141,66 @@ def pod_request(
     no request requests its limit (the API server's defaulting rule; recorded objects already show
     it, objects written by hand may not).
     """
-    pod = as_pod(pod)
-    spec = pod.spec
+    return _pod_request(as_pod(pod), default)
+
+
+def _pod_request(pod: objects.Pod, default: Resources) -> tuple[Resources, bool]:
+    try:
+        return _request(_shape(pod.spec), default)
+    except _BadAt as e:
+        raise ConnectorError(f"pod {_name(pod)}: {e.where}.{e.problem}") from None
+
+
+class _BadAt(Exception):
+    def __init__(self, where: str, problem: BadQuantity) -> None:
+        super().__init__(where)
+        self.where, self.problem = where, problem
+
+
+def _items(resource_list: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+    return tuple(resource_list.items()) if resource_list else ()
+
+
+def _container_shape(container: objects.Container) -> tuple[Any, ...]:
+    spec = container.resources
+    if spec is None:
+        return ((), (), container.restart_policy)
+    return (_items(spec.requests), _items(spec.limits), container.restart_policy)
+
+
+def _shape(spec: objects.PodSpec) -> tuple[Any, ...]:
+    """What a pod's request depends on, hashable: the pods of one deployment share it."""
+    return (
+        _items(spec.overhead),
+        tuple(map(_container_shape, spec.containers or ())),
+        tuple(map(_container_shape, spec.init_containers or ())),
+    )
+
+
+@functools.lru_cache(maxsize=8192)
+def _request(shape: tuple[Any, ...], default: Resources) -> tuple[Resources, bool]:
+    overhead_items, containers, init_containers = shape
     named: set[str] = set()
     where = "spec.overhead"
     try:
-        overhead = amounts(spec.overhead)
+        overhead = amounts(dict(overhead_items))
         running = [0.0, 0.0, 0.0, 0.0]
-        for i, container in enumerate(spec.containers or ()):
+        for i, container in enumerate(containers):
             where = f"spec.containers[{i}].resources"
             _add(running, _container(container, named))
         sidecars = [0.0, 0.0, 0.0, 0.0]
         peak = [0.0, 0.0, 0.0, 0.0]
-        for i, container in enumerate(spec.init_containers or ()):
+        for i, container in enumerate(init_containers):
             where = f"spec.initContainers[{i}].resources"
             request = _container(container, named)
-            if container.restart_policy == "Always":
+            if container[2] == "Always":
                 _add(sidecars, request)
                 step = sidecars
             else:
                 step = [a + b for a, b in zip(sidecars, request, strict=True)]
             peak = [max(a, b) for a, b in zip(peak, step, strict=True)]
     except BadQuantity as e:
-        raise ConnectorError(f"pod {pod_name(pod)}: {where}.{e}") from None
+        raise _BadAt(where, e) from None
     _add(running, sidecars)
     effective = [max(r, p) + o for r, p, o in zip(running, peak, overhead, strict=True)]
     defaulted = False
@@ -172,16 +210,14 @@ def pod_request(
     if "memory" not in named and default.mem:
         effective[1] += default.mem
         defaulted = True
-    return Resources(*effective), defaulted
+    return _shared(Resources(*effective)), defaulted
 
 
-def _container(container: objects.Container, named: set[str]) -> Amounts:
-    spec = container.resources
-    if spec is None:
-        return [0.0, 0.0, 0.0, 0.0]
-    requests = spec.requests or {}
-    if spec.limits:
-        requests = {**spec.limits, **requests}
+def _container(shape: tuple[Any, ...], named: set[str]) -> Amounts:
+    requests_items, limits_items, _ = shape
+    requests = dict(requests_items)
+    if limits_items:
+        requests = {**dict(limits_items), **requests}
     if "cpu" in requests:
         named.add("cpu")
     if "memory" in requests:
@@ -199,16 +235,29 @@ def _add(total: Amounts, more: Amounts) -> None:
 
 def as_pod(pod: Mapping[str, Any] | objects.Pod) -> objects.Pod:
     """A pod as its struct; a dict that is not a pod's shape is a ConnectorError."""
-    from clusterman.cluster import kubernetes_objects as structs
-
+    structs = _structs()
+    if isinstance(pod, structs.Pod):
+        return pod
     try:
         return structs.convert(pod, structs.Pod)
     except structs.DecodeError as e:
         raise ConnectorError(f"a pod is not a Kubernetes pod object: {e}") from None
 
 
+@functools.cache
+def _structs() -> Any:
+    """The structs module, imported once: msgspec is the kubernetes extra's."""
+    from clusterman.cluster import kubernetes_objects
+
+    return kubernetes_objects
+
+
 def pod_name(pod: Mapping[str, Any] | objects.Pod) -> str:
-    meta = as_pod(pod).metadata
+    return _name(as_pod(pod))
+
+
+def _name(pod: objects.Pod) -> str:
+    meta = pod.metadata
     return f"{meta.namespace or 'default'}/{meta.name or '?'}"
 
 
@@ -219,13 +268,19 @@ def owner_kinds(pod: objects.Pod) -> set[str]:
 def is_daemon(pod: Mapping[str, Any] | objects.Pod, owners: set[str] | None = None) -> bool:
     """DaemonSet pods and mirror pods (static pods the kubelet runs) belong to the node, not the load."""
     pod = as_pod(pod)
-    owners = owner_kinds(pod) if owners is None else owners
+    return _daemon(pod, owner_kinds(pod) if owners is None else owners)
+
+
+def _daemon(pod: objects.Pod, owners: set[str]) -> bool:
     return MIRROR_POD_ANNOTATION in (pod.metadata.annotations or {}) or "DaemonSet" in owners or "Node" in owners
 
 
 def is_unschedulable(pod: Mapping[str, Any] | objects.Pod) -> bool:
     """Pending, on no node, and the scheduler said it found none that fits."""
-    pod = as_pod(pod)
+    return _unschedulable(as_pod(pod))
+
+
+def _unschedulable(pod: objects.Pod) -> bool:
     if pod.status.phase != "Pending" or pod.spec.node_name:
         return False
     return any(
@@ -236,7 +291,10 @@ def is_unschedulable(pod: Mapping[str, Any] | objects.Pod) -> bool:
 
 def targets_pool(pod: Mapping[str, Any] | objects.Pod, pool: KubernetesPool) -> bool:
     """Does this pod ask for the pool's nodes? Pods that accept any node are no pool's demand."""
-    pod = as_pod(pod)
+    return _targets(as_pod(pod), pool)
+
+
+def _targets(pod: objects.Pod, pool: KubernetesPool) -> bool:
     spec = pod.spec
     if (spec.node_selector or {}).get(pool.node_label_key) == pool.pool:
         return True
@@ -261,9 +319,9 @@ def task_from(pod: objects.Pod, request: Resources, pool: KubernetesPool, owners
     labels = meta.labels or {}
     pinned = any(str(annotations.get(k, "")).strip().lower() in FALSE_WORDS for k in pool.safe_to_evict_keys)
     return Task(
-        id=pod_name(pod),
-        requests=_shared(request),
-        daemon=is_daemon(pod, owners),
+        id=_name(pod),
+        requests=request,
+        daemon=_daemon(pod, owners),
         safe_to_evict=not pinned,
         batch="Job" in owners,
         app=sys.intern(str(labels.get("app.kubernetes.io/name") or labels.get("app") or "")),
@@ -293,16 +351,16 @@ def pod_record(pod: Mapping[str, Any] | objects.Pod, pool: KubernetesPool) -> Po
     if pod.status.phase in FINISHED_PHASES:
         return None
     node_name = pod.spec.node_name or ""
-    if not node_name and (not is_unschedulable(pod) or not targets_pool(pod, pool)):
+    if not node_name and (not _unschedulable(pod) or not _targets(pod, pool)):
         return None
     owners = owner_kinds(pod)
-    daemon = is_daemon(pod, owners)
+    daemon = _daemon(pod, owners)
     if not node_name and daemon:
         return None
     try:
-        request, used_default = pod_request(pod, Resources() if daemon else pool.default_request)
+        request, used_default = _pod_request(pod, Resources() if daemon else pool.default_request)
     except ConnectorError as e:  # kept: it fails the snapshots that need it (the pool's), not the others
-        return PodRecord(sys.intern(node_name), Task(pod_name(pod), Resources()), False, str(e))
+        return PodRecord(sys.intern(node_name), Task(_name(pod), Resources()), False, str(e))
     return PodRecord(sys.intern(node_name), task_from(pod, request, pool, owners), used_default)
 
 
@@ -361,8 +419,9 @@ def _untimed(node: str, key: str) -> None:
 
 
 def as_node(obj: Mapping[str, Any] | objects.Node) -> objects.Node:
-    from clusterman.cluster import kubernetes_objects as structs
-
+    structs = _structs()
+    if isinstance(obj, structs.Node):
+        return obj
     try:
         return structs.convert(obj, structs.Node)
     except structs.DecodeError as e:
@@ -438,15 +497,14 @@ def assemble(node: Node, pods: Iterable[PodRecord]) -> Node:
     return replace(node, allocatable=allocatable, tasks=tasks)
 
 
-def warn_defaulted(records: Iterable[PodRecord], pool: KubernetesPool) -> None:
-    """One warning per snapshot naming the pods that took the default request."""
-    defaulted = [r.task.id for r in records if r.defaulted]
-    if defaulted:
+def warn_defaulted(count: int, first: Sequence[str], pool: KubernetesPool) -> None:
+    """One warning per snapshot: how many pods took the default request, and the first few."""
+    if count:
         log.warning(
             "%d pod(s) request no cpu or memory; each counts as %s: %s",
-            len(defaulted),
+            count,
             ", ".join(f"{k}={v:g}" for k, v in pool.default_request.items() if v),
-            ", ".join(defaulted[:5]) + (" ..." if len(defaulted) > 5 else ""),
+            ", ".join(first[:5]) + (" ..." if count > 5 else ""),
         )
 
 
@@ -476,7 +534,8 @@ def view_of(
             raise ConnectorError(record.error)
         mine.append(record)
         used.append(record)
-    warn_defaulted(used, pool)
+    defaulted = [r.task.id for r in used if r.defaulted]
+    warn_defaulted(len(defaulted), defaulted, pool)
     built = tuple(assemble(record.at(now), on[name]) for name, record in nodes.items())
     return SchedulerView(built, tuple(r.task for r in pending_records))
 

@@ -16,6 +16,7 @@ server lists them.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
@@ -195,6 +196,7 @@ class PoolCache:
         self.pods: dict[str, PodRecord] = {}  # every kept pod by namespace/name
         self._on: dict[str, dict[str, PodRecord]] = {}  # node name -> its pods
         self._pending: dict[str, PodRecord] = {}
+        self._defaulted: dict[str, PodRecord] = {}  # pods that took the default request
         self._broken: dict[str, str] = {}  # node name -> why its object cannot be read
         self._built: dict[str, Node] = {}  # nodes assembled by an earlier view, still current
         self._order: list[str] | None = None  # node names in name order; None: to be sorted again
@@ -231,14 +233,17 @@ class PoolCache:
         pods: dict[str, PodRecord] = {}
         on: dict[str, dict[str, PodRecord]] = {}
         pending: dict[str, PodRecord] = {}
+        defaulted: dict[str, PodRecord] = {}
         for key, record in records:
             pods[key] = record
             if record.node:
                 on.setdefault(record.node, {})[key] = record
             else:
                 pending[key] = record
+            if record.defaulted:
+                defaulted[key] = record
         with self._lock:
-            self.pods, self._on, self._pending = pods, on, pending
+            self.pods, self._on, self._pending, self._defaulted = pods, on, pending, defaulted
             self._built.clear()
             self._pending_view = None
 
@@ -249,6 +254,8 @@ class PoolCache:
                 self._unindex(key, old)
             if record is not None:
                 self.pods[key] = record
+                if record.defaulted:
+                    self._defaulted[key] = record
                 if record.node:
                     self._on.setdefault(record.node, {})[key] = record
                     self._built.pop(record.node, None)
@@ -257,6 +264,7 @@ class PoolCache:
                     self._pending_view = None
 
     def _unindex(self, key: str, record: PodRecord) -> None:
+        self._defaulted.pop(key, None)
         if not record.node:
             del self._pending[key]
             self._pending_view = None
@@ -278,14 +286,11 @@ class PoolCache:
             if self._order is None:
                 self._order = sorted(self.nodes)
             built: list[Node] = []
-            relevant: list[PodRecord] = []
             for name in self._order:
                 node = self._built.get(name)
-                pods = self._on.get(name)
-                if pods:
-                    relevant.extend(pods.values())
                 if node is None:
                     record = self.nodes[name]
+                    pods = self._on.get(name)
                     mine = [pods[k] for k in sorted(pods)] if pods else []
                     _raise_broken(mine)
                     node = assemble(record.at(now), mine)
@@ -296,8 +301,8 @@ class PoolCache:
                 mine = [self._pending[k] for k in sorted(self._pending)]
                 _raise_broken(mine)
                 self._pending_view = tuple(r.task for r in mine)
-            relevant.extend(self._pending.values())
-        warn_defaulted(sorted((r for r in relevant if r.defaulted), key=lambda r: r.task.id), self.pool)
+            defaulted = [key for key, r in self._defaulted.items() if not r.node or r.node in self.nodes]
+        warn_defaulted(len(defaulted), heapq.nsmallest(6, defaulted), self.pool)
         return SchedulerView(tuple(built), self._pending_view, self.stale())
 
     def freshness(self) -> tuple[Freshness, Freshness]:

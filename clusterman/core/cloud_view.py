@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from dataclasses import replace
 from typing import Protocol
 
 from clusterman.core.model import NO_TIME
@@ -46,7 +45,11 @@ class CloudViewSource(Protocol):
     def cloud_view(self, now: float) -> CloudView: ...
 
 
-def join(scheduler_nodes: Iterable[Node], cloud: CloudView) -> tuple[Node, ...]:
+# a node joined last time: the scheduler's node, the instance it met, and the joined node
+Joined = tuple[Node, "CloudInstance | None", Node]
+
+
+def join(scheduler_nodes: Iterable[Node], cloud: CloudView, memo: dict[str, Joined] | None = None) -> tuple[Node, ...]:
     """One node per scheduler node and per instance that has not joined yet.
 
     A scheduler node is matched to an instance by instance id (Kubernetes' ``spec.providerID``),
@@ -54,22 +57,28 @@ def join(scheduler_nodes: Iterable[Node], cloud: CloudView) -> tuple[Node, ...]:
     weight, launch time, type and market. A scheduler node with no instance is ``UNKNOWN``: it is
     not one of the pool's groups' machines, so it is neither capacity the autoscaler controls nor
     a node it may remove. An instance with no scheduler node is an ``ORPHAN`` with no allocatable.
+
+    ``memo`` (kept by the caller from join to join): a scheduler node that is the very object of
+    the last join and meets an equal instance is the same joined node as then.
     """
     by_id = {i.instance_id: i for i in cloud.instances}
     by_ip = {i.ip: i for i in cloud.instances if i.ip}
     joined: list[Node] = []
     matched: set[str] = set()
+    kept: dict[str, Joined] = {}
     for node in scheduler_nodes:
         instance = by_id.get(node.instance_id) if node.instance_id else None
         if instance is None and node.ip:
             instance = by_ip.get(node.ip)
-        if instance is None or instance.instance_id in matched:
-            joined.append(replace(node, state=NodeState.UNKNOWN, group_id=""))
-            continue
-        matched.add(instance.instance_id)
-        joined.append(
-            replace(
-                node,
+        if instance is not None and instance.instance_id in matched:
+            instance = None  # taken by another node: this one is not the pool's
+        last = memo.get(node.id) if memo is not None else None
+        if last is not None and last[0] is node and last[1] == instance:
+            result = last[2]
+        elif instance is None:
+            result = node.moved(state=NodeState.UNKNOWN, group_id="")
+        else:
+            result = node.moved(
                 group_id=instance.group_id,
                 instance_id=instance.instance_id,
                 weight=instance.weight,
@@ -78,10 +87,16 @@ def join(scheduler_nodes: Iterable[Node], cloud: CloudView) -> tuple[Node, ...]:
                 market=instance.market or node.market,
                 ip=node.ip or instance.ip,
             )
-        )
+        if instance is not None:
+            matched.add(instance.instance_id)
+        kept[node.id] = (node, instance, result)
+        joined.append(result)
     for instance in cloud.instances:
         if instance.instance_id not in matched:
             joined.append(orphan(instance))
+    if memo is not None:
+        memo.clear()
+        memo.update(kept)
     return tuple(joined)
 
 

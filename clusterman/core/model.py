@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from functools import cached_property
 from operator import attrgetter
+from typing import Any
 
 from clusterman.core.fold import NodeFold
 from clusterman.core.resources import Resources
@@ -69,9 +70,12 @@ class NodeUsage:
 
     @staticmethod
     def of(tasks: tuple[Task, ...]) -> NodeUsage:
+        """Sums in plain floats, in task order (the additions ``Resources.total`` makes): a run at
+        10,000 nodes sums 300,000 tasks whenever their nodes change."""
         if not tasks:
             return EMPTY_USAGE
-        reserved, unreserved, revocable = [], [], []
+        rc = rm = rd = rg = uc = um = ud = ug = vc = vm = vd = vg = 0.0
+        largest: list[float] | None = None
         count = batch = 0
         pinned = False
         for t in tasks:
@@ -79,23 +83,45 @@ class NodeUsage:
                 continue
             count += 1
             batch += t.batch
-            pinned = pinned or not t.safe_to_evict
+            if not t.safe_to_evict:
+                pinned = True
+            r = t.requests
+            c, m, d, g = r.cpus, r.mem, r.disk, r.gpus
             if t.revocable:
-                revocable.append(t.requests)
-            elif t.from_reservation:
-                reserved.append(t.requests)
+                vc += c
+                vm += m
+                vd += d
+                vg += g
+                continue
+            if t.from_reservation:
+                rc += c
+                rm += m
+                rd += d
+                rg += g
             else:
-                unreserved.append(t.requests)
-        demand = reserved + unreserved
-        largest = tuple(max(values) for values in zip(*demand, strict=True)) if demand else (0.0, 0.0, 0.0, 0.0)
+                uc += c
+                um += m
+                ud += d
+                ug += g
+            if largest is None:
+                largest = [c, m, d, g]
+            else:  # the first of equal values is kept, as max() keeps it
+                if c > largest[0]:
+                    largest[0] = c
+                if m > largest[1]:
+                    largest[1] = m
+                if d > largest[2]:
+                    largest[2] = d
+                if g > largest[3]:
+                    largest[3] = g
         return NodeUsage(
-            Resources.total(reserved),
-            Resources.total(unreserved),
-            Resources.total(revocable),
+            Resources(rc, rm, rd, rg),
+            Resources(uc, um, ud, ug),
+            Resources(vc, vm, vd, vg),
             count,
             batch,
             pinned,
-            largest,
+            (largest[0], largest[1], largest[2], largest[3]) if largest else (0.0, 0.0, 0.0, 0.0),
         )
 
 
@@ -137,6 +163,15 @@ class Node:
             ),
         )
 
+    def moved(self, **changes: Any) -> Node:
+        """``dataclasses.replace`` for fields no sum depends on (not tasks, allocatable, reserved):
+        the sums are kept rather than worked out again (the join changes 10,000 nodes a run)."""
+        assert not changes.keys() & _SUMMED, changes.keys() & _SUMMED
+        node = object.__new__(Node)
+        for name in _NODE_SLOTS:
+            object.__setattr__(node, name, changes[name] if name in changes else getattr(self, name))
+        return node
+
     @property
     def is_ready(self) -> bool:
         return self.state is NodeState.READY
@@ -157,6 +192,10 @@ class Node:
 
     def pins_node(self) -> bool:
         return self.usage.pinned
+
+
+_NODE_SLOTS = Node.__slots__
+_SUMMED = frozenset(("tasks", "allocatable", "reserved", "usage", "vector"))
 
 
 @dataclass(frozen=True, slots=True)
