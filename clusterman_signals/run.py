@@ -1,11 +1,15 @@
 """Serve one signal on its abstract Unix socket: ``python -m clusterman_signals.run NS NAME APP``.
 
 Several clients at once, one thread each (the autoscaler, ``clusterman signal evaluate``, a
-health check), so that an idle or slow peer never blocks another: a client that sends no init
-within ``--init-seconds``, stalls inside a message for ``--stall-seconds`` or stays idle between
-evaluations for ``--idle-seconds`` is dropped, and beyond ``--max-clients`` the longest idle
-connection makes room (never one inside an evaluation; with all of them busy the newcomer is
-refused). Per connection: an unframed init JSON object, then any number of
+health check), so that an idle, slow or hostile peer never blocks another. Every message has a
+deadline from its first byte: the init ``--init-seconds`` from the connection, an evaluation's
+length and payload ``--message-seconds`` from the length's first byte, and our reply as long; a
+peer that trickles a byte at a time is dropped then, however steadily it trickles. A client idle
+between evaluations for ``--idle-seconds`` is dropped too. Beyond ``--max-clients`` a newcomer
+takes the slot of the connection idle longest, else of the one whose message started first (a
+slow client), never of one whose evaluation is under way; the tree's own uid (the autoscaler)
+outranks the other allowed uids, which together hold at most one slot less than the limit, so the
+autoscaler always finds one. Per connection: an unframed init JSON object, then any number of
 evaluations, each a 4-byte length, ACK, the metrics JSON, ACK (or NACK when it is malformed), and
 the JSON reply. A signal that cannot be loaded, or whose ``value()`` raises, is answered with
 ``{"Error": ...}`` (one that could not be imported is imported again, at most every
@@ -27,6 +31,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 from clusterman_signals.base_signal import BaseSignal
@@ -49,6 +54,7 @@ from clusterman_signals.wire import allowed_uids_from_env
 from clusterman_signals.wire import check_peer
 from clusterman_signals.wire import dumps
 from clusterman_signals.wire import loads
+from clusterman_signals.wire import peer_uid
 from clusterman_signals.wire import socket_name
 from clusterman_signals.wire import socket_prefix
 
@@ -85,12 +91,60 @@ class Limits:
     """Seconds and counts that keep one peer from holding the runner."""
 
     init_seconds: float = 10.0  # from accept to a complete init message
-    stall_seconds: float = 30.0  # without a byte inside a message, or for our write to drain
+    message_seconds: float = 30.0  # from a message's first byte to its last, and for our reply to drain
     idle_seconds: float = 900.0  # between evaluations (the autoscaler evaluates every few minutes)
     max_clients: int = 16
     max_payload_bytes: int = MAX_PAYLOAD_BYTES
     max_eval_seconds: float = 300.0
     reload_seconds: float = 30.0  # a signal that could not be imported is tried again at most this often
+
+    @property
+    def max_other_uids(self) -> int:
+        """Connections the other allowed uids may hold together: one slot is the tree's own."""
+        return self.max_clients - 1 if self.max_clients > 1 else self.max_clients
+
+
+class Sparing:
+    """Lines about peers, said at most once every ``seconds`` with how many were held back since: a
+    flood of peers must not become a flood of lines (nor keep the accept loop writing them)."""
+
+    def __init__(self, logger: logging.Logger, level: int, seconds: float = 10.0) -> None:
+        self.logger = logger
+        self.level = level
+        self.seconds = seconds
+        self.quiet_until = -math.inf
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def log(self, message: str, *args: object) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if now < self.quiet_until:
+                self.held += 1
+                return
+            held, self.held, self.quiet_until = self.held, 0, now + self.seconds
+        if held:
+            message += f" (and {held} more in the last {self.seconds:g} s)"
+        self.logger.log(self.level, message, *args)
+
+
+IDLE = "idle"  # between evaluations
+RECEIVING = "receiving"  # inside the init or an evaluation's length and payload
+EVALUATING = "evaluating"  # parsed: waiting for value() or inside it, or replying
+
+
+@dataclass
+class Peer:
+    """One connection as the accept loop sees it when it must make room."""
+
+    own_uid: bool  # the tree's own uid (the autoscaler): outranks the other allowed uids
+    state: str = RECEIVING
+    since: float = field(default_factory=time.monotonic)  # when it entered ``state``
+
+    def rank(self) -> tuple[int, int, float]:
+        """Which connection gives way first (the smallest): another uid's before ours, an idle one
+        before a slow one, the one idle longest or whose message started first."""
+        return (int(self.own_uid), 0 if self.state == IDLE else 1, self.since)
 
 
 class Runner:
@@ -113,8 +167,9 @@ class Runner:
         self.address = socket_name(namespace, name, app, prefix)
         self._evaluating = threading.Lock()
         self._clients_lock = threading.Lock()
-        # connection -> (monotonic time it became idle, or None while it is inside an evaluation)
-        self._clients: dict[socket.socket, float | None] = {}
+        self._clients: dict[socket.socket, Peer] = {}
+        self._accept_log = Sparing(log, logging.WARNING)  # refused and dropped peers
+        self._ended_log = Sparing(log, logging.INFO)  # connections that ended
         self.signal_class: type[BaseSignal] | SignalFailure = SignalFailure("not loaded")
         self._loading = threading.Lock()
         self._loaded_at = -math.inf  # monotonic: the last try
@@ -165,50 +220,69 @@ class Runner:
     def serve_forever(self, server: socket.socket) -> None:
         self.load()
         log.info("%s listening on @%s", self.label, self.address[1:])
+        own = os.getuid()
         while True:
             conn, _ = server.accept()
             try:
                 check_peer(conn, self.allowed_uids, "client")
+                peer = Peer(peer_uid(conn) == own)
             except (PeerRefused, OSError) as e:
-                log.warning("%s: refused a connection: %s", self.label, e)
+                self._accept_log.log("%s: refused a connection: %s", self.label, e)
                 conn.close()
                 continue
-            if not self._make_room():
-                log.warning("%s: %d clients busy at once; refused one more", self.label, self.limits.max_clients)
+            if not self._make_room(conn, peer):
+                self._accept_log.log(
+                    "%s: %d clients connected, none of them idle or slow; refused one more",
+                    self.label, len(self._clients),
+                )  # fmt: skip
                 conn.close()
                 continue
-            with self._clients_lock:
-                self._clients[conn] = time.monotonic()
             threading.Thread(target=self._serve_client, args=(conn,), daemon=True).start()
 
-    def _make_room(self) -> bool:
-        """At the limit, drop the connection idle longest (never one inside an evaluation, such
-        as the autoscaler's); False when every one is busy."""
+    def _make_room(self, conn: socket.socket, newcomer: Peer) -> bool:
+        """Give ``conn`` a slot. At the limit (for the other uids, at theirs) drop the connection
+        that gives way first (``Peer.rank``) among those ``newcomer`` outranks or equals and not
+        inside an evaluation; False when there is none."""
+        limits = self.limits
         with self._clients_lock:
-            if len(self._clients) < self.limits.max_clients:
-                return True
-            idle = {conn: since for conn, since in self._clients.items() if since is not None}
-            if not idle:
-                return False
-            oldest = min(idle, key=idle.__getitem__)
-            del self._clients[oldest]
-        log.warning("%s: %d clients connected; dropping the longest idle one", self.label, self.limits.max_clients)
-        try:
-            oldest.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+            full = len(self._clients) >= limits.max_clients
+            others_full = sum(not p.own_uid for p in self._clients.values()) >= limits.max_other_uids
+            if full or (others_full and not newcomer.own_uid):
+                victims = [
+                    (peer, held)
+                    for held, peer in self._clients.items()
+                    if peer.state != EVALUATING and (newcomer.own_uid or not peer.own_uid)
+                ]
+                if not victims:
+                    return False
+                peer, victim = min(victims, key=lambda v: v[0].rank())
+                del self._clients[victim]
+            else:
+                victim = None
+            self._clients[conn] = newcomer
+        if victim is not None:
+            how = "idle" if peer.state == IDLE else "inside a message"
+            self._accept_log.log(
+                "%s: %d clients connected; dropping one %s for %.1f s to make room",
+                self.label, limits.max_clients, how, time.monotonic() - peer.since,
+            )  # fmt: skip
+            try:
+                victim.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         return True
 
-    def _mark(self, conn: socket.socket, busy: bool) -> None:
+    def _mark(self, conn: socket.socket, state: str) -> None:
         with self._clients_lock:
-            if conn in self._clients:
-                self._clients[conn] = None if busy else time.monotonic()
+            peer = self._clients.get(conn)
+            if peer is not None:
+                peer.state, peer.since = state, time.monotonic()
 
     def _serve_client(self, conn: socket.socket) -> None:
         try:
             self.serve_connection(conn)
         except (WireError, OSError) as e:
-            log.info("%s: connection ended: %s", self.label, str(e) or type(e).__name__)
+            self._ended_log.log("%s: connection ended: %s", self.label, str(e) or type(e).__name__)
         except Exception:
             log.exception("%s: connection failed", self.label)
         finally:
@@ -218,12 +292,11 @@ class Runner:
 
     def serve_connection(self, conn: socket.socket) -> None:
         stream = Stream(conn)
-        stall = Stall(self.limits.stall_seconds)
         try:
             init = stream.read_json_value(Deadline(self.limits.init_seconds))
         except ValueError as e:
             log.error("%s: malformed init message: %s; closing the connection", self.label, e)
-            stream.send(NACK, stall)
+            stream.send(NACK, Deadline(self.limits.message_seconds))
             return
         signal: BaseSignal | SignalFailure
         unloaded = isinstance(self.signal_class, SignalFailure)  # not imported: tried again (retry_load)
@@ -235,36 +308,38 @@ class Runner:
             log.error("%s: %s", self.label, e)
             signal = e
         while True:
-            self._mark(conn, busy=False)
+            self._mark(conn, IDLE)
             try:
-                header = stream.read_exact(LENGTH.size, Stall(self.limits.idle_seconds))
+                first = stream.read_byte(Stall(self.limits.idle_seconds))
             except Closed:
                 return  # a clean end between evaluations
             except TimeoutError:
                 log.info("%s: dropping a client idle for %.0f s", self.label, self.limits.idle_seconds)
                 return
-            self._mark(conn, busy=True)
-            (length,) = LENGTH.unpack(header)
+            self._mark(conn, RECEIVING)
+            message = Deadline(self.limits.message_seconds, "the message was not through")  # however it trickles
+            (length,) = LENGTH.unpack(bytes([first]) + stream.read_exact(LENGTH.size - 1, message))
             if length == 0 or length > self.limits.max_payload_bytes:
                 log.error("%s: refused a payload length of %d bytes; closing the connection", self.label, length)
-                stream.send(NACK, stall)
+                stream.send(NACK, message)
                 return
-            stream.send(ACK, stall)
+            stream.send(ACK, message)
             started = time.monotonic()
-            data = stream.read_exact(length, stall)
+            data = stream.read_exact(length, message)
+            self._mark(conn, EVALUATING)
             try:
                 metrics, timestamp = parse_payload(loads(data))
             except ValueError as e:  # also bad UTF-8, too deep nesting, too long integers, NaN
                 log.error("%s: malformed metrics payload (%d bytes): %s", self.label, length, _short(e))
-                stream.send(NACK, stall)
+                stream.send(NACK, Deadline(self.limits.message_seconds))
                 continue
             finally:
                 del data
-            stream.send(ACK, stall)
+            stream.send(ACK, Deadline(self.limits.message_seconds))
             if unloaded and isinstance(signal, SignalFailure):
                 signal = self.retry_load(init)
             reply = self.evaluate(signal, metrics, timestamp)
-            stream.send(dumps(reply), stall)
+            stream.send(dumps(reply), Deadline(self.limits.message_seconds))
             del metrics  # freeing a large window takes a while: after the reply, not before it
             log.info(
                 "%s: evaluated %d bytes at %s in %.1f ms -> %s",
@@ -309,7 +384,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allowed-uids", default=None, help="uids allowed to connect besides our own")
     parser.add_argument("--max-clients", type=int, default=16, help="connections served at once")
     parser.add_argument("--init-seconds", type=float, default=10.0, help="drop a client sending no init by then")
-    parser.add_argument("--stall-seconds", type=float, default=30.0, help="drop a client stalled inside a message")
+    parser.add_argument(
+        "--message-seconds", "--stall-seconds", type=float, default=30.0,
+        help="drop a client whose message (or our reply) is not through this long after its first byte",
+    )  # fmt: skip
     parser.add_argument("--idle-seconds", type=float, default=900.0, help="drop a client idle between evaluations")
     parser.add_argument(
         "--reload-seconds", type=float, default=30.0, help="import a signal that failed to import again this often"
@@ -323,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         uids = allowed_uids_from_env(os.environ, args.allowed_uids)
         limits = Limits(
-            args.init_seconds, args.stall_seconds, args.idle_seconds, max(1, args.max_clients),
+            args.init_seconds, args.message_seconds, args.idle_seconds, max(1, args.max_clients),
             max_eval_seconds=args.max_eval_seconds, reload_seconds=args.reload_seconds,
         )  # fmt: skip
         runner = Runner(args.namespace, args.signal_name, args.app, uids, limits, socket_prefix(os.environ))

@@ -130,16 +130,17 @@ class Budget(Protocol):
 
 
 class Deadline:
-    """A fixed point in time for a whole exchange (the client's evaluation)."""
+    """A fixed point in time for a whole exchange (the client's evaluation, a runner's message)."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, what: str = "no answer") -> None:
         self.expires = time.monotonic() + seconds
         self.seconds = seconds
+        self.what = what
 
     def remaining(self) -> float:
         left = self.expires - time.monotonic()
         if left <= 0:
-            raise TimeoutError(f"no answer within {self.seconds:g} s")
+            raise TimeoutError(f"{self.what} within {self.seconds:g} s")
         return left
 
 

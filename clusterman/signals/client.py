@@ -22,6 +22,7 @@ from clusterman.core.resources import ResourceRequest
 from clusterman.signals.protocol import ProtocolError
 from clusterman.signals.protocol import SignalError
 from clusterman.signals.protocol import SignalTimeout
+from clusterman.signals.protocol import SignalUnanswered
 from clusterman.signals.protocol import parse_reply
 from clusterman_signals import wire
 from clusterman_signals.wire import ALLOWED_UIDS_ENV as ALLOWED_UIDS_ENV
@@ -131,7 +132,7 @@ class SignalClient:
                 self.close()
                 if isinstance(e, (wire.PeerRefused, wire.AddressError)):
                     raise SignalError(f"signal {self.address}: {_reason(e)}") from e
-                final = SignalTimeout if isinstance(e, TimeoutError) else SignalError
+                final = SignalTimeout if isinstance(e, TimeoutError) else SignalUnanswered
                 if attempt == 2:
                     raise final(f"signal {self.address}: {_reason(e)} (after one reconnect)") from e
                 if time.monotonic() >= end:

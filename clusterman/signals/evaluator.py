@@ -30,7 +30,7 @@ from clusterman.datastore.store import MetricsStore
 from clusterman.signals.client import SignalClient
 from clusterman.signals.metrics_window import read_required_metrics
 from clusterman.signals.protocol import SignalError
-from clusterman.signals.protocol import SignalTimeout
+from clusterman.signals.protocol import SignalUnanswered
 from clusterman.signals.specs import SignalSpec
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ class SignalEvaluator:
         started = time.monotonic()
         try:
             request = self._client(spec).evaluate(metrics, now, timeout=timeout)
-        except SignalTimeout:
+        except SignalUnanswered:  # silent, or refusing: restarted by the tree alike
             first = self._silent_since.setdefault(spec.app, self.monotonic())
             self.unanswered[spec.app] = (now - round(self.monotonic() - first), now)
             raise

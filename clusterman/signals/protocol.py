@@ -19,9 +19,13 @@ class SignalError(UserError):
     """A signal could not be reached or gave no usable answer; the message names the signal."""
 
 
-class SignalTimeout(SignalError):
-    """The runner did not answer in time (stopped, hung in the signal's code): the tree restarts a
-    runner that stays so (``tree/liveness.py``)."""
+class SignalUnanswered(SignalError):
+    """The runner gave no answer: it refused or dropped the connection, or nobody listened. The
+    tree restarts a runner that stays so (``tree/liveness.py``), as one that is silent."""
+
+
+class SignalTimeout(SignalUnanswered):
+    """The runner did not answer in time (stopped, hung in the signal's code)."""
 
 
 class ProtocolError(SignalError):
