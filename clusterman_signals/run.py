@@ -13,7 +13,8 @@ autoscaler always finds one. Per connection: an unframed init JSON object, then 
 evaluations, each a 4-byte length, ACK, the metrics JSON, ACK (or NACK when it is malformed), and
 the JSON reply. A signal that cannot be loaded, or whose ``value()`` raises, is answered with
 ``{"Error": ...}`` (one that could not be imported is imported again, at most every
-``--reload-seconds``); a ``value()`` that runs past ``--max-eval-seconds`` makes the process exit, so
+``--reload-seconds``) and its traceback logged once per distinct error (``--traceback-seconds``,
+``tracebacks.py``); a ``value()`` that runs past ``--max-eval-seconds`` makes the process exit, so
 that its supervisor restarts it. ``value()`` calls are serialised: signals need not be thread-safe.
 """
 
@@ -40,10 +41,14 @@ from clusterman_signals.serving import answer
 from clusterman_signals.serving import build_signal
 from clusterman_signals.serving import load_signal_class
 from clusterman_signals.serving import parse_payload
+from clusterman_signals.tracebacks import TracebackLog
+from clusterman_signals.tracebacks import signal_traceback
 from clusterman_signals.wire import ACK
 from clusterman_signals.wire import LENGTH
 from clusterman_signals.wire import MAX_PAYLOAD_BYTES
 from clusterman_signals.wire import NACK
+from clusterman_signals.wire import TRACEBACK_INIT_KEY
+from clusterman_signals.wire import TRACEBACK_REPLY_KEY
 from clusterman_signals.wire import Closed
 from clusterman_signals.wire import Deadline
 from clusterman_signals.wire import PeerRefused
@@ -97,6 +102,7 @@ class Limits:
     max_payload_bytes: int = MAX_PAYLOAD_BYTES
     max_eval_seconds: float = 300.0
     reload_seconds: float = 30.0  # a signal that could not be imported is tried again at most this often
+    traceback_seconds: float = 3600.0  # one distinct error's traceback is logged at most this often
 
     @property
     def max_other_uids(self) -> int:
@@ -173,6 +179,7 @@ class Runner:
         self.signal_class: type[BaseSignal] | SignalFailure = SignalFailure("not loaded")
         self._loading = threading.Lock()
         self._loaded_at = -math.inf  # monotonic: the last try
+        self.tracebacks = TracebackLog(log, self.limits.traceback_seconds)
 
     def listen(self) -> socket.socket:
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -195,6 +202,7 @@ class Runner:
                 "%s: %s (evaluations are answered with this error; tried again every %g s)",
                 self.label, e, self.limits.reload_seconds,
             )  # fmt: skip
+            self._traceback_of(e)
             self.signal_class = e
 
     def retry_load(self, init: Any) -> BaseSignal | SignalFailure:
@@ -215,7 +223,13 @@ class Runner:
             return build_signal(self.signal_class, init)
         except SignalFailure as e:
             log.error("%s: %s", self.label, e)
+            self._traceback_of(e)
             return e
+
+    def _traceback_of(self, failure: SignalFailure) -> None:
+        """The traceback of what made the signal fail to import or construct, when there is one."""
+        if failure.__cause__ is not None:
+            self.tracebacks.failed(self.label, failure.__cause__)
 
     def serve_forever(self, server: socket.socket) -> None:
         self.load()
@@ -300,12 +314,15 @@ class Runner:
             return
         signal: BaseSignal | SignalFailure
         unloaded = isinstance(self.signal_class, SignalFailure)  # not imported: tried again (retry_load)
+        wants_traceback = isinstance(init, dict) and init.get(TRACEBACK_INIT_KEY) is True
         try:
             if isinstance(self.signal_class, SignalFailure):
                 raise self.signal_class
             signal = build_signal(self.signal_class, init)
         except SignalFailure as e:
             log.error("%s: %s", self.label, e)
+            if e is not self.signal_class:  # an import failure's traceback was logged when it failed
+                self._traceback_of(e)
             signal = e
         while True:
             self._mark(conn, IDLE)
@@ -338,7 +355,9 @@ class Runner:
             stream.send(ACK, Deadline(self.limits.message_seconds))
             if unloaded and isinstance(signal, SignalFailure):
                 signal = self.retry_load(init)
-            reply = self.evaluate(signal, metrics, timestamp)
+            reply, raised = self.evaluate(signal, metrics, timestamp)
+            if raised is not None and wants_traceback:
+                reply[TRACEBACK_REPLY_KEY] = signal_traceback(raised)
             stream.send(dumps(reply), Deadline(self.limits.message_seconds))
             del metrics  # freeing a large window takes a while: after the reply, not before it
             log.info(
@@ -350,12 +369,18 @@ class Runner:
                 reply.get("Error") or reply.get("Resources"),
             )
 
-    def evaluate(self, signal: BaseSignal | SignalFailure, metrics: dict[str, Any], timestamp: float) -> dict[str, Any]:
+    def evaluate(
+        self, signal: BaseSignal | SignalFailure, metrics: dict[str, Any], timestamp: float
+    ) -> tuple[dict[str, Any], BaseException | None]:
+        """The reply, and the exception behind an error reply (for its traceback), if any."""
+        raised: list[BaseException] = []
         with self._evaluating, Watchdog(self.limits.max_eval_seconds):
-            reply = answer(signal, metrics, timestamp)
+            reply = answer(signal, metrics, timestamp, raised.append)
         if "Error" in reply and not isinstance(signal, SignalFailure):
             log.error("%s: %s", self.label, reply["Error"])
-        return reply
+            if raised:
+                self.tracebacks.failed(self.label, raised[0])
+        return reply, (raised[0] if raised else None)
 
 
 def _short(e: Exception, limit: int = 200) -> str:
@@ -392,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reload-seconds", type=float, default=30.0, help="import a signal that failed to import again this often"
     )
+    parser.add_argument(
+        "--traceback-seconds", type=float, default=3600.0, help="log one distinct error's traceback at most this often"
+    )
     parser.add_argument("--log-level", default=os.environ.get("CMAN_SIGNAL_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
@@ -403,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         limits = Limits(
             args.init_seconds, args.message_seconds, args.idle_seconds, max(1, args.max_clients),
             max_eval_seconds=args.max_eval_seconds, reload_seconds=args.reload_seconds,
+            traceback_seconds=args.traceback_seconds,
         )  # fmt: skip
         runner = Runner(args.namespace, args.signal_name, args.app, uids, limits, socket_prefix(os.environ))
     except ValueError as e:  # a bad uid list or socket prefix: one line, not a traceback

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import math
 import time
+from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
 
@@ -75,15 +76,27 @@ def resources_to_json(result: Any) -> dict[str, float | None]:
     return out
 
 
-def answer(signal: BaseSignal | SignalFailure, metrics: Mapping[str, Any], timestamp: float) -> dict[str, Any]:
-    """The protocol reply for one evaluation: ``{"Resources": ...}`` or ``{"Error": ...}``."""
+def answer(
+    signal: BaseSignal | SignalFailure,
+    metrics: Mapping[str, Any],
+    timestamp: float,
+    raised: Callable[[BaseException], None] | None = None,
+) -> dict[str, Any]:
+    """The protocol reply for one evaluation: ``{"Resources": ...}`` or ``{"Error": ...}``.
+
+    ``raised`` is given the exception behind an error that has a traceback worth showing: what
+    ``value()`` raised, or what made the signal fail to import or construct."""
     if isinstance(signal, SignalFailure):
+        if raised is not None and signal.__cause__ is not None:
+            raised(signal.__cause__)
         return {"Error": str(signal)}
     try:
         return {"Resources": resources_to_json(signal.evaluate(metrics, timestamp))}
     except SignalFailure as e:
         return {"Error": str(e)}
     except Exception as e:  # the signal's failure, not the runner's: answered, and the runner serves on
+        if raised is not None:
+            raised(e)
         return {"Error": f"value() raised {type(e).__name__}: {e}"}
 
 

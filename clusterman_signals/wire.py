@@ -39,6 +39,12 @@ ALLOWED_UIDS_ENV = "CMAN_SIGNAL_ALLOWED_UIDS"
 MAX_SOCKET_NAME_BYTES = 107  # sun_path is 108 bytes; the leading NUL takes one
 
 
+# A client's init may ask for the traceback of a signal's failure (``"traceback": true``); the
+# runner then adds it to its Error replies under "Traceback". Deployed clients ask for nothing.
+TRACEBACK_INIT_KEY = "traceback"
+TRACEBACK_REPLY_KEY = "Traceback"
+
+
 class WireError(Exception):
     """The peer could not be reached or did not answer as the protocol says."""
 
@@ -57,6 +63,15 @@ class PeerRefused(WireError):
 
 class AddressError(WireError, ValueError):
     """A socket name that cannot be used (bad prefix, too long)."""
+
+
+class SignalFailed(WireError):
+    """The runner answered ``{"Error": ...}``: the signal's own failure, with its traceback when
+    the runner sent one (``tracebacks.REPLY_KEY``, for a client that asked)."""
+
+    def __init__(self, message: str, traceback: str = "") -> None:
+        super().__init__(message)
+        self.traceback = traceback
 
 
 # --- addresses and peers --------------------------------------------------------------------
@@ -308,13 +323,14 @@ def check_ack(byte: int, stage: str) -> None:
 def check_reply(reply: Any) -> dict[str, float | None]:
     """``{"Resources": {...}}`` -> {resource: amount or None}; anything else -> WireError.
 
-    ``{"Error": ...}`` is the signal's own failure (WireError); a reply of the wrong shape or with
+    ``{"Error": ...}`` is the signal's own failure (SignalFailed); a reply of the wrong shape or with
     negative, NaN, infinite or non-numeric amounts is a ProtocolError.
     """
     if not isinstance(reply, dict):
         raise ProtocolError(f"the reply must be a JSON object, got {type(reply).__name__}")
     if "Error" in reply:
-        raise WireError(f"the signal failed: {reply['Error']}")
+        sent = reply.get(TRACEBACK_REPLY_KEY)
+        raise SignalFailed(f"the signal failed: {reply['Error']}", sent if isinstance(sent, str) else "")
     if "Resources" not in reply:
         raise ProtocolError(f"the reply has no Resources (keys: {', '.join(map(str, reply)) or 'none'})")
     resources = reply["Resources"]

@@ -69,7 +69,7 @@ def test_status_shows_groups_nodes_utilisation_and_the_autoscalers_last_decision
         assert doc["nodes"]["by_state"]["ready"] == 8 and doc["pause"]["paused"] is False
         assert doc["utilisation"]["source"] == "last decision" and doc["utilisation"]["ratios"]["cpus"] == 5.0
         assert [d["reason"] for d in doc["last_decisions"]] == ["utilisation"]
-        assert doc["autoscaler_health"] == {"problems": []}
+        assert doc["autoscaler_health"] == {"state": "ok", "problems": [], "degraded": []}
 
         cli(capsys, config, "disable", *pool_args, "--until", "1h", "--reason", "upgrade")
         status, out, _ = cli(capsys, config, "status", *pool_args, "--events-url", "http://127.0.0.1:9")

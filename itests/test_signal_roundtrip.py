@@ -19,6 +19,7 @@ from clusterman.core.resources import ResourceRequest
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient
 from clusterman.signals.protocol import SignalError
+from itests.conftest import FIXTURES
 from itests.conftest import unique_app
 
 METRICS = {"cpus_allocated": [[100, 1.0], [160, 2.5]]}
@@ -292,16 +293,61 @@ def test_cli_evaluate_with_start(tmp_path):
     assert json.loads(out.stdout) == {"cpus": 4.0, "mem": None, "disk": None, "gpus": None}
 
 
-def test_cli_evaluate_names_the_missing_signal(tmp_path):
+def test_cli_evaluate_names_the_missing_signal_at_once(tmp_path):
+    """Without --start nobody is about to listen: no reconnect, no WARNING, one line saying how to start one."""
     metrics = tmp_path / "m.json"
     metrics.write_text("{}")
+    app = unique_app()
+    started = time.monotonic()
     out = subprocess.run(
         [sys.executable, "-m", "clusterman.cli.main", "signal", "evaluate", "--namespace", "clusterman",
-         "--name", "Nope", "--app", unique_app(), "--metrics", str(metrics)],
+         "--name", "Nope", "--app", app, "--metrics", str(metrics)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert out.returncode == 1
-    assert "clusterman.Nope" in out.stderr and "nobody listens" in out.stderr
+    took = time.monotonic() - started
+    assert out.returncode == 1 and out.stdout == ""
+    [line] = out.stderr.splitlines()
+    assert line.startswith("clusterman signal evaluate: signal clusterman.Nope") and "nobody listens" in line
+    assert line.endswith(f"start one with --start, or with `python -m clusterman_signals.run clusterman Nope {app}`")
+    assert took < 3.0, took  # it took 4 s, with a reconnect and its WARNING
+
+
+def test_cli_evaluate_prints_the_signals_traceback(tmp_path, runners):
+    """Against a runner already listening (as deployed): the answer's error, then the file and line."""
+    metrics = tmp_path / "m.json"
+    metrics.write_text("{}")
+    address, _ = runners.start("testns", "Raises")
+    out = subprocess.run(
+        [sys.executable, "-m", "clusterman.cli.main", "signal", "evaluate", "--namespace", "testns",
+         "--name", "Raises", "--app", address.app, "--metrics", str(metrics)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1 and out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert lines[0] == (
+        f"clusterman signal evaluate: signal testns.Raises (app {address.app}): "
+        "the signal failed: value() raised RuntimeError: the signal broke"
+    )
+    module = FIXTURES / "clusterman_signals" / "testns" / "__init__.py"
+    line = module.read_text().splitlines().index('        raise RuntimeError("the signal broke")') + 1
+    assert lines[1:] == [
+        "the signal's traceback:",
+        "Traceback (most recent call last):",
+        f'  File "{module}", line {line}, in value',
+        '    raise RuntimeError("the signal broke")',
+        "RuntimeError: the signal broke",
+    ]
+
+
+def test_a_client_that_does_not_ask_gets_no_traceback(runners):
+    """Deployed clients send no "traceback" key: the reply stays {"Error": ...} alone."""
+    address, _ = runners.start("testns", "Raises")
+    with SignalClient(address, "c", "p") as client, pytest.raises(SignalError) as plain:
+        client.evaluate(METRICS, 1)
+    assert plain.value.traceback == ""
+    with SignalClient(address, "c", "p", traceback=True) as client, pytest.raises(SignalError) as asked:
+        client.evaluate(METRICS, 1)
+    assert asked.value.traceback.endswith("RuntimeError: the signal broke\n")
 
 
 def test_client_refuses_a_runner_of_another_uid(runners):

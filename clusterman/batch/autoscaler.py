@@ -245,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         return "" if stalled is None else f"no run finished for {stalled:.0f} s (runs every {period:g} s): hung"
 
     events.server.health_checks += [run_loop_problem, lambda: watch_problem(os.environ, time.time(), time.monotonic())]
+    events.server.health_notes.append(cycle.signal_outcomes.health)
     events.start()
     follow_tree(os.environ, events.recorder, events.metrics, stop)  # config outcomes and fallbacks from the bootstrap
     log.info(

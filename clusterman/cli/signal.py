@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 from typing import Any
 
 from clusterman.errors import UserError
@@ -78,12 +79,33 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
     return params
 
 
-def start_runner(address: SignalAddress) -> subprocess.Popen[bytes]:
-    """Launch this checkout's runner; the child inherits our environment, so it finds the same SDK."""
+def start_runner(address: SignalAddress, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """Launch this checkout's runner; the child inherits our environment, so it finds the same SDK.
+    Its log goes to ``log``, not the terminal: stdout and stderr are for the answer and our errors."""
     return subprocess.Popen(
         [sys.executable, "-m", "clusterman_signals.run", address.namespace, address.name, address.app],
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=log,
+        stderr=log,
     )
+
+
+def _runner_tail(log: IO[bytes], lines: int = 20) -> str:
+    log.seek(0)
+    return "\n".join(log.read().decode("utf-8", errors="replace").splitlines()[-lines:])
+
+
+def _connect(client: SignalClient, started: bool) -> None:
+    """Connect once: a runner nobody started is not waited for, and the error says how to start one."""
+    try:
+        client.connect()
+    except SignalError as e:
+        if started:
+            raise
+        a = client.address
+        raise SignalError(
+            f"{e}; start one with --start, or with `python -m clusterman_signals.run {a.namespace} {a.name} {a.app}`"
+        ) from e
 
 
 class _SendAgain(Exception):
@@ -117,38 +139,43 @@ def run_evaluate(args: argparse.Namespace) -> int:
             raise _SendAgain(payload)
 
     address = SignalAddress(args.namespace, args.name, args.app)
-    runner = start_runner(address) if args.start else None
-    try:
-        client = SignalClient(
-            address,
-            args.cluster,
-            args.pool,
-            parse_params(args.param),
-            read_timeout=args.timeout,
-            connect_timeout=10.0 if args.start else 2.0,
-        )
-        with client:
-            if guessed is None:
-                request = client.evaluate_payload(check())
-            else:
-                try:
-                    request = client.evaluate_payload(guessed, meanwhile=check_guess)
-                except _SendAgain as again:
-                    request = client.evaluate_payload(again.payload)
-    except SignalError as e:
-        if runner is not None and runner.poll() is not None:
-            raise SignalError(f"{e} (the runner exited with status {runner.returncode})") from e
-        raise
-    finally:
-        if runner is not None:
-            runner.terminate()
+    client = SignalClient(
+        address,
+        args.cluster,
+        args.pool,
+        parse_params(args.param),
+        read_timeout=args.timeout,
+        connect_timeout=10.0 if args.start else 0.5,  # without --start nobody is about to listen
+        traceback=True,
+    )
+    with tempfile.TemporaryFile(prefix="clusterman-runner-") as runner_log, client:
+        # a file whose bytes cannot be sent as they are is checked first; else while the runner works
+        payload, meanwhile = (check(), None) if guessed is None else (guessed, check_guess)
+        runner = start_runner(address, runner_log) if args.start else None
+        try:
+            _connect(client, started=runner is not None)
             try:
-                runner.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                runner.kill()
-                runner.wait()
-        for note in notes:
-            print(f"clusterman signal evaluate: {note}", file=sys.stderr)
+                request = client.evaluate_payload(payload, meanwhile=meanwhile)
+            except _SendAgain as again:
+                request = client.evaluate_payload(again.payload)
+        except SignalError as e:
+            if runner is not None and runner.poll() is not None:
+                tail = _runner_tail(runner_log)
+                raise SignalError(f"{e} (the runner exited with status {runner.returncode}; its log:\n{tail})") from e
+            print(f"clusterman signal evaluate: {e}", file=sys.stderr)
+            if e.traceback:
+                print(f"the signal's traceback:\n{e.traceback.rstrip()}", file=sys.stderr)
+            return 1
+        finally:
+            if runner is not None:
+                runner.terminate()
+                try:
+                    runner.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    runner.kill()
+                    runner.wait()
+            for note in notes:
+                print(f"clusterman signal evaluate: {note}", file=sys.stderr)
     print(json.dumps(request.as_json()))
     return 0
 

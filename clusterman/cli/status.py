@@ -103,8 +103,11 @@ def text_lines(s: PoolStatus) -> list[str]:
     else:
         lines.append("last decisions:")
         lines += [f"  {format_time(d.at)} {d.reason} {d.delta:+g}: {d.message}" for d in s.decisions]
+    if not isinstance(s.signals, Unavailable) and s.signals.outcomes:
+        lines.append(f"signals ({s.signals.source}):")
+        lines += [f"  {o.describe()}" for o in s.signals.outcomes]
     if isinstance(s.health, Unavailable):
         lines.append(f"autoscaler health: unknown: {s.health.why}")
     else:
-        lines.append("autoscaler health: " + ("; ".join(s.health) if s.health else "ok"))
+        lines.append(f"autoscaler health: {s.health.describe()}")
     return lines

@@ -72,6 +72,16 @@ class StreamEnded:
 StreamItem = EventRecord | Heartbeat | StreamEnded
 
 
+@dataclass(frozen=True)
+class Health:
+    """The autoscaler's ``/healthz``: what is wrong (its run loop, the bootstrap, its event store),
+    what it runs without (an app on its fallback signal), and each app signal's last outcome as sent."""
+
+    problems: tuple[str, ...]
+    degraded: tuple[str, ...] = ()
+    signals: tuple[Any, ...] = ()
+
+
 class EventClient:
     def __init__(self, url: str, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
@@ -119,13 +129,18 @@ class EventClient:
         except (KeyError, TypeError, ValueError) as e:
             raise EventAPIError(f"{self.url}{BATCH_PATH}: unexpected answer: {e}") from e
 
-    def problems(self) -> list[str]:
-        """What the autoscaler's ``/healthz`` finds wrong (its run loop, the bootstrap, its event
-        store); empty when it is healthy. A 503 is an answer here, not an error."""
+    def health(self) -> Health:
+        """What the autoscaler's ``/healthz`` says. A 503 is an answer here, not an error."""
         with self._open("/healthz", {}, self.timeout, answers=(503,)) as response:
             body = _json(response.read(), "/healthz")
+        if not isinstance(body, dict):
+            raise EventAPIError(f"{self.url}/healthz: unexpected answer: {type(body).__name__}")
         stopped = ["its event store has stopped"] if body.get("publisher") == "stopped" else []
-        return stopped + [str(p) for p in body.get("problems", [])]
+        return Health(
+            tuple(stopped + [str(p) for p in body.get("problems", [])]),
+            tuple(str(d) for d in body.get("degraded", [])),
+            tuple(body.get("signals", [])),
+        )
 
     def metrics(self) -> str:
         """The autoscaler's Prometheus exposition (``/metrics``), as text."""

@@ -8,7 +8,8 @@ Every event endpoint takes ``type=NODE,DECISION``: only events of those types, f
 ``count``/``last`` are applied (the 3 newest POOL events, not the POOL events among the 3 newest).
     GET /metrics                               Prometheus text format
     GET /healthz                               200 while events are being stored and the health
-                                               checks (the run loop, the bootstrap) find nothing wrong
+                                               checks (the run loop, the bootstrap) find nothing wrong;
+                                               its body lists what runs degraded (``degraded``) too
 
 Loopback by default: there is no authentication (as in YuniKorn), so exposing it further is a
 deliberate choice in the ``events:`` config. Errors are JSON ``{"status_code", "message",
@@ -186,6 +187,8 @@ class EventServer:
         self._streams_lock = threading.Lock()
         # what else /healthz asks: each returns why the process is not healthy, "" when it is
         self.health_checks: list[Callable[[], str]] = []
+        # what /healthz adds to its body without failing it (e.g. apps on their fallback signal)
+        self.health_notes: list[Callable[[], Mapping[str, Any]]] = []
 
     def apply(self, rest_response_size: int, limits: StreamLimits) -> None:
         """New limits from a config reload; open streams keep the buffer they started with."""
@@ -268,6 +271,8 @@ class EventServer:
             "events_stored": len(ring),
             "events_dropped": self.publisher.dropped,
         }
+        for note in self.health_notes:
+            body.update(note())
         problems = [problem for check in self.health_checks if (problem := check())]
         if problems:
             body["problems"] = problems

@@ -59,6 +59,8 @@ from clusterman.manager.apply import ApplyReport
 from clusterman.manager.apply import apply
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.demand import Requests
+from clusterman.signals.outcomes import SignalOutcomes
+from clusterman.signals.outcomes import short_cause
 from clusterman.signals.protocol import SignalError
 from clusterman.state.carried import CorruptState
 from clusterman.state.lease import LeaseStatus
@@ -115,9 +117,16 @@ class RunReport:
         dry = " (dry run: nothing changed)" if self.applied and self.applied.dry_run else ""
         held = f" ({self.outcome.value}: {self.message})" if self.outcome is not Outcome.ACTED else ""
         return (
-            f"{stamp}{dry}{held} demand {demand} | utilisation {util} | {d.action.value} | "
+            f"{stamp}{dry}{held} demand {demand}{self._fallbacks()} | utilisation {util} | {d.action.value} | "
             f"{self._target_text(d)}{errors} | {d.explanation}"
         )
+
+    def _fallbacks(self) -> str:
+        """Which apps the default signal answered for, and why, in a few words ("" when none)."""
+        fell_back = [e for e in self.requests.evaluations if e.is_fallback] if self.requests else []
+        if not fell_back:
+            return ""
+        return " (" + "; ".join(f"app {e.app} on the default signal: {short_cause(e)}" for e in fell_back) + ")"
 
     def _target_text(self, d: Decision) -> str:
         """The pool's target before and after, or what is known of it when groups could not be read."""
@@ -182,6 +191,7 @@ class Cycle:
         self.clock = clock  # only to measure how old a run's inputs are (monotonic); decisions use ``now``
         self._joined_before: NodeSets | None = None  # the last snapshot's node sets, for its joined ids
         self._last_target: float | None = None
+        self.signal_outcomes = SignalOutcomes()  # for /healthz and ``clusterman status``
 
     @property
     def groups(self) -> dict[str, CloudGroup]:
@@ -228,9 +238,11 @@ class Cycle:
         try:
             requests = self.demand.requests(snapshot, int(now))
         except (SignalError, MetricsError) as e:
+            self.signal_outcomes.no_answer(str(e), now)
             return self._no_change(now, Outcome.NO_DEMAND, f"no usable demand, target kept: {e}", None, snapshot)
         self._still_ours(at())
         self._record_signals(requests)
+        self.signal_outcomes.observe(requests.evaluations, now)
         for stale in (snapshot.stale, requests.stale):
             if stale:
                 log.warning("%s: no scale-down this run", stale)

@@ -33,6 +33,7 @@ from clusterman.decision.state import AutoscalerState
 from clusterman.decision.utilisation import measure
 from clusterman.errors import Reported
 from clusterman.errors import UserError
+from clusterman.events.client import EventAPIError
 from clusterman.events.client import EventClient
 from clusterman.events.exporter import NAMESPACE
 from clusterman.events.record import EventRecord
@@ -41,6 +42,8 @@ from clusterman.manager.budget import SCHEDULER_TIMEOUT_SECONDS
 from clusterman.manager.connectors import connector_for_pool
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.setup import PoolSetup
+from clusterman.signals.outcomes import SignalOutcome
+from clusterman.signals.outcomes import SignalOutcomes
 from clusterman.state.carried import StoredState
 from clusterman.state.lease import Holder
 from clusterman.state.lease import read_lease
@@ -102,6 +105,40 @@ class DecisionLine:
 
 
 @dataclass(frozen=True)
+class AutoscalerHealth:
+    """The autoscaler's ``/healthz``: problems make it unhealthy; an app on its fallback signal
+    makes it ``degraded`` (it scales, on another signal's answer)."""
+
+    problems: tuple[str, ...]
+    degraded: tuple[str, ...] = ()
+
+    @property
+    def state(self) -> str:
+        return "unhealthy" if self.problems else "degraded" if self.degraded else "ok"
+
+    def describe(self) -> str:
+        if self.problems:
+            return "; ".join(self.problems)
+        if self.degraded:
+            return "degraded: " + "; ".join(self.degraded)
+        return "ok"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"state": self.state, "problems": list(self.problems), "degraded": list(self.degraded)}
+
+
+@dataclass(frozen=True)
+class SignalsReading:
+    """Each app's signal: as the autoscaler's last run found it, or as evaluated now."""
+
+    source: str  # "last run" (the autoscaler's) or "measured now"
+    outcomes: tuple[SignalOutcome, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"source": self.source, "outcomes": [o.as_json() for o in self.outcomes]}
+
+
+@dataclass(frozen=True)
 class NodeCounts:
     by_state: dict[str, int]  # every NodeState value
     weight_by_state: dict[str, float]  # capacity units
@@ -125,7 +162,8 @@ class PoolStatus:
     kept: AutoscalerState | Unavailable
     decisions: tuple[DecisionLine, ...] | Unavailable
     lease: LeaseView | Unavailable = field(default_factory=lambda: Unavailable("not read"))
-    health: tuple[str, ...] | Unavailable = field(default_factory=lambda: Unavailable("no event API to ask"))
+    health: AutoscalerHealth | Unavailable = field(default_factory=lambda: Unavailable("no event API to ask"))
+    signals: SignalsReading | Unavailable = field(default_factory=lambda: Unavailable("not read"))
 
     def as_json(self) -> dict[str, Any]:
         def part(value: Any, shown: Callable[[Any], Any]) -> Any:
@@ -143,7 +181,8 @@ class PoolStatus:
             "utilisation": part(self.utilisation, UtilisationReading.as_json),
             "autoscaler_state": part(self.kept, AutoscalerState.as_json),
             "last_decisions": part(self.decisions, lambda ds: [d.as_json() for d in ds]),
-            "autoscaler_health": part(self.health, lambda problems: {"problems": list(problems)}),
+            "signals": part(self.signals, SignalsReading.as_json),
+            "autoscaler_health": part(self.health, AutoscalerHealth.as_json),
         }
 
 
@@ -241,12 +280,21 @@ def gather(
     snapshot = read("nodes", lambda: _snapshot(setup, view, now, scheduler_timeout_seconds))
     history: tuple[DecisionLine, ...] | Unavailable = Unavailable("no event API to ask")
     from_metrics: UtilisationReading | Unavailable = Unavailable("no event API to ask")
-    health: tuple[str, ...] | Unavailable = Unavailable("no event API to ask")
+    health: AutoscalerHealth | Unavailable = Unavailable("no event API to ask")
+    signals: SignalsReading | Unavailable = Unavailable("no event API to ask")
     if events is not None:
         history = read("decisions", lambda: last_decisions(events, identity.pool_with_scheduler, decisions))
         if not isinstance(history, Unavailable):
             from_metrics = read("utilisation", lambda: decided_utilisation(events.metrics(), identity))
-            health = read("health", lambda: tuple(events.problems()))
+            asked = read("health", events.health)
+            if not isinstance(asked, Unavailable):
+                health = AutoscalerHealth(asked.problems, asked.degraded)
+                signals = read("signals", lambda: last_run_signals(asked.signals))
+    utilisation: UtilisationReading | Unavailable = from_metrics
+    if isinstance(from_metrics, Unavailable):
+        utilisation, measured_signals = measured(setup, snapshot, demand)
+        if isinstance(signals, Unavailable):
+            signals = measured_signals
     return PoolStatus(
         pool=str(identity),
         taken_at=now,
@@ -256,11 +304,20 @@ def gather(
         group_errors=tuple(str(e) for e in cloud.errors),
         mistagged=tuple(str(e) for e in cloud.mistagged),
         nodes=snapshot if isinstance(snapshot, Unavailable) else node_counts(snapshot),
-        utilisation=from_metrics if not isinstance(from_metrics, Unavailable) else measured(setup, snapshot, demand),
+        utilisation=utilisation,
         kept=read("autoscaler state", StoredState(store, identity).load),
         decisions=history,
         health=health,
+        signals=signals,
     )
+
+
+def last_run_signals(sent: tuple[Any, ...]) -> SignalsReading:
+    """The outcomes the autoscaler's ``/healthz`` sent (an older autoscaler sends none)."""
+    try:
+        return SignalsReading("last run", tuple(SignalOutcome.from_json(doc) for doc in sent))
+    except ValueError as e:
+        raise EventAPIError(f"/healthz: unexpected signal outcome: {e}") from e
 
 
 def _snapshot(setup: PoolSetup, view: CloudView, now: float, timeout_seconds: float) -> PoolSnapshot:
@@ -284,27 +341,33 @@ def node_counts(snapshot: PoolSnapshot) -> NodeCounts:
 
 def measured(
     setup: PoolSetup, snapshot: PoolSnapshot | Unavailable, demand: Callable[[], DemandSource]
-) -> UtilisationReading | Unavailable:
+) -> tuple[UtilisationReading | Unavailable, SignalsReading | Unavailable]:
+    """The utilisation measured now, and how each app's signal answered for it."""
     if isinstance(snapshot, Unavailable):
-        return Unavailable(f"no snapshot to measure: {snapshot.why}")
+        why = Unavailable(f"no snapshot to measure: {snapshot.why}")
+        return why, why
     policy = setup.policy
-
-    def ask() -> UtilisationReading:
+    now = snapshot.taken_at
+    try:
         source = demand()
         try:
-            requests = source.requests(snapshot, int(snapshot.taken_at))
+            requests = source.requests(snapshot, int(now))
         finally:
             source.close()
-        util = measure(view_of(snapshot), total_request(requests.by_app), policy.excluded_resources)
-        return UtilisationReading(
-            "measured now",
-            {k: float(v) for k, v in util.ratios.items()},
-            {k: float(v) for k, v in util.demand.items()},
-            {k: float(v) for k, v in util.capacity.items()},
-            float(policy.setpoint),
-        )
-
-    return read("utilisation", ask)
+    except Reported as e:
+        log.debug("utilisation unavailable: %s", e)
+        return Unavailable(str(e)), Unavailable(str(e))
+    outcomes = SignalOutcomes()
+    outcomes.observe(requests.evaluations, now)
+    util = measure(view_of(snapshot), total_request(requests.by_app), policy.excluded_resources)
+    reading = UtilisationReading(
+        "measured now",
+        {k: float(v) for k, v in util.ratios.items()},
+        {k: float(v) for k, v in util.demand.items()},
+        {k: float(v) for k, v in util.capacity.items()},
+        float(policy.setpoint),
+    )
+    return reading, SignalsReading("measured now", outcomes.outcomes)
 
 
 def last_decisions(events: EventClient, pool: str, count: int) -> tuple[DecisionLine, ...]:

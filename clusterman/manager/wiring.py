@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from clusterman.aws.session import AwsSettings
 from clusterman.cloud.clients import AwsClients
@@ -81,7 +82,7 @@ def demand_for(
     if setup.internal:
         return InternalDemand()
     uids = allowed_uids_from_env()
-    waits = (
+    waits: dict[str, Any] = (
         {} if budget_seconds is None else {"read_timeout": budget_seconds, "connect_timeout": min(10.0, budget_seconds)}
     )
 

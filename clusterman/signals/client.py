@@ -60,14 +60,18 @@ class SignalClient:
         read_timeout: float = 60.0,
         connect_timeout: float = 10.0,
         allowed_uids: Iterable[int] | None = None,
+        traceback: bool = False,
     ) -> None:
+        """``traceback``: ask the runner for the traceback of a failing signal (``SignalError.traceback``)."""
         self.address = address
         # Deployed runners read cluster and pool from inside parameters; ours accept both places.
-        self.init_message = {
+        self.init_message: dict[str, Any] = {
             "cluster": cluster,
             "pool": pool,
             "parameters": {**(parameters or {}), "cluster": cluster, "pool": pool},
         }
+        if traceback:
+            self.init_message[wire.TRACEBACK_INIT_KEY] = True
         self.read_timeout = read_timeout
         self.connect_timeout = connect_timeout
         self.allowed_uids = set(allowed_uids) if allowed_uids is not None else {os.getuid()}
@@ -124,7 +128,7 @@ class SignalClient:
             except SignalError as e:
                 if isinstance(e, ProtocolError):
                     self.close()  # the stream may be out of step: start clean next time
-                raise SignalError(f"signal {self.address}: {e}") from e
+                raise SignalError(f"signal {self.address}: {e}", e.traceback) from e
             except wire.ProtocolError as e:
                 self.close()
                 raise ProtocolError(f"signal {self.address}: {e}") from e

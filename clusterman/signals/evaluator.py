@@ -160,7 +160,12 @@ class SignalEvaluator:
                 default_answer = self.evaluate_one(self.default, store, now, share)
             results.append(
                 Evaluation(
-                    spec.app, default_answer.request, default_answer.signal, default_answer.latency_seconds, reason
+                    spec.app,
+                    default_answer.request,
+                    default_answer.signal,
+                    default_answer.latency_seconds,
+                    reason,
+                    f"{spec.namespace}.{spec.name}",
                 )
             )
         return results

@@ -16,7 +16,12 @@ from clusterman_signals import wire
 
 
 class SignalError(UserError):
-    """A signal could not be reached or gave no usable answer; the message names the signal."""
+    """A signal could not be reached or gave no usable answer; the message names the signal.
+    ``traceback``: the signal's own, when its runner sent it (only to a client that asked)."""
+
+    def __init__(self, message: str, traceback: str = "") -> None:
+        super().__init__(message)
+        self.traceback = traceback
 
 
 class SignalUnanswered(SignalError):
@@ -42,5 +47,7 @@ def parse_reply(reply: Any) -> ResourceRequest:
         return to_request(wire.check_reply(reply))
     except wire.ProtocolError as e:
         raise ProtocolError(str(e)) from e
+    except wire.SignalFailed as e:
+        raise SignalError(str(e), e.traceback) from e
     except wire.WireError as e:
         raise SignalError(str(e)) from e

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import boto3
 
@@ -61,22 +62,26 @@ class Steady(BaseSignal):
 """
 
 
-def steady_signal(tmp_path: Path, namespace: str) -> Path:
-    """A signal namespace of this test's own (a unique socket name): ``Steady`` asks for 1 cpu."""
+def steady_signal(tmp_path: Path, namespace: str, more: str = "") -> Path:
+    """A signal namespace of this test's own (a unique socket name): ``Steady`` asks for 1 cpu;
+    ``more`` is added to its module."""
     package = tmp_path / "signals" / "clusterman_signals" / namespace
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text(STEADY)
+    (package / "__init__.py").write_text(STEADY + more)
     return tmp_path / "signals"
 
 
-def start_runner(path: Path, namespace: str, app: str) -> subprocess.Popen[bytes]:
-    address = SignalAddress(namespace, "Steady", app)
+def start_runner(
+    path: Path, namespace: str, app: str, name: str = "Steady", log: IO[bytes] | None = None
+) -> subprocess.Popen[bytes]:
+    """``log``: where the runner's log goes (default: nowhere)."""
+    address = SignalAddress(namespace, name, app)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "clusterman_signals.run", namespace, "Steady", app],
+        [sys.executable, "-m", "clusterman_signals.run", namespace, name, app],
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=log or subprocess.DEVNULL,
     )
     wait_listening(address, proc)
     return proc
