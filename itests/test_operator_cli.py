@@ -97,6 +97,43 @@ def test_status_reports_an_unreadable_group_and_shows_the_rest(tmp_path, world, 
     assert "autoscaler health: unknown: no event API to ask" in out
 
 
+def test_status_reports_while_the_pool_file_on_disk_is_refused(tmp_path, world, capsys):
+    """A typo in the pool file used to stop `status` (and `disable`) although the running
+    autoscaler goes on with its last good copy: now it says the file is refused and why, and shows
+    what the autoscaler and the state store tell."""
+    world.asg("web", desired=1)
+    with harness(tmp_path, world) as pool:
+        config = pool.configure(tasks=10)
+        url = pool.serve_events()
+        pool.cycle().run_once(time.time())
+        pool.service.publisher.flush()
+        pool_file = tmp_path / "pools" / world.cluster / "web.simulated"
+        pool_file.write_text(pool_file.read_text().replace("scaling_limits:", "scaling_limit:"))
+        pool_args = ["--cluster", world.cluster, "--pool", "web"]
+        assert cli(capsys, config, "disable", *pool_args, "--until", "1h")[0] == 0  # needs no pool file either
+
+        status, out, err = cli(capsys, config, "status", *pool_args, "--events-url", url)
+        assert status == 0, err
+        lines = out.splitlines()
+        assert lines[0].startswith(f"{world.cluster}/web.simulated: paused until ")
+        assert lines[1].startswith(f"pool file refused: {pool_file}: ") and "scaling_limit" in lines[1]
+        assert lines[1].endswith("(a running autoscaler keeps its last good copy)")
+        assert "  cannot read: not read while the pool file is refused" in lines
+        assert "nodes: unknown: not read while the pool file is refused" in lines
+        assert "utilisation (last decision): cpus 500.0%, mem 0.0% (setpoint 70%)" in lines
+        decision = lines[lines.index("last decisions:") + 1]
+        assert " utilisation +7: " in decision
+        assert lines[-1] == "autoscaler health: ok"
+
+        status, out, _ = cli(capsys, config, "status", *pool_args, "--events-url", url, "--json")
+        assert status == 0 and "scaling_limit" in json.loads(out)["pool_file_refused"]
+
+        # a pool with no file at all is still a one-line error (a typo in --pool)
+        status, _, err = cli(capsys, config, "status", "--cluster", world.cluster, "--pool", "wbe",
+                             "--scheduler", "simulated", "--no-events")  # fmt: skip
+        assert status == 1 and err.count("\n") == 1
+
+
 def test_status_and_manage_with_a_cloud_that_does_not_answer_end_within_their_timeout(tmp_path, world, capsys):
     group = world.asg("web", desired=1)
     with silent_api() as silent, harness(tmp_path, world, aws_url=silent.url) as pool:

@@ -14,17 +14,19 @@ import json
 import time
 
 from clusterman.core.timestamps import format_time
+from clusterman.errors import Reported
 from clusterman.events.client import EventClient
 from clusterman.events.client import api_url
 from clusterman.manager.arguments import add_pool_arguments
 from clusterman.manager.arguments import add_timeout_argument
-from clusterman.manager.arguments import resolve_pool
+from clusterman.manager.arguments import resolve_identity
 from clusterman.manager.budget import scheduler_timeout
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.status import PoolStatus
 from clusterman.manager.status import Unavailable
 from clusterman.manager.status import describe_kept
 from clusterman.manager.status import gather
+from clusterman.manager.status import gather_refused
 from clusterman.manager.status import percent_line
 from clusterman.manager.wiring import cloud_for
 from clusterman.manager.wiring import demand_for
@@ -45,26 +47,34 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run_status(args: argparse.Namespace) -> int:
-    setup = resolve_pool(args)
+    target = resolve_identity(args)
     timeout = args.timeout
     events = None
     if not args.no_events:
-        events = EventClient(args.events_url or api_url(setup.main.events), timeout=min(5.0, timeout))
-
-    def demand() -> DemandSource:
-        return demand_for(setup, budget_seconds=timeout)
-
+        events = EventClient(args.events_url or api_url(target.main.events), timeout=min(5.0, timeout))
     now = time.time()
-    status = gather(
-        setup,
-        now,
-        store=open_state_store(setup.main, timeout),
-        cloud=cloud_for(setup, budget_seconds=timeout),
-        demand=demand,
-        events=events,
-        decisions=args.decisions,
-        scheduler_timeout_seconds=scheduler_timeout(timeout),
-    )
+    store = open_state_store(target.main, timeout)
+    try:
+        setup = target.setup()
+    except Reported as e:
+        if not target.pool_file.is_file():
+            raise  # no such pool (a typo): one line, as for an unknown cluster
+        status = gather_refused(target.identity, str(e), now, store=store, events=events, decisions=args.decisions)
+    else:
+
+        def demand() -> DemandSource:
+            return demand_for(setup, budget_seconds=timeout)
+
+        status = gather(
+            setup,
+            now,
+            store=store,
+            cloud=cloud_for(setup, budget_seconds=timeout),
+            demand=demand,
+            events=events,
+            decisions=args.decisions,
+            scheduler_timeout_seconds=scheduler_timeout(timeout),
+        )
     print(json.dumps(status.as_json(), indent=2) if args.json else "\n".join(text_lines(status)))
     return 0
 
@@ -72,7 +82,10 @@ def run_status(args: argparse.Namespace) -> int:
 def text_lines(s: PoolStatus) -> list[str]:
     pause = s.pause.why if isinstance(s.pause, Unavailable) else s.pause.describe()
     lease = f"lease: {s.lease.why}" if isinstance(s.lease, Unavailable) else s.lease.describe()
-    lines = [f"{s.pool}: {pause}", lease, "resource groups:"]
+    lines = [f"{s.pool}: {pause}"]
+    if s.pool_file_refused:
+        lines.append(f"pool file refused: {s.pool_file_refused} (a running autoscaler keeps its last good copy)")
+    lines += [lease, "resource groups:"]
     for g in s.groups:
         top = "-" if g.max_capacity == float("inf") else f"{g.max_capacity:g}"
         stale = "  stale (draining)" if g.stale else ""

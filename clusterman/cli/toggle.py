@@ -8,7 +8,7 @@ import time
 from clusterman.errors import reading_input
 from clusterman.manager.arguments import add_pool_arguments
 from clusterman.manager.arguments import add_timeout_argument
-from clusterman.manager.arguments import resolve_pool
+from clusterman.manager.arguments import resolve_identity
 from clusterman.state.factory import open_state_store
 from clusterman.state.pause import parse_until
 from clusterman.state.pause import pause
@@ -30,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run_disable(args: argparse.Namespace) -> int:
-    ctx = resolve_pool(args)
+    ctx = resolve_identity(args)
     now = time.time()
     store = open_state_store(ctx.main, args.timeout)
     with reading_input():
@@ -41,7 +41,7 @@ def run_disable(args: argparse.Namespace) -> int:
 
 
 def run_enable(args: argparse.Namespace) -> int:
-    ctx = resolve_pool(args)
+    ctx = resolve_identity(args)
     store = open_state_store(ctx.main, args.timeout)
     resume(store, ctx.identity)
     print(f"{ctx.identity}: {pause_status(store, ctx.identity, time.time()).describe()}")

@@ -21,6 +21,7 @@ from clusterman.core.timestamps import parse_time
 if TYPE_CHECKING:
     from clusterman.core.config import MainConfig
     from clusterman.manager.setup import PoolSetup
+    from clusterman.manager.setup import PoolTarget
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -128,14 +129,14 @@ def cluster_config_directory(args: argparse.Namespace, main: MainConfig) -> str:
     return str(args.cluster_config_directory or main.cluster_config_directory)
 
 
-def resolve_pool(args: argparse.Namespace) -> PoolSetup:
-    """The main config, which pool the arguments name, and its validated config."""
+def resolve_identity(args: argparse.Namespace) -> PoolTarget:
+    """The main config and which pool the arguments name, without reading the pool's file: what
+    needs only these (a pause, the state store, the event API) works while that file is broken."""
     from clusterman.config.loader import list_pools
-    from clusterman.config.loader import load_pool_config
     from clusterman.config.loader import parse_scheduler
     from clusterman.core.config import PoolIdentity
     from clusterman.core.config_schema import ConfigError
-    from clusterman.manager.setup import PoolSetup
+    from clusterman.manager.setup import PoolTarget
 
     if not args.cluster or not args.pool:
         raise ConfigError("arguments", "", "--cluster and --pool are required (or $CMAN_CLUSTER and $CMAN_POOL)")
@@ -150,4 +151,9 @@ def resolve_pool(args: argparse.Namespace) -> PoolSetup:
             problem = "no pool file" if not found else "several pool files (give --scheduler)"
             raise ConfigError(where, args.pool, f"{problem} for pool {args.pool}")
         identity = found[0]
-    return PoolSetup(main, identity, load_pool_config(main, identity, directory))
+    return PoolTarget(main, identity, directory)
+
+
+def resolve_pool(args: argparse.Namespace) -> PoolSetup:
+    """The main config, which pool the arguments name, and its validated config."""
+    return resolve_identity(args).setup()

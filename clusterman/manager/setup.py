@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+from clusterman.config.loader import load_pool_config
+from clusterman.config.loader import pool_config_path
 from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
@@ -33,3 +36,22 @@ class PoolSetup:
     @property
     def internal(self) -> bool:
         return self.pool.autoscale_signal is not None and self.pool.autoscale_signal.internal
+
+
+@dataclass(frozen=True)
+class PoolTarget:
+    """The main config and which pool, before the pool's own file is read (it may be broken)."""
+
+    main: MainConfig
+    identity: PoolIdentity
+    cluster_config_directory: str
+
+    @property
+    def pool_file(self) -> Path:
+        return pool_config_path(self.cluster_config_directory, self.identity)
+
+    def setup(self) -> PoolSetup:
+        """The pool's file read and checked; ``Reported`` (one line naming the file) when it is not valid."""
+        return PoolSetup(
+            self.main, self.identity, load_pool_config(self.main, self.identity, self.cluster_config_directory)
+        )

@@ -164,6 +164,7 @@ class PoolStatus:
     lease: LeaseView | Unavailable = field(default_factory=lambda: Unavailable("not read"))
     health: AutoscalerHealth | Unavailable = field(default_factory=lambda: Unavailable("no event API to ask"))
     signals: SignalsReading | Unavailable = field(default_factory=lambda: Unavailable("not read"))
+    pool_file_refused: str = ""  # why the pool's file on disk is not valid ("" when it is)
 
     def as_json(self) -> dict[str, Any]:
         def part(value: Any, shown: Callable[[Any], Any]) -> Any:
@@ -171,6 +172,7 @@ class PoolStatus:
 
         return {
             "pool": self.pool,
+            "pool_file_refused": self.pool_file_refused or None,
             "taken_at": format_time(self.taken_at),
             "pause": part(self.pause, pause_json),
             "lease": part(self.lease, LeaseView.as_json),
@@ -278,20 +280,9 @@ def gather(
     identity = setup.identity
     view = cloud.cloud_view(now)
     snapshot = read("nodes", lambda: _snapshot(setup, view, now, scheduler_timeout_seconds))
-    history: tuple[DecisionLine, ...] | Unavailable = Unavailable("no event API to ask")
-    from_metrics: UtilisationReading | Unavailable = Unavailable("no event API to ask")
-    health: AutoscalerHealth | Unavailable = Unavailable("no event API to ask")
-    signals: SignalsReading | Unavailable = Unavailable("no event API to ask")
-    if events is not None:
-        history = read("decisions", lambda: last_decisions(events, identity.pool_with_scheduler, decisions))
-        if not isinstance(history, Unavailable):
-            from_metrics = read("utilisation", lambda: decided_utilisation(events.metrics(), identity))
-            asked = read("health", events.health)
-            if not isinstance(asked, Unavailable):
-                health = AutoscalerHealth(asked.problems, asked.degraded)
-                signals = read("signals", lambda: last_run_signals(asked.signals))
-    utilisation: UtilisationReading | Unavailable = from_metrics
-    if isinstance(from_metrics, Unavailable):
+    told = _told(events, identity, decisions)
+    utilisation, signals = told.utilisation, told.signals
+    if isinstance(utilisation, Unavailable):
         utilisation, measured_signals = measured(setup, snapshot, demand)
         if isinstance(signals, Unavailable):
             signals = measured_signals
@@ -306,10 +297,68 @@ def gather(
         nodes=snapshot if isinstance(snapshot, Unavailable) else node_counts(snapshot),
         utilisation=utilisation,
         kept=read("autoscaler state", StoredState(store, identity).load),
-        decisions=history,
-        health=health,
+        decisions=told.decisions,
+        health=told.health,
         signals=signals,
     )
+
+
+def gather_refused(
+    identity: PoolIdentity,
+    refused: str,
+    now: float,
+    *,
+    store: StateStore,
+    events: EventClient | None,
+    decisions: int = 5,
+) -> PoolStatus:
+    """The status while the pool's file on disk is refused (``refused`` says why): the running
+    autoscaler goes on with the last good copy its bootstrap kept, so what its event API tells,
+    the pause, the lease and the kept state are shown; the groups and nodes, which only the pool
+    file says how to find, are not."""
+    told = _told(events, identity, decisions)
+    unknown = Unavailable("not read while the pool file is refused")
+    return PoolStatus(
+        pool=str(identity),
+        taken_at=now,
+        pause=read("pause", lambda: pause_status(store, identity, now)),
+        lease=read("lease", lambda: lease_view(store, identity, now)),
+        groups=(),
+        group_errors=(unknown.why,),
+        mistagged=(),
+        nodes=unknown,
+        utilisation=told.utilisation,
+        kept=read("autoscaler state", StoredState(store, identity).load),
+        decisions=told.decisions,
+        health=told.health,
+        signals=told.signals,
+        pool_file_refused=refused,
+    )
+
+
+@dataclass(frozen=True)
+class _Told:
+    """What the autoscaler's event API tells about the pool."""
+
+    decisions: tuple[DecisionLine, ...] | Unavailable
+    utilisation: UtilisationReading | Unavailable
+    health: AutoscalerHealth | Unavailable
+    signals: SignalsReading | Unavailable
+
+
+def _told(events: EventClient | None, identity: PoolIdentity, decisions: int) -> _Told:
+    unasked = Unavailable("no event API to ask")
+    if events is None:
+        return _Told(unasked, unasked, unasked, unasked)
+    history = read("decisions", lambda: last_decisions(events, identity.pool_with_scheduler, decisions))
+    if isinstance(history, Unavailable):
+        return _Told(history, history, history, history)
+    from_metrics = read("utilisation", lambda: decided_utilisation(events.metrics(), identity))
+    asked = read("health", events.health)
+    if isinstance(asked, Unavailable):
+        return _Told(history, from_metrics, asked, asked)
+    signals = read("signals", lambda: last_run_signals(asked.signals))
+    return _Told(history, from_metrics, AutoscalerHealth(asked.problems, asked.degraded), signals)
 
 
 def last_run_signals(sent: tuple[Any, ...]) -> SignalsReading:
