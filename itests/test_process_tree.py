@@ -3,6 +3,7 @@ server), and a stand-in autoscaler using the real SignalClient (itests/fixtures/
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
@@ -253,7 +254,33 @@ def bad_tarball(tmp_path, good: Path, kind: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("kind", ["dotdot", "symlink", "checksum", "mislabelled"])
+def concatenated_gzip(path: Path, parts: list[tuple[bytes, int]]) -> Path:
+    """A tar.gz of ``parts`` (bytes, times repeated), each compressed once and repeated as a gzip
+    member of its own: a gzip stream may hold many, so gigabytes of tar take a second to make."""
+    with path.open("wb") as out:
+        for chunk, times in parts:
+            compressed = gzip.compress(chunk, mtime=0)
+            for _ in range(times):
+                out.write(compressed)
+    return path
+
+
+def zeros_tarball(path: Path) -> Path:
+    """One file of 1.9 GiB of zeros (about 2 MB compressed): the old limit of 2 GiB let it fill
+    the pod's volume."""
+    block = 64 << 20
+    header = tarfile.TarInfo("venv/zeros")
+    header.size = 30 * block
+    return concatenated_gzip(path, [(header.tobuf(), 1), (bytes(block), 30), (bytes(1024), 1)])
+
+
+def many_files_tarball(path: Path) -> Path:
+    """300,000 empty files: the old fetcher took 57 s and 247 MB to unpack them."""
+    headers = b"".join(tarfile.TarInfo(f"venv/f{n}").tobuf() for n in range(1000))
+    return concatenated_gzip(path, [(headers, 300), (bytes(1024), 1)])
+
+
+@pytest.mark.parametrize("kind", ["dotdot", "symlink", "checksum", "mislabelled", "zeros", "many-files", "crc"])
 def test_the_fetcher_refuses_hostile_or_corrupt_tarballs(tmp_path, moto_server, signal_versions, kind):
     config = tree_config(tmp_path, moto_server, signal_versions, versions=(), key_file=True)
     config.write_main(signal_block("WhoAmI", "v1"))
@@ -269,6 +296,18 @@ def test_the_fetcher_refuses_hostile_or_corrupt_tarballs(tmp_path, moto_server, 
     elif kind == "mislabelled":
         upload(moto_server.url, config.bucket, "bad", good)
         expected = "the tarball was built as version 'v1'"
+    elif kind == "zeros":
+        upload(moto_server.url, config.bucket, "bad", zeros_tarball(tmp_path / "zeros.tar.gz"))
+        expected = "refused: the archive unpacks to more than 268435456 bytes"
+    elif kind == "many-files":
+        upload(moto_server.url, config.bucket, "bad", many_files_tarball(tmp_path / "many.tar.gz"))
+        expected = "refused: the archive holds more than 20000 entries"
+    elif kind == "crc":  # published with the checksum of its corrupt bytes: only the gzip CRC can tell
+        corrupt = bytearray(good.read_bytes())
+        corrupt[-8] ^= 0xFF
+        (tmp_path / "crc.tar.gz").write_bytes(corrupt)
+        upload(moto_server.url, config.bucket, "bad", tmp_path / "crc.tar.gz")
+        expected = "not a readable tar.gz file: CRC check failed"
     else:
         upload(moto_server.url, config.bucket, "bad", bad_tarball(tmp_path, good, kind))
         expected = {"dotdot": "contains '..'", "symlink": "points to the absolute path '/etc'"}[kind]

@@ -1,3 +1,4 @@
+import gzip
 import io
 import tarfile
 
@@ -87,3 +88,39 @@ def test_not_a_tarball(tmp_path):
     junk.write_bytes(b"<Error>AccessDenied</Error>")
     with pytest.raises(UnsafeArchive, match=r"not a readable tar\.gz"):
         extract(junk, tmp_path, TOP)
+
+
+def test_too_many_entries_refuse_the_archive_before_the_rest_is_read(tmp_path):
+    tarball = tmp_path / "many.tar.gz"
+    write_tar(tarball, [(member(f"venv/f{n}"), b"") for n in range(50)])
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    extract(tarball, dest, TOP, max_members=50)
+    with pytest.raises(UnsafeArchive, match="holds more than 49 entries"):
+        extract(tarball, tmp_path, TOP, max_members=49)
+
+
+def test_a_corrupt_gzip_stream_is_refused_though_its_entries_read(tmp_path):
+    """tarfile stops reading at the archive's end marker: the gzip trailer's CRC was never checked."""
+    tarball = tmp_path / "crc.tar.gz"
+    write_tar(tarball, good_members())
+    data = bytearray(tarball.read_bytes())
+    data[-8] ^= 0xFF  # the CRC-32 of the trailer
+    tarball.write_bytes(data)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(UnsafeArchive, match=r"not a readable tar\.gz file: CRC check failed"):
+        extract(tarball, dest, TOP)
+
+
+def test_data_after_the_archives_end_is_refused(tmp_path):
+    tarball = tmp_path / "trailing.tar.gz"
+    plain = io.BytesIO()
+    with tarfile.open(fileobj=plain, mode="w") as tar:
+        tar.addfile(member("venv/a", size=1), io.BytesIO(b"a"))
+    with gzip.open(tarball, "wb") as out:
+        out.write(plain.getvalue() + bytes(2 << 20))  # 2 MiB of zeros after the end marker
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(UnsafeArchive, match="bytes after the archive's end"):
+        extract(tarball, dest, TOP)

@@ -81,6 +81,8 @@ from clusterman.tree.process_tree import ProcessTree
 from clusterman.tree.process_tree import Stopped
 from clusterman.tree.process_tree import Timeouts
 from clusterman.tree.process_tree import TreeError
+from clusterman.tree.signal_dir import disk_bytes
+from clusterman.tree.signal_dir import prune
 from clusterman.tree.snapshot import LastGoodError
 from clusterman.tree.snapshot import keep_last_good
 from clusterman.tree.snapshot import last_good_home
@@ -523,19 +525,23 @@ class Bootstrap:
         status.set_fallbacks(current.fallbacks)
         check = self._check_versions(current, paths)
         moved: list[str] = []  # versions the check found moved in S3 (and installed)
+        pruned_for: Prepared | None = None  # the last good configuration when the signals dir was last pruned
 
-        def look() -> None:
-            nonlocal check
+        def look(preparing: bool = False) -> None:
+            nonlocal check, pruned_for
             tree.check()
             write_watch(paths.watch, time.time(), self.settings.poll_interval, time.monotonic())
             self._note_health(tree, current)
             if check is not None and (fallbacks := check.poll()) is not None:
                 check = None
                 moved.extend(self._checked(current, paths, status, fallbacks))
+            if not preparing and check is None and self.good is not None and pruned_for is not self.good:
+                pruned_for = self.good
+                self._prune(paths, status, current, self.good)
 
-        def look_while_preparing() -> None:
+        def look_while_preparing() -> None:  # a change's fetchers run: the signals dir is not pruned
             try:
-                look()
+                look(preparing=True)
             except Exception as e:  # the running tree's failure, not the change's
                 raise _TreeFailed(e) from e
 
@@ -570,6 +576,16 @@ class Bootstrap:
         finally:
             if check is not None:
                 check.stop()
+
+    @staticmethod
+    def _prune(paths: Paths, status: StatusWriter, current: Prepared, good: Prepared) -> None:
+        """Keep the signals directory to the running and the last good configurations' installs."""
+        versions = {*current.loaded.plan.versions, *good.loaded.plan.versions}
+        try:
+            prune(paths.signals_dir, versions, {*current.installs.values(), *good.installs.values()})
+            status.set_signals_disk(disk_bytes(paths.signals_dir))
+        except OSError as e:
+            log.warning("cannot prune %s: %s", paths.signals_dir, e)
 
     def _check_versions(self, current: Prepared, paths: Paths) -> VersionCheck | None:
         """Ask S3, beside the running tree, about the versions it started from their installed copies."""

@@ -111,6 +111,7 @@ class AutoscalerMetrics:
         self._fallbacks = gauge(
             "signal_version_fallback", "1 for a signal version run from its installed copy: S3 gave none", "version"
         )
+        self._versions_disk = gauge("signal_versions_disk_bytes", "Disk the fetched signal versions take")
         self._groups: set[str] = set()
         self._fallback_versions: set[str] = set()
         if events is not None:
@@ -214,6 +215,10 @@ class AutoscalerMetrics:
         for version in versions:
             self._fallbacks.labels(*self._l(version)).set(1)
         self._fallback_versions |= set(versions)
+
+    def set_signal_versions_disk(self, size: int) -> None:
+        """Bytes the bootstrap's signals directory takes, as it last measured them."""
+        self._versions_disk.labels(*self._l()).set(size)
 
     def _set_per_resource(self, gauge: Gauge, amounts: Amounts) -> None:
         values = dict(amounts.items())

@@ -31,6 +31,7 @@ from botocore.exceptions import BotoCoreError
 from botocore.exceptions import ClientError
 
 from clusterman.errors import UserError
+from clusterman.signals.safe_extract import DEFAULT_MAX_BYTES
 from clusterman.signals.safe_extract import UnsafeArchive
 from clusterman.signals.safe_extract import extract
 from clusterman.signals.signal_venv import TOP_LEVEL
@@ -46,6 +47,7 @@ from clusterman.signals.specs import check_version
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
+MAX_TARBALL_BYTES = DEFAULT_MAX_BYTES + (DEFAULT_MAX_BYTES >> 4)  # what unpacks within the limit, and a margin
 DIGEST_PREFIX = 16  # hex digits of the sha256 in an install directory's name
 SHA256_LINE = re.compile(r"([0-9a-fA-F]{64})(?:\s+\*?(\S.*))?")
 
@@ -181,13 +183,20 @@ def expected_checksum(s3: Any, location: ArtifactLocation) -> str:
     return parse_checksum(text, f"s3://{location.bucket}/{location.checksum_key}")
 
 
-def download_verified(s3: Any, location: ArtifactLocation, expected: str, path: Path) -> None:
-    """Stream the tarball to ``path``, hashing as it comes; a mismatch is an error, never a warning."""
+def download_verified(
+    s3: Any, location: ArtifactLocation, expected: str, path: Path, max_bytes: int = MAX_TARBALL_BYTES
+) -> None:
+    """Stream the tarball to ``path``, hashing as it comes; a mismatch is an error, never a warning,
+    and so is a tarball larger than ``max_bytes`` (it could not unpack within the limit)."""
     body = _get(s3, location, location.tarball_key)
     digest = hashlib.sha256()
+    size = 0
     try:
         with path.open("wb") as out:
             for chunk in body.iter_chunks(CHUNK):
+                size += len(chunk)
+                if size > max_bytes:
+                    raise ArtifactError(f"{location.url}: refused: larger than {max_bytes} bytes")
                 digest.update(chunk)
                 out.write(chunk)
     except (BotoCoreError, OSError) as e:
@@ -273,6 +282,8 @@ def _download_and_unpack(s3: Any, location: ArtifactLocation, digest: str, signa
             extract(tarball, root, TOP_LEVEL)
         except UnsafeArchive as e:
             raise ArtifactError(f"{location.url}: refused: {e}") from e
+        except OSError as e:  # a full disk: what was written goes with the partial directory
+            raise ArtifactError(f"{location.url}: cannot unpack into {signals_dir}: {e.strerror or e}") from e
         tarball.unlink()
         try:
             info = BuildInfo.read(root)

@@ -27,6 +27,7 @@ UPDATES = (
     "observe_error",
     "observe_config_reload",
     "set_signal_fallbacks",
+    "set_signal_versions_disk",
     "observe_overrun",
     "set_lease",
 )

@@ -66,6 +66,12 @@ def read_outcomes(path: Path) -> list[ConfigOutcome]:
         return []
 
 
+def read_signals_disk(path: Path) -> int | None:
+    """Bytes the signals directory takes, as the bootstrap last measured it; None when not said."""
+    value = _read(path).get("signals_dir_bytes")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def read_fallbacks(path: Path) -> dict[str, str] | None:
     """Version -> why it runs from its installed copy; None when the file does not say (yet)."""
     fallbacks = _read(path).get("fallback_versions")
@@ -81,6 +87,7 @@ class StatusWriter:
         self.path = path
         self.outcomes: list[ConfigOutcome] = []
         self.fallbacks: dict[str, str] = {}
+        self.signals_disk: int | None = None
 
     def record(self, accepted: bool, path: str, message: str, now: float | None = None) -> None:
         seq = self.outcomes[-1].seq + 1 if self.outcomes else 1
@@ -93,8 +100,18 @@ class StatusWriter:
         self.fallbacks = dict(fallbacks)
         self._write()
 
+    def set_signals_disk(self, size: int) -> None:
+        """Bytes the signals directory takes (the fetched versions)."""
+        self.signals_disk = size
+        self._write()
+
     def _write(self) -> None:
-        status = {"config_outcomes": [asdict(o) for o in self.outcomes], "fallback_versions": self.fallbacks}
+        status: dict[str, Any] = {
+            "config_outcomes": [asdict(o) for o in self.outcomes],
+            "fallback_versions": self.fallbacks,
+        }
+        if self.signals_disk is not None:
+            status["signals_dir_bytes"] = self.signals_disk
         write_atomically(self.path, json.dumps(status))
 
 
@@ -132,14 +149,17 @@ class StatusFeed:
         return len(new)
 
 
-class FallbackGauge(Protocol):
+class TreeGauges(Protocol):
     def set_signal_fallbacks(self, versions: list[str]) -> None: ...
+
+    def set_signal_versions_disk(self, size: int) -> None: ...
 
 
 def follow_tree(
-    env: Mapping[str, str], events: ConfigEvents, metrics: FallbackGauge, stop: threading.Event
+    env: Mapping[str, str], events: ConfigEvents, metrics: TreeGauges, stop: threading.Event
 ) -> threading.Thread | None:
-    """In the autoscaler: record config outcomes and export the fallback versions until ``stop``."""
+    """In the autoscaler: record config outcomes and export what the bootstrap says of the signal
+    versions (run from their installed copy, the disk they take) until ``stop``."""
     status = env.get("CMAN_TREE_STATUS_FILE")
     if not status:
         return None
@@ -160,6 +180,9 @@ def follow_tree(
                 for version, why in fallbacks.items():
                     log.warning("signal version %s runs from its installed copy: %s", version, why)
                 exported = fallbacks
+            size = read_signals_disk(path)
+            if size is not None:
+                metrics.set_signal_versions_disk(size)
             if stop.wait(POLL_SECONDS):
                 return
 

@@ -249,3 +249,29 @@ def test_a_restart_with_an_s3_that_hangs_starts_the_installed_versions_at_once(t
         finally:
             moto._proc.send_signal(signal.SIGCONT)
             second.kill()
+
+
+def test_versions_no_configuration_runs_are_pruned_and_the_disk_they_take_exported(tmp_path, signal_versions):
+    """A persistent signals directory kept every install ever fetched, and a fetcher killed while
+    unpacking left its partial directory: the pod's volume filled up. Now the bootstrap keeps the
+    running configuration's installs and the last good one's, and exports the disk they take."""
+    with MotoServer() as moto:
+        config, _, name = on_v1(tmp_path, moto, signal_versions)
+        signals = tmp_path / "signals"
+        leftover = signals / ".v1.partial-killed"  # as a fetcher killed while unpacking leaves it
+        (leftover / "root" / "venv").mkdir(parents=True)
+        args = ("--signals-dir", str(signals))
+        tree = Bootstrap(config, tmp_path, args, cman_args="--period 0.3", autoscaler=STAND_IN)
+        try:
+            tree.wait_for_run(lambda r: r["max_capacity"] == 9, timeout=60)
+            v1 = os.readlink(signals / "v1")
+            config.write_main(signal_block(unique_name(), "v2"))  # nothing runs v1 any more
+            write_pool(config, signal_block(name, "v2"), 6)
+            tree.wait_for_run(lambda r: r["max_capacity"] == 6, timeout=60)
+            run = tree.wait_for_run(lambda r: r["signals_disk_metrics"] and not (signals / v1).exists(), timeout=30)
+            assert sorted(p.name for p in signals.iterdir()) == sorted(["v2", os.readlink(signals / "v2")])
+            used = float(run["signals_disk_metrics"][0].rsplit(" ", 1)[1])
+            print(f"after the change, the signals directory holds v2 alone: {used / 2**20:.1f} MiB")
+            assert 0 < used < 2**30
+        finally:
+            tree.kill()
