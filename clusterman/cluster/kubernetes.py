@@ -235,13 +235,15 @@ def _add(total: Amounts, more: Amounts) -> None:
 
 def as_pod(pod: Mapping[str, Any] | objects.Pod) -> objects.Pod:
     """A pod as its struct; a dict that is not a pod's shape is a ConnectorError."""
+    return _as(pod, "Pod")
+
+
+def _as(obj: Any, kind: str) -> Any:
     structs = _structs()
-    if isinstance(pod, structs.Pod):
-        return pod
     try:
-        return structs.convert(pod, structs.Pod)
+        return structs.convert(obj, getattr(structs, kind))
     except structs.DecodeError as e:
-        raise ConnectorError(f"a pod is not a Kubernetes pod object: {e}") from None
+        raise ConnectorError(f"a {kind.lower()} is not a Kubernetes {kind} object: {e}") from None
 
 
 @functools.cache
@@ -419,13 +421,7 @@ def _untimed(node: str, key: str) -> None:
 
 
 def as_node(obj: Mapping[str, Any] | objects.Node) -> objects.Node:
-    structs = _structs()
-    if isinstance(obj, structs.Node):
-        return obj
-    try:
-        return structs.convert(obj, structs.Node)
-    except structs.DecodeError as e:
-        raise ConnectorError(f"a node is not a Kubernetes node object: {e}") from None
+    return _as(obj, "Node")
 
 
 def provider_instance(provider_id: str) -> tuple[str, str]:
