@@ -64,8 +64,8 @@ def kubectl() -> str:
     version = re.search(r"Kustomize Version: v(\d+)\.(\d+)", out)
     if version is None or tuple(map(int, version.groups())) < KUSTOMIZE_AT_LEAST:
         pytest.fail(
-            f"{found} renders with kustomize {version.group(0) if version else 'of unknown version'}; the "
-            f"manifests need v{'.'.join(map(str, KUSTOMIZE_AT_LEAST))} or later (kubectl 1.27+): install a newer one"
+            f"{found} bundles kustomize {'v' + '.'.join(version.groups()) if version else 'of unknown version'}; "
+            f"the manifests need v{'.'.join(map(str, KUSTOMIZE_AT_LEAST))} or later (kubectl 1.27+): upgrade it"
         )
     return found
 
@@ -162,6 +162,19 @@ def test_every_kustomization_renders_without_a_warning(rendered: dict[str, list[
         doc = yaml.safe_load(path.read_text())
         assert doc["apiVersion"].startswith("kustomize.config.k8s.io/"), path
         assert not {"bases", "commonLabels", "patchesStrategicMerge", "patchesJson6902", "vars"} & set(doc), path
+
+
+def test_a_kustomize_too_old_is_one_line_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    old = tmp_path / "kubectl"  # what Debian's kubernetes-client 1.20 says
+    old.write_text('#!/bin/sh\necho "Client Version: v1.20.9"; echo "Kustomize Version: v2.0.3"\n')
+    old.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    kubectl.cache_clear()
+    try:
+        with pytest.raises(pytest.fail.Exception, match=r"bundles kustomize v2\.0; the manifests need v5\.0 or later"):
+            kubectl()
+    finally:
+        kubectl.cache_clear()
 
 
 @pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
