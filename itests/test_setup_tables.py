@@ -1,7 +1,7 @@
 """``clusterman setup`` over moto's server: the DynamoDB state and metrics tables with their keys and
 TTL, created once and found in place after; a table with other keys is refused in one line. Then
-an operator's ``disable``/``enable``, run from outside any pod, reach the durable state an autoscaler
-reads."""
+an operator's ``disable``/``enable`` and ``manage``, run from outside any pod, reach the durable
+state and the lease that the autoscalers in their pods read."""
 
 from __future__ import annotations
 
@@ -15,8 +15,12 @@ import yaml
 from clusterman.cli.main import main
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
+from clusterman.state.lease import Holder
+from clusterman.state.lease import PoolLease
 from clusterman.state.pause import pause_status
 from clusterman.state.store import DynamoStateStore
+from itests.aws_world import TAG_KEY
+from itests.aws_world import World
 
 _names = itertools.count()
 POOL_FILE = """
@@ -26,7 +30,12 @@ scaling_limits: {min_capacity: 1, max_capacity: 5, max_weight_to_add: 1, max_wei
 
 
 @pytest.fixture
-def config(tmp_path, moto_server):
+def world(moto_server):
+    return World(moto_server.url)
+
+
+@pytest.fixture
+def config(tmp_path, moto_server, world):
     """A main file like the manifests' (DynamoDB for state and metrics), with tables of this test's own."""
     n = next(_names)
     tables = {
@@ -36,7 +45,7 @@ def config(tmp_path, moto_server):
         "metadata": f"setup_metadata_{n}",
     }
     main = {
-        "clusters": {"prod": {"aws_region": "us-west-2"}},
+        "clusters": {"prod": {"aws_region": "us-west-2"}, world.cluster: {"aws_region": "us-west-2"}},
         "aws": {"region": "us-west-2", "endpoint_url": moto_server.url, "state_table": tables["state"]},
         "state": {"backend": "dynamodb"},
         "metrics": {
@@ -51,6 +60,11 @@ def config(tmp_path, moto_server):
     }
     (tmp_path / "pools" / "prod").mkdir(parents=True)
     (tmp_path / "pools" / "prod" / "batch.kubernetes").write_text(POOL_FILE)
+    (tmp_path / "pools" / world.cluster).mkdir()
+    groups = f"resource_groups: [{{asg: {{tag: '{TAG_KEY}'}}}}]\n"
+    (tmp_path / "pools" / world.cluster / "batch.kubernetes").write_text(
+        POOL_FILE.replace("resource_groups: []\n", groups)
+    )
     path = tmp_path / "clusterman.yaml"
     path.write_text(yaml.safe_dump(main))
     return str(path), tables
@@ -143,3 +157,25 @@ def test_an_operator_pauses_a_pool_in_the_durable_state_without_a_pod(config, mo
     assert pause_status(autoscaler_store, identity, time.time()).paused
     assert cli(capsys, path, "enable", *pool)[1] == "prod/batch.kubernetes: enabled\n"
     assert not pause_status(autoscaler_store, identity, time.time()).paused
+
+
+def test_an_operator_s_manage_takes_the_lease_the_pods_share(config, moto_server, world, capsys):
+    path, tables = config
+    assert cli(capsys, path, "setup")[0] == 0
+    asg = world.asg("batch", desired=1)
+    pool = ["--cluster", world.cluster, "--pool", "batch", "--scheduler", "kubernetes", "--yes"]
+    store = DynamoStateStore(dynamodb(moto_server), tables["state"])
+    identity = PoolIdentity(world.cluster, "batch", Scheduler.KUBERNETES)
+    # An autoscaler in a pod holds the lease and hands nothing over (it is not running here):
+    # manage, on another machine, sees it in the same table and changes nothing.
+    pod = PoolLease(store, identity, Holder("clusterman-prod-batch-7d9f", 1, time.time()), ttl_seconds=60)
+    assert pod.claim(time.time()).held
+    status, out, err = cli(capsys, path, "manage", *pool, "--target-capacity", "3", "--wait", "1s")
+    assert status == 1 and world.desired(asg) == 1
+    assert "nothing changed: the pool's lease is held by pid 1 on clusterman-prod-batch-7d9f" in err, err
+    pod.release()  # the pod stopped cleanly
+    status, out, err = cli(capsys, path, "manage", *pool, "--target-capacity", "3", "--wait", "1s")
+    assert status == 0, err
+    assert f"{identity}: took the pool's lease" in out
+    assert world.desired(asg) == 2  # 1 -> 3 asked, limited as the autoscaler is (max_weight_to_add: 1)
+    assert store.get("autoscaler_lease", f"{world.cluster}.batch.kubernetes") is None  # released
