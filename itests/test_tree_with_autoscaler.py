@@ -59,7 +59,10 @@ def wait_for(predicate, timeout: float, what: str):
 class Tree:
     """The real tree on a pool whose one signal, ConstantSignal, asks for 6 cpus."""
 
-    def __init__(self, tmp_path: Path, moto_url: str, bootstrap_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, tmp_path: Path, moto_url: str, bootstrap_args: tuple[str, ...] = (), prefix: tuple[str, ...] = ()
+    ) -> None:
+        """``prefix``: a command the bootstrap runs under (``unshare -m …``, which must exec the rest)."""
         self.namespace = f"itest_{uuid.uuid4().hex[:8]}"
         pool = f"pool{uuid.uuid4().hex[:6]}"
         bucket = f"signals-{uuid.uuid4().hex[:8]}"
@@ -89,7 +92,7 @@ class Tree:
                "CMAN_LOG_DIR": str(logs)}  # fmt: skip
         self.log = tmp_path / "bootstrap.log"
         self.bootstrap = subprocess.Popen(
-            [sys.executable, "-m", "clusterman.batch.autoscaler_bootstrap", "--env-config-path",
+            [*prefix, sys.executable, "-m", "clusterman.batch.autoscaler_bootstrap", "--env-config-path",
              str(tmp_path / "clusterman.yaml"), "--codename", "itest", "--poll-interval", "1", *bootstrap_args],
             env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
         )  # fmt: skip

@@ -168,7 +168,9 @@ class Bootstrap:
         cman_args: str = "",
         autoscaler: str = "fake_autoscaler.py",
         name: str = "bootstrap",
+        prefix: tuple[str, ...] = (),
     ) -> None:
+        """``prefix``: a command the bootstrap runs under (``unshare -m …``, which must exec the rest)."""
         self.out = work / f"{name}-autoscaler.jsonl"
         self.stderr_path = work / f"{name}.stderr"
         self.marker = f"CMAN_ITEST_MARKER={uuid.uuid4().hex}"
@@ -188,6 +190,7 @@ class Bootstrap:
         self._stderr = self.stderr_path.open("wb")
         self.proc = subprocess.Popen(
             [
+                *prefix,
                 sys.executable,
                 "-m",
                 "clusterman.batch.autoscaler_bootstrap",

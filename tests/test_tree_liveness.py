@@ -132,3 +132,22 @@ def test_a_probe_judges_a_loops_heartbeat_on_the_monotonic_clock(tmp_path):
     Heartbeat(1000.0, 60.0).write(path)  # an older writer's: the wall clock
     assert heartbeat_problem(path, 1180.0, 0.0, RULES) == ""
     assert "181 s" in heartbeat_problem(path, 1181.0, 0.0, RULES)
+
+
+def test_a_liveness_file_that_cannot_be_replaced_is_rewritten_in_place(tmp_path, monkeypatch):
+    import errno
+
+    from clusterman.tree import liveness
+
+    path = tmp_path / "heartbeat.json"
+    assert Heartbeat(100.0, 10.0, pid=7, monotonic=5.0).write(path) == ""
+    assert path.stat().st_size == liveness.LIVENESS_BYTES  # room for a rewrite in place
+
+    def full(*_):  # a new file cannot be written: the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(liveness, "write_atomically", full)
+    assert Heartbeat(110.0, 10.0, pid=7, monotonic=15.0).write(path) == "No space left on device"
+    assert Heartbeat.read(path) == Heartbeat(110.0, 10.0, pid=7, monotonic=15.0)
+    nothing_to_rewrite = write_watch(tmp_path / "watch.json", 100.0, 10.0)
+    assert nothing_to_rewrite == "not written: No space left on device"

@@ -62,3 +62,16 @@ def test_follow_tree_exports_the_fallback_versions_the_bootstrap_writes(tmp_path
     stop.set()
     thread.join(10)
     assert recorded.calls == [("fallbacks", ["v1", "v2"])]
+
+
+def test_an_outcome_is_recorded_once_though_its_ack_cannot_be_written(tmp_path):
+    status = tmp_path / "tree-status.json"
+    StatusWriter(status).record(True, "pool.yaml", "2 signals", now=1.0)
+    (tmp_path / "tree-status.json.ack").mkdir()  # cannot be replaced by a file: as a full disk refuses it
+    recorded = Recorded()
+    feed = StatusFeed(status, recorded)
+    try:
+        feed.poll()
+    except OSError:
+        pass
+    assert feed.poll() == 0 and recorded.calls == [("reloaded", "pool.yaml", "2 signals")]

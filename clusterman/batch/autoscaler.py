@@ -45,6 +45,8 @@ from clusterman.state.lease import Holder
 from clusterman.state.lease import LeaseStatus
 from clusterman.tree.liveness import Heartbeat
 from clusterman.tree.liveness import LivenessRules
+from clusterman.tree.liveness import Unwritable
+from clusterman.tree.liveness import bootstrap_unwritable
 from clusterman.tree.liveness import process_stalled_for
 from clusterman.tree.liveness import watch_problem
 from clusterman.tree.status import follow_tree
@@ -232,11 +234,23 @@ def main(argv: list[str] | None = None) -> int:
     started = (time.time(), time.monotonic())
     last = Heartbeat(-math.inf, period, pid=os.getpid(), monotonic=-math.inf)  # none yet: from the start plus the grace
 
+    unwritable = Unwritable("the autoscaler")
+
     def beat(finished_at: float) -> None:
         nonlocal last
         last = Heartbeat.this_process(finished_at, period, cycle.demand.unanswered())
         if heartbeat_path:
-            last.write(Path(heartbeat_path))
+            try:
+                why = last.write(Path(heartbeat_path))
+            except OSError as e:  # nor in place: the bootstrap will take this for a stall
+                why = f"{e.strerror or e}, nor in place"
+            unwritable.note("heartbeat", why)
+        events.metrics.set_unwritable({**unwritable.now, **bootstrap_unwritable(os.environ)})
+
+    def unwritable_files() -> dict[str, list[str]]:
+        """For /healthz, without failing it: files of the tree that cannot be written."""
+        theirs = [f"the bootstrap cannot write the {f}: {why}" for f, why in bootstrap_unwritable(os.environ).items()]
+        return {"degraded": [f"cannot write the {f}: {why}" for f, why in unwritable.now.items()] + theirs}
 
     def run_loop_problem() -> str:
         """For /healthz where no bootstrap watches (or it is stopped): runs that stopped finishing
@@ -245,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         return "" if stalled is None else f"no run finished for {stalled:.0f} s (runs every {period:g} s): hung"
 
     events.server.health_checks += [run_loop_problem, lambda: watch_problem(os.environ, time.time(), time.monotonic())]
-    events.server.health_notes.append(cycle.signal_outcomes.health)
+    events.server.health_notes += [cycle.signal_outcomes.health, unwritable_files]
     events.start()
     follow_tree(os.environ, events.recorder, events.metrics, stop)  # config outcomes and fallbacks from the bootstrap
     log.info(

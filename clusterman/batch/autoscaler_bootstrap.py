@@ -71,6 +71,7 @@ from clusterman.tree.fetching import check_signals
 from clusterman.tree.fetching import fetch_versions
 from clusterman.tree.liveness import WATCH_ENV
 from clusterman.tree.liveness import LivenessRules
+from clusterman.tree.liveness import Unwritable
 from clusterman.tree.liveness import write_watch
 from clusterman.tree.log_follow import start_following
 from clusterman.tree.log_follow import write_to
@@ -245,6 +246,7 @@ class Bootstrap:
         self.good: Prepared | None = None  # the last configuration the autoscaler finished a run under
         self.good_since = 0.0  # unix seconds it was found good
         self.kept_home = last_good_home(settings.last_good_dir, settings.env_config_path, settings.identity)
+        self.unwritable = Unwritable("the bootstrap")  # its files it could not write, for the autoscaler to show
 
     def run(self) -> int:
         try:
@@ -412,7 +414,7 @@ class Bootstrap:
         return tree
 
     def _supervise(self, paths: Paths, validated: tuple[LoadedConfig, Fingerprint] | Exception) -> int:
-        status = StatusWriter(paths.status)
+        status = StatusWriter(paths.status, lambda why: self.unwritable.note("tree status", why))
         tree: ProcessTree | None = None
         try:
             tree, current, refused = self._first_tree(paths, status, validated)
@@ -530,7 +532,7 @@ class Bootstrap:
         def look(preparing: bool = False) -> None:
             nonlocal check, pruned_for
             tree.check()
-            write_watch(paths.watch, time.time(), self.settings.poll_interval, time.monotonic())
+            self._write_watch(paths)
             self._note_health(tree, current)
             if check is not None and (fallbacks := check.poll()) is not None:
                 check = None
@@ -545,7 +547,7 @@ class Bootstrap:
             except Exception as e:  # the running tree's failure, not the change's
                 raise _TreeFailed(e) from e
 
-        write_watch(paths.watch, time.time(), self.settings.poll_interval, time.monotonic())
+        self._write_watch(paths)
         try:
             while not self.stop_event.wait(self.settings.poll_interval):
                 look()
@@ -576,6 +578,10 @@ class Bootstrap:
         finally:
             if check is not None:
                 check.stop()
+
+    def _write_watch(self, paths: Paths) -> None:
+        why = write_watch(paths.watch, time.time(), self.settings.poll_interval, time.monotonic(), self.unwritable.now)
+        self.unwritable.note("watch file", why)
 
     @staticmethod
     def _prune(paths: Paths, status: StatusWriter, current: Prepared, good: Prepared) -> None:

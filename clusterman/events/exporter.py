@@ -112,8 +112,10 @@ class AutoscalerMetrics:
             "signal_version_fallback", "1 for a signal version run from its installed copy: S3 gave none", "version"
         )
         self._versions_disk = gauge("signal_versions_disk_bytes", "Disk the fetched signal versions take")
+        self._unwritable = gauge("tree_file_unwritable", "1 while a file of the tree cannot be written", "file")
         self._groups: set[str] = set()
         self._fallback_versions: set[str] = set()
+        self._unwritable_files: set[str] = set()
         if events is not None:
             r.register(_EventStats(events, cluster, pool))
 
@@ -215,6 +217,15 @@ class AutoscalerMetrics:
         for version in versions:
             self._fallbacks.labels(*self._l(version)).set(1)
         self._fallback_versions |= set(versions)
+
+    def set_unwritable(self, files: Mapping[str, str]) -> None:
+        """The files of the tree (the autoscaler's heartbeat, the bootstrap's) that cannot be written
+        now (file -> why); one that can again goes back to 0."""
+        for name in self._unwritable_files - set(files):
+            self._unwritable.labels(*self._l(name)).set(0)
+        for name in files:
+            self._unwritable.labels(*self._l(name)).set(1)
+        self._unwritable_files |= set(files)
 
     def set_signal_versions_disk(self, size: int) -> None:
         """Bytes the bootstrap's signals directory takes, as it last measured them."""

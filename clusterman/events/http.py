@@ -272,7 +272,10 @@ class EventServer:
             "events_dropped": self.publisher.dropped,
         }
         for note in self.health_notes:
-            body.update(note())
+            for key, value in note().items():  # lists from several notes add up
+                body[key] = (
+                    [*body[key], *value] if isinstance(value, list) and isinstance(body.get(key), list) else value
+                )
         problems = [problem for check in self.health_checks if (problem := check())]
         if problems:
             body["problems"] = problems

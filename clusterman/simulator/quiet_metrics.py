@@ -28,6 +28,7 @@ UPDATES = (
     "observe_config_reload",
     "set_signal_fallbacks",
     "set_signal_versions_disk",
+    "set_unwritable",
     "observe_overrun",
     "set_lease",
 )

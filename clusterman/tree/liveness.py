@@ -15,8 +15,16 @@ The bootstrap reads two small files and asks these rules:
   (``clusterman.tree.parent_death``).
 
 The other way round, the bootstrap rewrites ``$CMAN_TREE_WATCH_FILE`` after each look at the tree
-(``{"at": <unix s>, "poll_seconds": <s>, "monotonic": <s>}``), and the autoscaler's ``/healthz``
-judges it: nothing in the tree can restart a stopped bootstrap, but the pod's liveness probe can.
+(``{"at": <unix s>, "poll_seconds": <s>, "monotonic": <s>}``, and ``"unwritable": {<file>: <why>}``
+for the files of its own it cannot write), and the autoscaler's ``/healthz`` judges it: nothing in
+the tree can restart a stopped bootstrap, but the pod's liveness probe can.
+
+Both liveness files survive a full disk. Each is normally replaced in one step (a new file,
+renamed), padded to ``LIVENESS_BYTES``; when the new file cannot be written, the record is written
+over the old one, in place, which needs no new block. A file that could not be written is said
+so (``cannot write the heartbeat: No space left on device``), never taken for a stall of the
+process that tried: a full private directory made the bootstrap kill a healthy autoscaler every
+80 s, and its /healthz answer 503.
 """
 
 from __future__ import annotations
@@ -72,15 +80,62 @@ class Heartbeat:
             return None
         return beat
 
-    def write(self, path: Path) -> None:
-        """Replace ``path`` in one step: a reader never sees half a file."""
+    def write(self, path: Path) -> str:
+        """Write the heartbeat (``write_liveness``); "" or why a new file could not be written."""
         beat: dict[str, object] = {"finished_at": self.finished_at, "period_seconds": self.period_seconds}
         if self.pid:
             beat.update(pid=self.pid, monotonic=self.monotonic)
         if self.unanswered:
             beat["unanswered"] = {app: {"since": since, "last": last} for app, (since, last) in self.unanswered.items()}
+        return write_liveness(path, beat)
+
+
+LIVENESS_BYTES = 4096  # a liveness file's size at least: a record rewritten in place fits
+
+
+def write_liveness(path: Path, record: Mapping[str, object]) -> str:
+    """Replace ``path`` with ``record`` in one step (a reader never sees half a file); when the new
+    file cannot be written (a full disk), write it over the old file in place, where its blocks are
+    already. Returns "" or why the new file could not be written; OSError when neither could."""
+    text = json.dumps(record)
+    padded = text + " " * (LIVENESS_BYTES - len(text))  # JSON allows the trailing spaces
+    try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, json.dumps(beat))
+        write_atomically(path, padded)
+        return ""
+    except OSError as e:
+        failed = e
+    data = padded.encode()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)  # neither created nor truncated
+        try:
+            if os.fstat(fd).st_size < len(data) or os.pwrite(fd, data, 0) != len(data):
+                raise failed
+        finally:
+            os.close(fd)
+    except OSError:
+        raise failed from None
+    return failed.strerror or str(failed)
+
+
+class Unwritable:
+    """The files a process could not write (file -> why), each said once when it starts and once
+    when it stops failing."""
+
+    def __init__(self, who: str) -> None:
+        self.who = who
+        self.now: dict[str, str] = {}
+
+    def note(self, what: str, why: str) -> None:
+        """``why``: "" when ``what`` was written."""
+        if why and self.now.get(what) != why:
+            log.error("%s cannot write the %s: %s", self.who, what, why)
+        elif not why and what in self.now:
+            log.info("%s writes the %s again", self.who, what)
+        if why:
+            self.now[what] = why
+        else:
+            self.now.pop(what, None)
 
 
 @dataclass(frozen=True)
@@ -175,16 +230,34 @@ WATCH_ENV = "CMAN_TREE_WATCH_FILE"
 WATCH_MARGIN_SECONDS = 5.0  # on top of 3 polls: a busy host
 
 
-def write_watch(path: Path, at: float, poll_seconds: float, monotonic: float = math.nan) -> None:
+def write_watch(
+    path: Path, at: float, poll_seconds: float, monotonic: float = math.nan, unwritable: Mapping[str, str] | None = None
+) -> str:
     """The bootstrap, after each look at the tree: proof that something still watches it (``at`` on
-    the wall clock, for people; ``monotonic`` on the host's, for ``watch_problem``)."""
-    watch = {"at": at, "poll_seconds": poll_seconds}
+    the wall clock, for people; ``monotonic`` on the host's, for ``watch_problem``), and the files
+    it cannot write. Returns "" or why the file could not be replaced (written in place instead),
+    "not written: <why>" when not at all (the autoscaler's /healthz then says the bootstrap stopped)."""
+    watch: dict[str, object] = {"at": at, "poll_seconds": poll_seconds}
     if math.isfinite(monotonic):
         watch["monotonic"] = monotonic
+    if unwritable:
+        watch["unwritable"] = dict(unwritable)
     try:
-        write_atomically(path, json.dumps(watch))
-    except OSError as e:  # the autoscaler's /healthz then says so: not a reason to stop watching
-        log.warning("cannot write %s: %s", path, e)
+        return write_liveness(path, watch)
+    except OSError as e:
+        return f"not written: {e.strerror or e}"
+
+
+def bootstrap_unwritable(env: Mapping[str, str]) -> dict[str, str]:
+    """The files the bootstrap says (in its watch file) it cannot write: file -> why."""
+    path = env.get(WATCH_ENV)
+    if not path:
+        return {}
+    try:
+        unwritable = json.loads(Path(path).read_text()).get("unwritable", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in unwritable.items()} if isinstance(unwritable, dict) else {}
 
 
 def watch_problem(env: Mapping[str, str], now: float, monotonic_now: float = math.nan) -> str:

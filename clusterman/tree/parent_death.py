@@ -70,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     name, command = args[0], args[1:]
     parent = os.getppid()
     die_with_parent(parent, signal.SIGKILL)  # supervisord is gone: nothing is left to stop us in order
-    note_start(os.environ.get("CMAN_SUPERVISOR_DIR"), name)
+    try:
+        note_start(os.environ.get("CMAN_SUPERVISOR_DIR"), name)
+    except OSError as e:  # a full disk must not stop the program: the crash-loop count misses a start
+        print(f"{PROG}: cannot note this start of {name}: {e.strerror or e}", file=sys.stderr, flush=True)
     try:
         os.execvp(command[0], command)
     except OSError as e:

@@ -18,6 +18,7 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import asdict
 from dataclasses import dataclass
@@ -81,10 +82,12 @@ def read_fallbacks(path: Path) -> dict[str, str] | None:
 
 
 class StatusWriter:
-    """The bootstrap's side."""
+    """The bootstrap's side. ``report`` is told after each write: "" or why it failed (a full disk:
+    what could not be written is kept, and written with the next change)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, report: Callable[[str], None] = lambda why: None) -> None:
         self.path = path
+        self.report = report
         self.outcomes: list[ConfigOutcome] = []
         self.fallbacks: dict[str, str] = {}
         self.signals_disk: int | None = None
@@ -112,7 +115,12 @@ class StatusWriter:
         }
         if self.signals_disk is not None:
             status["signals_dir_bytes"] = self.signals_disk
-        write_atomically(self.path, json.dumps(status))
+        try:
+            write_atomically(self.path, json.dumps(status))
+        except OSError as e:
+            self.report(e.strerror or str(e))
+        else:
+            self.report("")
 
 
 class ConfigEvents(Protocol):
@@ -128,12 +136,13 @@ class StatusFeed:
         self.path = path
         self.ack = path.with_name(path.name + ".ack")
         self.events = events
+        self.recorded = 0  # the last outcome this process recorded, whether or not the ack was written
 
     def _acked(self) -> int:
         try:
-            return int(self.ack.read_text())
+            return max(self.recorded, int(self.ack.read_text()))
         except (OSError, ValueError):
-            return 0
+            return self.recorded
 
     def poll(self) -> int:
         """Record the outcomes not recorded yet; return how many."""
@@ -145,6 +154,7 @@ class StatusFeed:
             else:
                 self.events.config_rejected(outcome.path, outcome.message)
         if new:
+            self.recorded = new[-1].seq  # a full disk must not have them recorded again every poll
             write_atomically(self.ack, str(new[-1].seq))
         return len(new)
 
