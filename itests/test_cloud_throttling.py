@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from clusterman.aws.session import AwsSettings
+from clusterman.aws.session import CallBudgetExceeded
+from clusterman.aws.session import client
 from clusterman.cloud.asg import AutoScalingGroup
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.spot_fleet import SpotFleetGroup
@@ -106,3 +109,13 @@ def test_fleet_termination_throttled_after_applying_is_settled_by_ec2(world, pro
     assert world.fleet_target(fleet_id) == 1
     assert [c["TargetCapacity"] for c in proxy.calls("ModifySpotFleetRequest")] == ["1", "1"]  # botocore's retry
     assert {world.ec2_state(i) for i in doomed} == {"terminated"}
+
+
+def test_a_call_throttled_until_its_budget_runs_out_says_throttled(proxy):
+    """AWS answered every attempt with Throttling: the error says so, not that AWS did not answer
+    (what it said before, and what an endpoint that hangs still gets)."""
+    settings = AwsSettings("us-west-2", endpoint_url=proxy.url)
+    autoscaling = client(settings, "autoscaling", call_budget_seconds=1.0, retries={"max_attempts": 30})
+    proxy.add(Fault(action="DescribeAutoScalingGroups", times=None))
+    with pytest.raises(CallBudgetExceeded, match=r"throttled \(Throttling\) on every attempt within the call budget"):
+        autoscaling.describe_auto_scaling_groups()

@@ -34,7 +34,7 @@ class CallBudgetExceeded(BotoCoreError):
     A ``BotoCoreError``, so every caller handles it as it handles a timeout; botocore does not retry it.
     """
 
-    fmt = "{url}: no answer within the call budget of {budget:g} s"
+    fmt = "{url}: {why} within the call budget of {budget:g} s"
 
 
 @dataclass(frozen=True)
@@ -96,17 +96,40 @@ def client(settings: AwsSettings, service: str, call_budget_seconds: float | Non
     return made
 
 
+THROTTLED = frozenset(
+    {"Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled", "RequestThrottledException",
+     "RequestLimitExceeded", "TooManyRequestsException", "SlowDown", "ProvisionedThroughputExceededException",
+     "EC2ThrottledException", "LimitExceededException", "BandwidthLimitExceeded"}
+)  # fmt: skip
+
+
 def limit_calls(made: Any, budget_seconds: float, clock: Any = time.monotonic) -> None:
-    """Start each call's clock before its first attempt and refuse to send an attempt past the budget."""
-    key = "clusterman_call_started"
+    """Start each call's clock before its first attempt and refuse to send an attempt past the budget.
+    The error says what the attempts got: AWS throttling them is not AWS not answering."""
+    started_key, answered_key = "clusterman_call_started", "clusterman_call_answered"
 
     def start(context: dict[str, Any], **_: Any) -> None:
-        context[key] = clock()
+        context[started_key] = clock()
+        context.pop(answered_key, None)
+
+    def note(request_dict: dict[str, Any], response: Any = None, **_: Any) -> None:
+        code = response[1].get("Error", {}).get("Code") if response is not None else None
+        if code:
+            request_dict.setdefault("context", {})[answered_key] = str(code)
 
     def check(request: Any, **_: Any) -> None:
-        started = (request.context or {}).get(key)
+        context = request.context or {}
+        started = context.get(started_key)
         if started is not None and clock() - started > budget_seconds:
-            raise CallBudgetExceeded(url=request.url, budget=budget_seconds)
+            code = context.get(answered_key)
+            if code is None:
+                why = "no answer"
+            elif code in THROTTLED:
+                why = f"throttled ({code}) on every attempt"
+            else:
+                why = f"AWS answered {code} to every attempt"
+            raise CallBudgetExceeded(url=request.url, why=why, budget=budget_seconds)
 
     made.meta.events.register("before-call", start)
+    made.meta.events.register("needs-retry", note)
     made.meta.events.register("before-send", check)
