@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import IO
 from typing import Any
 
 import boto3
@@ -152,6 +153,23 @@ def follow(path: Path, stop: threading.Event, show: Any) -> None:
                 show(line.rstrip("\n"))
 
 
+def keep_output(pipe: IO[bytes], path: Path) -> None:
+    """Copy the bootstrap's output (supervisord's with it) to ``path`` until it ends, dropping what
+    cannot be written. The run directory's disk may fill up: given the file itself, supervisord
+    died of it (its logger raises once stdout and stderr both fail), and with it the tree."""
+    lost = 0
+    with path.open("ab") as out:
+        for line in pipe:
+            try:
+                if lost:
+                    out.write(f"({lost} lines lost here: {path} could not be written)\n".encode())
+                out.write(line)
+                out.flush()
+                lost = 0
+            except OSError:
+                lost += 1
+
+
 def operator_environment(main_path: Path, prefix: str) -> dict[str, str]:
     """What ``clusterman status|manage|disable|events`` need to reach this stack."""
     return {
@@ -248,14 +266,16 @@ def run(duration: float, run: RunDir, config_dir: Path = REPO / "config") -> int
         }
         env_file = run_dir / "env.sh"
         write_env_file(env_file, operator_environment(main_path, prefix))
-        bootstrap_log = (run_dir / "bootstrap.log").open("wb")
         bootstrap = subprocess.Popen(
             [sys.executable, "-m", "clusterman.batch.autoscaler_bootstrap", "--env-config-path", str(main_path),
              "--private-dir-parent", str(private_parent(run_dir)), "--poll-interval", "2", "--codename", CODENAME],
-            env=env, stdout=bootstrap_log, stderr=subprocess.STDOUT, start_new_session=True,
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=functools.partial(die_with_parent, os.getpid()),
             pass_fds=(run.fd,),  # the run stays locked while its bootstrap lives, even if we are killed
         )  # fmt: skip
+        assert bootstrap.stdout is not None
+        keeper = threading.Thread(target=keep_output, args=(bootstrap.stdout, run_dir / "bootstrap.log"), daemon=True)
+        keeper.start()
         print(f"bootstrap started (logs in {shown(run_dir)}); events and /metrics: http://127.0.0.1:{events_port}")
         print(f"operator commands for this stack (its config and moto's fake AWS keys are in {shown(env_file)}):")
         for line in operator_commands(env_file):
@@ -268,6 +288,7 @@ def run(duration: float, run: RunDir, config_dir: Path = REPO / "config") -> int
         deadline = time.monotonic() + duration if duration > 0 else float("inf")
         while not stop.is_set() and time.monotonic() < deadline:
             if bootstrap.poll() is not None:
+                keeper.join(10)  # its last lines written
                 cause = bootstrap_error(run_dir / "bootstrap.log")
                 print(f"the bootstrap exited with status {bootstrap.returncode}: {cause}")
                 print(f"(its whole log: {shown(run_dir / 'bootstrap.log')})")
