@@ -2,16 +2,19 @@
 
 Goal: 10,000 nodes and 300,000 pods decided in under 1 s. Each size is timed next to a baseline
 measured in the same run: one plain Python pass summing the same pods' cpus and mem requests, the
-least any decision over those pods must do. Two cases per size: a scale-up (the internal demand is
-read from the pods, the target goes up) and a scale-down (the same, plus choosing which nodes to
-taint, which sorts the candidates). ``growth`` is each time over the previous size's: 10.0 is
-linear for a tenfold pool.
+least any decision over those pods must do. Three cases per size: a scale-up (the internal demand
+is read from the pods, the target goes up), a scale-down (the same, plus choosing which nodes to
+taint, which sorts the candidates), and a hold with the slot reserve and consolidation on (the
+decision looks at the emptiest nodes and predicts where their pods would go, then drains one:
+``consolidation_ratio`` is its time over the same hold's without consolidation, measured in the
+same run). ``growth`` is each time over the previous size's: 10.0 is linear for a tenfold pool.
 """
 
 from __future__ import annotations
 
 import functools
 import gc
+from dataclasses import replace
 from typing import Any
 
 from bench._timing import best_of
@@ -20,12 +23,14 @@ from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.model import ResourceGroup
 from clusterman.core.model import Task
+from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
 from clusterman.decision import AutoscalerState
 from clusterman.decision import ScalingPolicy
 from clusterman.decision import decide
 from clusterman.decision import demand_from_snapshot
 from clusterman.decision.exact import exact
+from clusterman.decision.policy import ConsolidationPolicy
 
 PODS_PER_NODE = 30
 NOW = 1_700_000_000.0
@@ -33,12 +38,12 @@ NOW = 1_700_000_000.0
 SHAPES = [Resources(cpus=c, mem=m) for c, m in ((0.1, 256), (0.25, 512), (0.5, 1024), (0.05, 128))]
 
 
-def build(nodes: int, busy: bool) -> PoolSnapshot:
-    """``busy``: pods fill 90% of the CPUs (a scale-up at 70%); else 20% (a scale-down)."""
-    share = 0.9 if busy else 0.2
+def build(nodes: int, share: float) -> PoolSnapshot:
+    """Pods fill ``share`` of each node's CPUs (0.9: a scale-up at 70%; 0.2: a scale-down); every
+    tenth node a little less, so that the emptiest nodes are worth consolidating."""
     members = []
     for i in range(nodes):
-        cpus_each = 16 * share / PODS_PER_NODE
+        cpus_each = 16 * (share if i % 10 else share / 3) / PODS_PER_NODE
         tasks = tuple(
             Task(f"p{i}-{k}", Resources(cpus=cpus_each, mem=SHAPES[k % 4].mem), batch=k % 7 == 0)
             for k in range(PODS_PER_NODE)
@@ -61,8 +66,13 @@ def baseline(snapshot: PoolSnapshot) -> tuple[float, float]:
     return cpus, mem
 
 
-def decision(snapshot: PoolSnapshot, policy: ScalingPolicy) -> object:
-    return decide(snapshot, {"__default__": demand_from_snapshot(snapshot)}, policy, AutoscalerState(), NOW)
+def decision(snapshot: PoolSnapshot, policy: ScalingPolicy, held: bool = False) -> object:
+    """``held``: the request is the pool's own capacity at the setpoint, so the target holds."""
+    demand = demand_from_snapshot(snapshot)
+    if held:
+        capacity = sum(n.allocatable.cpus for n in snapshot.nodes)
+        demand = ResourceRequest(cpus=capacity * float(policy.setpoint) * 0.999)
+    return decide(snapshot, {"__default__": demand}, policy, AutoscalerState(), NOW)
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -74,16 +84,22 @@ def run(quick: bool) -> dict[str, Any]:
         max_weight_to_add=exact(1_000_000),
         max_weight_to_remove=exact(1_000_000),
     )
+    packing = replace(policy, slot_reserve=3, slot_reserve_band=1)
+    consolidating = replace(packing, consolidation=ConsolidationPolicy(enabled=True, consolidate_after_seconds=0))
     results: dict[str, Any] = {"pods_per_node": PODS_PER_NODE, "sizes": {}}
     previous: dict[str, float] = {}
     for size in sizes:
         row: dict[str, Any] = {"nodes": size, "pods": size * PODS_PER_NODE}
-        for case, busy in (("scale_up", True), ("scale_down", False)):
-            snapshot = build(size, busy)
+        for case, share, pol, held in (
+            ("scale_up", 0.9, policy, False),
+            ("scale_down", 0.2, policy, False),
+            ("consolidation", 0.6, consolidating, True),
+        ):
+            snapshot = build(size, share)
             gc.collect()
             base = best_of(functools.partial(baseline, snapshot), repeat)
-            took = best_of(functools.partial(decision, snapshot, policy), repeat)
-            d = decision(snapshot, policy)
+            took = best_of(functools.partial(decision, snapshot, pol, held), repeat)
+            d = decision(snapshot, pol, held)
             row[case] = {
                 "baseline_seconds": round(base, 4),
                 "decision_seconds": round(took, 4),
@@ -91,6 +107,11 @@ def run(quick: bool) -> dict[str, Any]:
                 "action": d.action.value,  # type: ignore[attr-defined]
                 "delta": float(d.delta),  # type: ignore[attr-defined]
             }
+            if case == "consolidation":
+                without = best_of(functools.partial(decision, snapshot, packing, held), repeat)
+                row[case]["chosen"] = [c.choice.value for c in d.consolidation.chosen]  # type: ignore[attr-defined]
+                row[case]["without_consolidation_seconds"] = round(without, 4)
+                row[case]["consolidation_ratio"] = round(took / without, 2)
             if case in previous:
                 row[case]["growth"] = round(took / previous[case], 2)
             previous[case] = took
@@ -98,5 +119,6 @@ def run(quick: bool) -> dict[str, Any]:
         results["sizes"][str(size)] = row
     if "10000" in results["sizes"]:
         at_10k = results["sizes"]["10000"]
-        results["goal_10k_nodes_under_1s"] = max(at_10k[c]["decision_seconds"] for c in ("scale_up", "scale_down")) < 1
+        cases = ("scale_up", "scale_down", "consolidation")
+        results["goal_10k_nodes_under_1s"] = max(at_10k[c]["decision_seconds"] for c in cases) < 1
     return results

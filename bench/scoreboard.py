@@ -105,16 +105,21 @@ VARIANTS = ("old", "new", "escalator", "perfect")
 TUNABLE = ("new", "perfect")  # the variants --set applies to
 # the simulated scheduler's placements the old and new defaults are also scored under (docs/simulator.md)
 OTHER_PLACEMENTS = ("most_allocated", "least_allocated")
+INTEGER_CONSOLIDATION_KEYS = ("drains_per_run", "evictions_per_hour")
 AUTOSCALING_KEYS = ("setpoint", "target_capacity_margin", "slot_reserve", "slot_reserve_band", "slot_reserve_fraction")
 
 
-def main_config(workdir: Path, variant: str, overrides: dict[str, float] | None = None) -> Path:
+def main_config(workdir: Path, variant: str, overrides: dict[str, Any] | None = None) -> Path:
     """The main file for a variant: the shipped one, or with the old default signal and settings;
     ``overrides`` (new and perfect) set signal parameters or ``autoscaling`` keys."""
     raw = yaml.safe_load(MAIN.read_text())
     if variant in TUNABLE and overrides:
         for key, value in overrides.items():
-            if key in AUTOSCALING_KEYS:
+            if key.startswith("consolidation."):
+                block = raw["autoscaling"].setdefault("consolidation", {})
+                name = key.partition(".")[2]
+                block[name] = int(value) if name in INTEGER_CONSOLIDATION_KEYS else value
+            elif key in AUTOSCALING_KEYS:
                 raw["autoscaling"][key] = int(value) if key in ("slot_reserve", "slot_reserve_band") else value
             else:
                 params = [p for p in raw["autoscale_signal"]["parameters"] if key not in p]
@@ -167,7 +172,7 @@ def score(
     data: Path,
     first: float,
     days: float,
-    overrides: dict[str, float] | None = None,
+    overrides: dict[str, Any] | None = None,
     episodes: bool = False,
     placement: str = "first_fit",
 ) -> dict[str, Any]:
@@ -204,6 +209,8 @@ def score(
         "unmet_cpu_minutes": round(s["unmet_demand"]["cpu_minutes"], 1),
         "minutes_short": s["unmet_demand"]["minutes_with_shortfall"],
         "target_changes_per_day": round(s["scaling"]["actions"] / days, 1),
+        "evictions_per_day": round(s["scaling"]["evictions"] / days, 1),
+        "consolidated_per_day": round(s["scaling"]["nodes_consolidated"] / days, 1),
         "seconds": round(seconds, 2),
     }
 
@@ -293,7 +300,7 @@ def run(
     days: float | None = None,
     traces: tuple[str, ...] = tuple(TRACES),
     variants: tuple[str, ...] = VARIANTS,
-    overrides: dict[str, float] | None = None,
+    overrides: dict[str, Any] | None = None,
     episodes: bool = False,
     placement: str = "first_fit",
 ) -> dict[str, Any]:
@@ -322,7 +329,7 @@ def board(
     days: float,
     files: dict[str, tuple[Path, float]],
     variants: tuple[str, ...],
-    overrides: dict[str, float] | None,
+    overrides: dict[str, Any] | None,
     episodes: bool,
     placement: str,
 ) -> dict[str, Any]:
@@ -339,14 +346,17 @@ def board(
             "unmet_cpu_minutes": round(sum(r["unmet_cpu_minutes"] for r in rows), 1),
             "minutes_short": sum(r["minutes_short"] for r in rows),
             "target_changes_per_day": round(sum(r["target_changes_per_day"] for r in rows), 1),
+            "evictions_per_day": round(sum(r["evictions_per_day"] for r in rows), 1),
+            "consolidated_per_day": round(sum(r["consolidated_per_day"] for r in rows), 1),
         }
     return out
 
 
 def table(out: dict[str, Any]) -> str:
     lines = [
-        f"scoreboard ({out['days']:g} days per trace): cost/oracle | unmet CPU-min | minutes short | changes/day",
-        f"{'trace':<10}" + "".join(f"{v:>34}" for v in out["totals"]),
+        f"scoreboard ({out['days']:g} days per trace): cost/oracle | unmet CPU-min | minutes short | changes/day"
+        " | evictions/day | consolidated nodes/day",
+        f"{'trace':<10}" + "".join(f"{v:>48}" for v in out["totals"]),
     ]
     rows = [
         *out["traces"].items(),
@@ -358,9 +368,10 @@ def table(out: dict[str, Any]) -> str:
             r = by_variant[v]
             cells.append(
                 f"{r['cost_vs_oracle']:>7.3f} {r['unmet_cpu_minutes']:>9.0f} {r['minutes_short']:>6.0f} "
-                f"{r['target_changes_per_day']:>7.1f}   "
+                f"{r['target_changes_per_day']:>7.1f} {r['evictions_per_day']:>6.0f} "
+                f"{r['consolidated_per_day']:>5.0f}   "
             )
-        lines.append(f"{name:<10}" + "".join(f"{c:>34}" for c in cells))
+        lines.append(f"{name:<10}" + "".join(f"{c:>48}" for c in cells))
     return "\n".join(lines)
 
 
@@ -379,9 +390,19 @@ def main(argv: list[str] | None = None) -> int:
             crowds, unmet = flash_bound(spare, args.days)
             print(f"spare {spare:.2f}: {crowds} crowds, at least {unmet:,.0f} unmet CPU-minutes")
         return 0
-    overrides = {k: float(v) for k, _, v in (item.partition("=") for item in args.set)}
+    overrides = {k: _value(v) for k, _, v in (item.partition("=") for item in args.set)}
     run(False, args.days, tuple(args.traces), tuple(args.variants), overrides, args.episodes, args.placement)
     return 0
+
+
+def _value(text: str) -> Any:
+    """A --set value: true or false, a number, else the string (a placement's name)."""
+    if text in ("true", "false"):
+        return text == "true"
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ def test_status_shows_groups_nodes_utilisation_and_the_autoscalers_last_decision
         # the autoscaler saw 10 cpus on one 2-cpu node when it decided
         assert "utilisation (last decision): cpus 500.0%, mem 0.0% (setpoint 70%)" in lines
         assert "autoscaler state: scale lock free, breaker closed" in lines
+        assert "consolidation: off" in lines
         decision = lines[lines.index("last decisions:") + 1]
         assert " utilisation +7: " in decision and "target 8" in decision
         assert lines[-1] == "autoscaler health: ok"
@@ -70,6 +71,14 @@ def test_status_shows_groups_nodes_utilisation_and_the_autoscalers_last_decision
         assert doc["utilisation"]["source"] == "last decision" and doc["utilisation"]["ratios"]["cpus"] == 5.0
         assert [d["reason"] for d in doc["last_decisions"]] == ["utilisation"]
         assert doc["autoscaler_health"] == {"state": "ok", "problems": [], "degraded": []}
+        assert doc["consolidation"] == {"enabled": False, "text": "consolidation: off"}
+
+        # with consolidation on, the budget it has used: nothing yet
+        config = pool.configure(tasks=10, autoscaling={"consolidation": {"enabled": True}})
+        status, out, err = cli(capsys, config, "status", *pool_args, "--events-url", url)
+        assert status == 0, err
+        want = "consolidation budget: 0 of 1 nodes disrupted at once, 0 of 60 evictions in the last hour"
+        assert want in out.splitlines()
 
         cli(capsys, config, "disable", *pool_args, "--until", "1h", "--reason", "upgrade")
         status, out, _ = cli(capsys, config, "status", *pool_args, "--events-url", "http://127.0.0.1:9")

@@ -256,3 +256,39 @@ def test_pods_without_requests_warn_once_per_snapshot(caplog):
 def test_a_node_without_a_name_is_an_error():
     with pytest.raises(ConnectorError, match=r"no metadata\.name"):
         build_view([{"metadata": {}}], [], POOL, now=0)
+
+
+def moved(annotations=None, owners=(), volumes=()):
+    """The Task a pod with these annotations, owner references and volumes becomes."""
+    from clusterman.cluster.kubernetes import as_pod
+    from clusterman.cluster.kubernetes import task_from
+
+    body = pod([container("1")], volumes=list(volumes))
+    body["metadata"] |= {"annotations": annotations or {}, "ownerReferences": list(owners)}
+    keys = ("cluster-autoscaler.kubernetes.io/safe-to-evict", "clusterman.com/safe_to_evict")
+    return task_from(as_pod(body), Resources(cpus=1), KubernetesPool("web", safe_to_evict_keys=keys), set())
+
+
+REPLICASET = {"kind": "ReplicaSet", "name": "web-1", "controller": True}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "owners", "volumes", "flags"),
+    [
+        ({}, [REPLICASET], [], (True, False, True, False)),
+        ({}, [], [], (True, False, False, False)),  # a bare pod: no controller makes a new one
+        ({}, [{"kind": "ConfigMap", "name": "x"}], [], (True, False, False, False)),  # owned, not controlled
+        ({"karpenter.sh/do-not-disrupt": "true"}, [REPLICASET], [], (True, True, True, False)),
+        ({"karpenter.sh/do-not-disrupt": "false"}, [REPLICASET], [], (True, False, True, False)),
+        ({"clusterman.com/safe_to_evict": "false"}, [REPLICASET], [], (False, False, True, False)),
+        ({}, [REPLICASET], [{"name": "d", "emptyDir": {}}], (True, False, True, True)),
+        ({}, [REPLICASET], [{"name": "d", "emptyDir": {"medium": "Memory"}}], (True, False, True, False)),
+        ({}, [REPLICASET], [{"name": "h", "hostPath": {"path": "/var"}}], (True, False, True, True)),
+        # cluster-autoscaler's "true": movable without a controller and with local storage
+        ({"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}, [], [{"name": "d", "emptyDir": {}}],
+         (True, False, True, False)),
+    ],
+)  # fmt: skip
+def test_which_pods_consolidation_may_move(annotations, owners, volumes, flags):
+    t = moved(annotations, owners, volumes)
+    assert (t.safe_to_evict, t.do_not_disrupt, t.controller, t.local_storage) == flags

@@ -86,6 +86,9 @@ def test_a_pod_is_pinned_by_any_of_the_keys_saying_false():
     assert not is_pinned({"metadata": {"annotations": {"clusterman.com/safe_to_evict": "true"}}}, keys)
     assert not is_pinned(pod, keys[:1])
     assert not is_pinned({}, keys)
+    # Karpenter's do-not-disrupt pins a pod whatever the safe-to-evict keys say
+    assert is_pinned({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}}, keys)
+    assert not is_pinned({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "false"}}}, keys)
 
 
 # --- the Mesos schedule ---

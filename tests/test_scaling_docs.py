@@ -35,7 +35,8 @@ def test_the_stage_order_in_the_doc_is_the_order_decide_runs_them():
     chain = re.search(r"The stages, each a module.*?:\n(.*?)\.", DOC.read_text(), re.DOTALL)
     assert chain is not None
     documented = re.findall(r"`(\w+)`", chain.group(1))
-    calls = {"utilisation": "measure(", "target": "propose(", "limits": "clamp(", "distribute": "distribute(",
+    calls = {"utilisation": "measure(", "target": "propose(", "consolidate": "consolidate(", "limits": "clamp(",
+             "distribute": "distribute(",
              "breaker": ".try_raise(", "node_choice": "choose("}  # fmt: skip
     source = inspect.getsource(decide_module.decide)
     ran = sorted(calls, key=lambda stage: source.index(calls[stage]))

@@ -117,6 +117,57 @@ def test_every_decision_is_what_decide_says_on_the_same_snapshot(files):
     assert {r.decision.action.value for r in acted if r.decision} >= {"scale_up", "scale_down"}
 
 
+CONSOLIDATING = """
+resource_groups:
+  - simulated: {tag: web-a}
+scaling_limits: {min_capacity: 2, max_capacity: 30, max_weight_to_add: 10, max_weight_to_remove: 10}
+draining_enabled: true
+autoscaling:
+  setpoint: 0.95
+  slot_reserve: 2
+  slot_reserve_band: 1
+  consolidation: {enabled: true, consolidate_after: 0, evictions_per_hour: 1000}
+simulation:
+  instance_type: m5.2xlarge
+  join_delay_seconds: 120
+  departures: random
+  task_lifetime_minutes: 60
+  demand_mix: [{weight: 4, cpus: 0.5}, {weight: 2, cpus: 1}, {weight: 1, cpus: 2}, {weight: 1, cpus: 4}]
+"""
+
+
+def test_a_fragmented_pool_consolidates_and_the_restarts_are_counted(tmp_path):
+    """Demand falls and pods leave at random: consolidation drains nodes, and each evicted pod runs
+    again (the simulated scheduler places it with its rule) or waits pending, counted as unmet."""
+    values = [120.0] * 60 + [80.0] * 120
+    write_metrics_file(tmp_path / "m.json.gz", {SYS: {key("cpus_allocated"): cpus_series(values)}})
+    (tmp_path / "web.kubernetes").write_text(CONSOLIDATING)
+    scenario = load_scenario(load_main_config(MAIN), Request(tmp_path / "web.kubernetes", [tmp_path / "m.json.gz"]))
+    evicted: set[str] = set()
+    last: set[str] = set()
+    waited: list[str] = []
+
+    def follow(report):
+        if report.snapshot is not None:  # the pods evicted in the run before were placed again
+            waited.extend(sorted(last & {t.id for t in report.snapshot.pending}))
+            last.clear()
+        if report.decision is not None:
+            last.update(pod for c in report.decision.consolidation.chosen for pod, _ in c.moves)
+            evicted.update(last)
+
+    from clusterman.simulator.report import summary
+
+    s = summary(simulate(scenario, on_run=follow), "pool", ["m"])
+    assert s["scaling"]["nodes_consolidated"] > 0 and s["scaling"]["evictions"] >= len(evicted) > 0
+    assert waited == []
+    (tmp_path / "web.kubernetes").write_text(CONSOLIDATING.replace("{enabled: true", "{enabled: false"))
+    scenario = load_scenario(load_main_config(MAIN), Request(tmp_path / "web.kubernetes", [tmp_path / "m.json.gz"]))
+    without = summary(simulate(scenario), "pool", ["m"])
+    assert without["scaling"]["evictions"] < s["scaling"]["evictions"]
+    assert s["unmet_demand"]["cpu_minutes"] <= without["unmet_demand"]["cpu_minutes"]
+    assert s["cost"]["total_dollars"] < without["cost"]["total_dollars"]
+
+
 # --- costs, checked by hand ---
 
 FIXED = """

@@ -39,6 +39,7 @@ from clusterman.core.resources import Resources
 from clusterman.decision.breaker import Breaker
 from clusterman.decision.demand import INTERNAL_APP
 from clusterman.decision.demand import demand_from_snapshot
+from clusterman.decision.disruption import DisruptionState
 from clusterman.decision.loss_guard import NodeMemory
 from clusterman.decision.policy import ScalingPolicy
 from clusterman.decision.scale_lock import ScaleLock
@@ -65,7 +66,8 @@ GROUP_KEYS = ("id", "target_capacity", "min_capacity", "max_capacity", "stale", 
               "node_resources", "kind")  # fmt: skip
 NODE_KEYS = ("id", "group", "weight", "state", "allocatable", "reserved", "launched_at", "tainted_at",
              "instance_id", "instance_type", "market")  # fmt: skip
-POD_KEYS = ("id", "requests", "node", "app", "daemon", "revocable", "from_reservation", "safe_to_evict", "batch")
+POD_KEYS = ("id", "requests", "node", "app", "daemon", "revocable", "from_reservation", "safe_to_evict", "batch",
+            "do_not_disrupt", "controller", "local_storage")  # fmt: skip
 
 
 def load_plan(text: str, source: str, default_now: float) -> PlanInput:
@@ -255,6 +257,9 @@ def _pod(r: _Reader, spec: Any, path: str) -> tuple[Task, str | None]:
         safe_to_evict=r.flag(m.get("safe_to_evict", True), f"{path}.safe_to_evict"),
         batch=r.flag(m.get("batch", False), f"{path}.batch"),
         app=str(m.get("app", "")),
+        do_not_disrupt=r.flag(m.get("do_not_disrupt", False), f"{path}.do_not_disrupt"),
+        controller=r.flag(m.get("controller", True), f"{path}.controller"),
+        local_storage=r.flag(m.get("local_storage", False), f"{path}.local_storage"),
     )
     return task, (None if node is None else r.string(node, f"{path}.node"))
 
@@ -270,7 +275,7 @@ def _request(r: _Reader, value: Any, path: str) -> ResourceRequest:
 
 def _state(r: _Reader, value: Any, path: str) -> AutoscalerState:
     """The ``state`` a previous plan printed, so decisions can be chained by hand."""
-    m = r.mapping(value, path, ("scale_lock", "breaker", "memory"))
+    m = r.mapping(value, path, ("scale_lock", "breaker", "memory", "disruption"))
     lock = r.mapping(m.get("scale_lock", {}), f"{path}.scale_lock", ("until", "requested"))
     br = r.mapping(m.get("breaker", {}), f"{path}.breaker", ("failures", "awaiting", "opened_at"))
     mem = r.mapping(m.get("memory", {}), f"{path}.memory", ("joined", "terminating"))
@@ -279,6 +284,10 @@ def _state(r: _Reader, value: Any, path: str) -> AutoscalerState:
         where = f"{path}.memory.{key}"
         return frozenset(r.string(v, f"{where}[{i}]") for i, v in enumerate(r.items(mem.get(key, []), where)))
 
+    try:
+        disruption = DisruptionState.from_json(m.get("disruption"))
+    except ValueError as e:
+        raise r.fail(f"{path}.disruption", str(e).removeprefix("disruption").lstrip(".: ")) from None
     failures = r.number(br.get("failures", 0), f"{path}.breaker.failures", non_negative)
     if not failures.is_integer():
         raise r.fail(f"{path}.breaker.failures", f"expected a whole number, got {br['failures']!r}")
@@ -293,6 +302,7 @@ def _state(r: _Reader, value: Any, path: str) -> AutoscalerState:
             opened_at=_time(r, br.get("opened_at"), f"{path}.breaker.opened_at"),
         ),
         memory=NodeMemory(ids("joined"), ids("terminating")),
+        disruption=disruption,
     )
 
 

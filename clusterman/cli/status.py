@@ -109,6 +109,8 @@ def text_lines(s: PoolStatus) -> list[str]:
         lines.append(f"utilisation ({u.source}): {percent_line(u.ratios)} (setpoint {u.setpoint:.0%})")
     kept = s.kept.why if isinstance(s.kept, Unavailable) else describe_kept(s.kept, s.taken_at)
     lines.append(f"autoscaler state: {kept}")
+    c = s.consolidation
+    lines.append(f"consolidation budget: unknown: {c.why}" if isinstance(c, Unavailable) else c.describe())
     if isinstance(s.decisions, Unavailable):
         lines.append(f"last decisions: unknown: {s.decisions.why}")
     elif not s.decisions:

@@ -58,6 +58,8 @@ SCALE_DOWN_TAINT_KEY = "clusterman.com/scale-down"
 # Yelp Clusterman's drain taint (value: Unix seconds), so pools taken over from either keep going.
 SCALE_DOWN_TAINT_KEYS = (SCALE_DOWN_TAINT_KEY, "atlassian.com/escalator", "clusterman.yelp.com/terminating")
 SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+# Karpenter's: a pod annotated "true" is never disrupted on purpose (its node is not removed)
+DO_NOT_DISRUPT_ANNOTATION = "karpenter.sh/do-not-disrupt"
 # attempts per API call, each bounded by the caller's timeout: the first and two retries (urllib3's
 # default is four in all), so a call to an API server that does not answer ends within 3 timeouts
 ATTEMPTS = 3
@@ -315,18 +317,38 @@ def _targets(pod: objects.Pod, pool: KubernetesPool) -> bool:
     return False
 
 
+def has_controller(pod: objects.Pod) -> bool:
+    """An owner that makes a new pod when this one is evicted (a ReplicaSet, a Job, ...)."""
+    return any(ref.controller is True for ref in pod.metadata.owner_references or ())
+
+
+def has_local_storage(pod: objects.Pod) -> bool:
+    """An ``emptyDir`` on disk or a ``hostPath`` volume: what the pod wrote there stays behind when it
+    moves (cluster-autoscaler's rule; an emptyDir in memory is lost either way)."""
+    for volume in pod.spec.volumes or ():
+        if volume.host_path is not None:
+            return True
+        if volume.empty_dir is not None and volume.empty_dir.medium != "Memory":
+            return True
+    return False
+
+
 def task_from(pod: objects.Pod, request: Resources, pool: KubernetesPool, owners: set[str]) -> Task:
     meta = pod.metadata
     annotations = meta.annotations or {}
     labels = meta.labels or {}
-    pinned = any(str(annotations.get(k, "")).strip().lower() in FALSE_WORDS for k in pool.safe_to_evict_keys)
+    said = {str(annotations.get(k, "")).strip().lower() for k in pool.safe_to_evict_keys}
+    movable = "true" in said  # cluster-autoscaler's "true": moves without a controller, or with local storage
     return Task(
         id=_name(pod),
         requests=request,
         daemon=_daemon(pod, owners),
-        safe_to_evict=not pinned,
+        safe_to_evict=not (said & FALSE_WORDS),
         batch="Job" in owners,
         app=sys.intern(str(labels.get("app.kubernetes.io/name") or labels.get("app") or "")),
+        do_not_disrupt=str(annotations.get(DO_NOT_DISRUPT_ANNOTATION, "")).strip().lower() == "true",
+        controller=movable or has_controller(pod),
+        local_storage=not movable and has_local_storage(pod),
     )
 
 

@@ -33,6 +33,7 @@ import urllib3
 
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.kubernetes import ATTEMPTS
+from clusterman.cluster.kubernetes import DO_NOT_DISRUPT_ANNOTATION
 from clusterman.cluster.kubernetes import FALSE_WORDS
 from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
 from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEY
@@ -88,8 +89,11 @@ def blocking_pods(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def is_pinned(pod: Mapping[str, Any], keys: Iterable[str]) -> bool:
-    """Annotated not safe to evict (``false`` under one of ``keys``): the owner asked us never to evict it."""
+    """Annotated not safe to evict (``false`` under one of ``keys``) or not to be disrupted
+    (Karpenter's ``karpenter.sh/do-not-disrupt: "true"``): the owner asked us never to evict it."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if str(annotations.get(DO_NOT_DISRUPT_ANNOTATION, "")).strip().lower() == "true":
+        return True
     return any(str(annotations.get(k, "")).strip().lower() in FALSE_WORDS for k in keys)
 
 

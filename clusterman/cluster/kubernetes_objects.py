@@ -25,6 +25,7 @@ class Fields(msgspec.Struct, rename="camel", gc=False):
 
 class OwnerReference(Fields):
     kind: str = ""
+    controller: bool | None = None  # this owner makes a new pod when the pod goes
 
 
 class ObjectMeta(Fields):
@@ -69,8 +70,20 @@ class Affinity(Fields):
     node_affinity: NodeAffinity | None = None
 
 
+class EmptyDir(Fields):
+    medium: str | None = None
+
+
+class Volume(Fields):
+    """Only whether the pod keeps data on its node: an emptyDir not in memory, or a hostPath."""
+
+    empty_dir: EmptyDir | None = None
+    host_path: dict[str, Any] | None = None
+
+
 class PodSpec(Fields):
     node_name: str | None = None
+    volumes: list[Volume] | None = None
     containers: list[Container] | None = None
     init_containers: list[Container] | None = None
     overhead: ResourceList | None = None

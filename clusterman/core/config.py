@@ -116,6 +116,30 @@ class AwsConfig:
     IGNORED_KEYS: ClassVar = frozenset({"spot_price_table"})
 
 
+CONSOLIDATION_PLACEMENTS = ("first_fit", "most_allocated")
+
+
+@dataclass(frozen=True)
+class ConsolidationConfig:
+    """``autoscaling.consolidation``: packing the pool within a disruption budget (docs/scaling.md,
+    "Consolidation"). In the main file and the pool file alike; a key the pool file leaves out is
+    the main file's, and one neither gives the default below."""
+
+    enabled: bool | None = field(None, doc="false")
+    placement: str | None = field(
+        None,
+        check=Check(lambda v: v in CONSOLIDATION_PLACEMENTS, f"must be one of {', '.join(CONSOLIDATION_PLACEMENTS)}"),
+        doc="first_fit: where the pool's scheduler puts pods (first fit in launch order, or most_allocated)",
+    )
+    consolidate_after_seconds: float | None = field(
+        None, parser=parse_duration, check=non_negative, aliases={"consolidate_after": None}, doc="600"
+    )
+    max_disrupted_share: float | None = field(None, check=unit_interval, doc="0.1: of the pool's nodes at once")
+    drains_per_run: int | None = field(None, check=positive, doc="1: nodes with pods drained per run")
+    evictions_per_hour: int | None = field(None, check=non_negative, doc="pods evicted by consolidation")
+    evict_local_storage: bool | None = field(None, doc="false: pods with emptyDir or hostPath volumes stay")
+
+
 @dataclass(frozen=True)
 class AutoscalingDefaults:
     """The main file's ``autoscaling`` block: defaults every pool may override."""
@@ -125,6 +149,7 @@ class AutoscalingDefaults:
     slot_reserve: int = field(0, check=non_negative)
     slot_reserve_band: int = field(0, check=non_negative)
     slot_reserve_fraction: float = field(0.0, check=unit_interval)
+    consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
     excluded_resources: tuple[str, ...] = ()
     default_signal_role: str = "clusterman"
     instance_loss_threshold: int = field(0, check=non_negative)
@@ -378,6 +403,7 @@ class PoolAutoscaling:
     slot_reserve: int | None = field(None, check=non_negative)
     slot_reserve_band: int | None = field(None, check=non_negative)
     slot_reserve_fraction: float | None = field(None, check=unit_interval)
+    consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
     excluded_resources: tuple[str, ...] | None = None
     prevent_scale_down_after_capacity_loss: bool = False
     instance_loss_threshold: int | None = field(None, check=non_negative)

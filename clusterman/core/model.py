@@ -53,6 +53,14 @@ class Task:
     safe_to_evict: bool = True
     batch: bool = False  # Clusterman prefers removing nodes with fewer batch tasks
     app: str = ""
+    # Karpenter's karpenter.sh/do-not-disrupt=true: pins its node as safe-to-evict=false does
+    do_not_disrupt: bool = False
+    # a controller (ReplicaSet, Job, ...) makes a new pod when this one is evicted: consolidation
+    # never evicts one without (a bare pod evicted is gone for good)
+    controller: bool = True
+    # emptyDir or hostPath volumes: what it wrote there is lost when it moves (consolidation moves
+    # it only when ``evict_local_storage`` says so)
+    local_storage: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +73,9 @@ class NodeUsage:
     revocable: Resources = Resources()
     tasks: int = 0  # daemons excluded
     batch_tasks: int = 0
-    pinned: bool = False  # some task must not be evicted
+    pinned: bool = False  # some task must not be evicted (safe-to-evict=false, do-not-disrupt)
+    bare: bool = False  # some task has no controller: consolidation leaves the node alone
+    local_storage: bool = False  # some task keeps data on the node (emptyDir, hostPath)
     largest: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # per resource, of the demand tasks
 
     @staticmethod
@@ -77,14 +87,18 @@ class NodeUsage:
         rc = rm = rd = rg = uc = um = ud = ug = vc = vm = vd = vg = 0.0
         largest: list[float] | None = None
         count = batch = 0
-        pinned = False
+        pinned = bare = local = False
         for t in tasks:
             if t.daemon:
                 continue
             count += 1
             batch += t.batch
-            if not t.safe_to_evict:
+            if not t.safe_to_evict or t.do_not_disrupt:
                 pinned = True
+            if not t.controller:
+                bare = True
+            if t.local_storage:
+                local = True
             r = t.requests
             c, m, d, g = r.cpus, r.mem, r.disk, r.gpus
             if t.revocable:
@@ -121,6 +135,8 @@ class NodeUsage:
             count,
             batch,
             pinned,
+            bare,
+            local,
             (largest[0], largest[1], largest[2], largest[3]) if largest else (0.0, 0.0, 0.0, 0.0),
         )
 

@@ -7,6 +7,8 @@ The stages, each its own module and testable alone:
   target       the target before limits (Clusterman's rules, Escalator's math)
   limits       Clusterman's clamping of the change
   distribute   the new total across resource groups
+  consolidate  when nothing is in flight: drain a node whose pods fit elsewhere, to remove it or to
+               keep it as whole places (placement.py predicts where its pods go)
   breaker      no raising while requested capacity does not arrive (judged on what the groups take)
   node_choice  untaint, taint, terminate
 The autoscaler loop and the simulator call ``decide`` and apply the Decision; nothing here does I/O.
@@ -17,13 +19,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from fractions import Fraction
 
+from clusterman.core.model import NO_TIME
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.timestamps import format_time
+from clusterman.decision.consolidate import KEEP_GIVE_UP_SECONDS
+from clusterman.decision.consolidate import OFF
+from clusterman.decision.consolidate import Choice
+from clusterman.decision.consolidate import Consolidation
+from clusterman.decision.consolidate import consolidate
 from clusterman.decision.decision import Decision
 from clusterman.decision.decision import Reason
 from clusterman.decision.decision import action_of
 from clusterman.decision.demand import total_request
+from clusterman.decision.disruption import DisruptionState
 from clusterman.decision.distribute import distribute
 from clusterman.decision.exact import ZERO
 from clusterman.decision.exact import exact
@@ -37,8 +46,10 @@ from clusterman.decision.policy import ScalingPolicy
 from clusterman.decision.pool_view import PoolView
 from clusterman.decision.pool_view import view_of
 from clusterman.decision.scale_lock import ScaleLock
+from clusterman.decision.slots import Places
 from clusterman.decision.slots import largest_in
 from clusterman.decision.state import AutoscalerState
+from clusterman.decision.target import Proposal
 from clusterman.decision.target import propose
 from clusterman.decision.utilisation import Utilisation
 from clusterman.decision.utilisation import measure
@@ -80,16 +91,36 @@ def decide(
         return _decision(view, util, T, as_is, NodeActions(), held, notes, after, why)
 
     slot = largest_in(view, snapshot.pending) if policy.slot_reserve else None
-    proposal = propose(view, util, policy, slot)
+    places = Places(view, slot) if slot is not None and W > 0 else None
+    proposal = propose(view, util, policy, slot, places)
+    keeping = _keeping(view, state.disruption, now)
+    plan = OFF
+    if policy.consolidation.enabled:
+        busy = _in_flight(view, snapshot, proposal, blocked, keeping, policy, now)
+        plan = consolidate(view, places, policy, proposal.asked, state.disruption, now, busy)
+        if plan.gained:  # a node drained to be kept: its places come, and the pool shrinks no further now
+            again = propose(view, util, policy, slot, places, plan.gained)
+            proposal = again if again.target >= T else Proposal(T, f"{again.reason}; keep {show(T)}", again.asked)
+        elif plan.removed:
+            proposal = Proposal(T - plan.removed, proposal.reason, proposal.asked)
     clamped = clamp(T, proposal.target, policy, blocked, Reason.CAPACITY_LOSS if lost else Reason.HELD)
-    why = clamped.reason
+    why = Reason.CONSOLIDATION if plan.removed else clamped.reason
     reason = proposal.reason
     if clamped.notes:
         reason += f"; limited by {', '.join(clamped.notes)} → {show(clamped.target)}"
     elif blocked:
         notes.append(blocked)
+    notes += plan.lines()
     unchanged = clamped.target == T
-    group_targets = _current_targets(view) if unchanged else distribute(view.groups.values(), clamped.target)
+    if plan.removed:
+        group_targets = _current_targets(view)
+        for c in plan.chosen:
+            if c.choice is Choice.REMOVE:
+                group_targets[c.group] -= c.weight
+    elif unchanged:
+        group_targets = _current_targets(view)
+    else:
+        group_targets = distribute(view.groups.values(), clamped.target)
     achieved = _live_sum(view, group_targets)
     if achieved != clamped.target:
         notes.append(f"the groups' own bounds allow {show(achieved)}")
@@ -111,7 +142,8 @@ def decide(
     elif achieved < T:
         breaker = breaker.withdraw()
 
-    actions = choose(view, group_targets, policy, now, may_remove=not blocked)
+    chosen = {c.node: (c.choice is Choice.REMOVE, c.line(plan.slot)) for c in plan.chosen}
+    actions = choose(view, group_targets, policy, now, not blocked, chosen, keeping)
     if actions.kept:
         first = actions.kept[0]
         more = f" (and {len(actions.kept) - 1} more)" if len(actions.kept) > 1 else ""
@@ -119,11 +151,63 @@ def decide(
     waiting = achieved - W - actions.untainted_weight + actions.tainted_weight
     if achieved <= T and waiting > 0:
         notes.append(f"{show(waiting)} already requested, waiting to join")
-    after = AutoscalerState(lock, breaker, _remember(snapshot, joined, state.memory, actions.terminate))
+    disruption = _disruption_after(view, state.disruption, plan, actions, policy.consolidation.enabled)
+    after = AutoscalerState(lock, breaker, _remember(snapshot, joined, state.memory, actions.terminate), disruption)
     # The arrow is the target's change, as the action, the target shown and the event: the rule
     # sized the ready capacity, so when that differs from the target both are named.
     head = f"{reason} → {signed(achieved - T)}" + (f" from target {show(T)} (ready {show(W)})" if W != T else "")
-    return _decision(view, util, T, group_targets, actions, head, notes, after, why)
+    return _decision(view, util, T, group_targets, actions, head, notes, after, why, plan)
+
+
+def _keeping(view: PoolView, state: DisruptionState, now: float) -> frozenset[str]:
+    """Nodes drained to be kept that are still tainted and not given up on (their pods would not
+    leave for ``KEEP_GIVE_UP_SECONDS``: then they are untainted as any other)."""
+    tainted = {n.id for n in view.tainted}
+    return frozenset(n for n, at in state.keeping if n in tainted and now - at < KEEP_GIVE_UP_SECONDS)
+
+
+def _in_flight(
+    view: PoolView,
+    snapshot: PoolSnapshot,
+    proposal: Proposal,
+    blocked: str,
+    keeping: frozenset[str],
+    policy: ScalingPolicy,
+    now: float,
+) -> str:
+    """Why consolidation must not start anything this run ("" when the pool is settled)."""
+    T = view.target
+    limit = policy.orphan_instance_uptime_threshold_seconds
+    joining = sum(1 for n in view.orphans if n.launched_at == NO_TIME or now - n.launched_at < limit)
+    for n in view.tainted:
+        if not n.usage.tasks:
+            return f"node {n.id} leaves or comes back this run"
+        if n.id in keeping:
+            return f"node {n.id} is being drained to be kept"
+    if blocked:
+        return blocked
+    if joining:
+        return f"{joining} nodes joining"
+    if any(not t.daemon and not t.revocable for t in snapshot.pending):
+        return "pods pending"
+    if proposal.asked is None:
+        return "no utilisation to keep"
+    if proposal.asked > T:
+        return "utilisation asks for more"
+    if proposal.target < T:
+        return "the pool scales down"
+    return ""
+
+
+def _disruption_after(
+    view: PoolView, before: DisruptionState, plan: Consolidation, actions: NodeActions, enabled: bool
+) -> DisruptionState:
+    """What consolidation remembers for the next run: nodes drained to be kept stay remembered
+    while they are tainted and not untainted now."""
+    state = plan.state if enabled else before
+    still = {n.id for n in view.tainted} - set(actions.untaint) - set(actions.terminate)
+    released = [n for n, _ in state.keeping if n not in still and n not in {c.node for c in plan.chosen}]
+    return state.after_release(released) if released else state
 
 
 def _hold_reason(view: PoolView, lock: ScaleLock, live_ready: Fraction, now: float) -> str:
@@ -190,6 +274,7 @@ def _decision(
     notes: list[str],
     state: AutoscalerState,
     reason: Reason,
+    consolidation: Consolidation = OFF,
 ) -> Decision:
     target = _live_sum(view, group_targets)
     verbs = (("untaint", actions.untaint), ("taint", actions.taint), ("terminate", actions.terminate))
@@ -216,4 +301,5 @@ def _decision(
         terminate=actions.terminate,
         node_reasons=actions.reasons,
         state=state,
+        consolidation=consolidation,
     )

@@ -8,6 +8,8 @@ from dataclasses import field
 from fractions import Fraction
 from typing import Any
 
+from clusterman.decision.consolidate import OFF
+from clusterman.decision.consolidate import Consolidation
 from clusterman.decision.exact import ZERO
 from clusterman.decision.exact import number
 from clusterman.decision.state import AutoscalerState
@@ -32,6 +34,7 @@ class Reason(enum.Enum):
     CAPACITY_LOSS = "capacity_loss"  # no scale-down: nodes were lost since the last run
     HELD = "held"  # no scale-down: the caller said so (a resource group could not be read)
     NO_GROUPS = "no_groups"  # nothing to scale: no resource group, or all stale
+    CONSOLIDATION = "consolidation"  # a node whose pods fit elsewhere is removed (consolidate.py)
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Decision:
     terminate: tuple[str, ...] = ()
     node_reasons: dict[str, str] = field(default_factory=dict)
     state: AutoscalerState = field(default_factory=AutoscalerState)
+    consolidation: Consolidation = OFF
 
     @property
     def delta(self) -> Fraction:
@@ -84,6 +88,7 @@ class Decision:
             "load": numbers(self.load),
             "capacity": numbers(self.capacity),
             "node_reasons": dict(self.node_reasons),
+            "consolidation": self.consolidation.as_json(),
             "state": self.state.as_json(),
         }
 

@@ -90,6 +90,37 @@ class Room:
         if i is not None:
             self._leave(i)
 
+    def first(self, need: Need) -> int:
+        """The first receiver with room for ``need`` in every resource it asks for, or -1."""
+        return self._first(need)
+
+    def take(self, j: int, need: Need) -> None:
+        """``need`` placed on receiver ``j``."""
+        self._add(j, need, -1)
+
+    def give(self, j: int, need: Need) -> None:
+        """Undo a ``take`` (room grows: no remembered first receiver holds any more)."""
+        self._add(j, need, 1)
+        self.hint.clear()
+
+    def has_room(self, j: int, need: Need) -> bool:
+        """Does receiver ``j`` have room for ``need`` now (in every resource it asks for)?"""
+        k = self.size + j
+        return all(self._tree(d)[k] >= need[d] for d in _DIMS if need[d] > 0)
+
+    def leave_for_now(self, node_id: str) -> tuple[int | None, ...] | None:
+        """The node receives nothing until ``come_back``; what it had (None: not a receiver)."""
+        i = self.index.get(node_id)
+        if i is None:
+            return None
+        saved = self._leaf(i)
+        self._leave(i)
+        return saved
+
+    def come_back(self, node_id: str, saved: tuple[int | None, ...] | None) -> None:
+        if saved is not None:
+            self._restore(self.index[node_id], saved)
+
     def try_move(self, node: Node) -> str:
         """Remove ``node``, placing its tasks (and what this run moved onto it) on the others; ""
         when they all fit, else why not (and nothing changes)."""

@@ -46,8 +46,15 @@ class NodeActions:
 class _Choice:
     """The working figures of one choice, in millionths of a weight unit."""
 
-    def __init__(self, view: PoolView, group_targets: dict[str, Fraction], policy: ScalingPolicy, now: float):
-        self.view, self.policy, self.now = view, policy, now
+    def __init__(
+        self,
+        view: PoolView,
+        group_targets: dict[str, Fraction],
+        policy: ScalingPolicy,
+        now: float,
+        keeping: frozenset[str] = frozenset(),
+    ):
+        self.view, self.policy, self.now, self.keeping = view, policy, now, keeping
         self.targets = {gid: micro(t) for gid, t in group_targets.items()}
         self.stale = {g.id for g in view.groups.values() if g.stale}
         self.live_target = sum(self.targets[g.id] for g in view.live_groups)
@@ -105,8 +112,11 @@ class _Choice:
             short = self.targets[g.id] - self.ready[g.id] - joining.get(g.id, 0)
             if short <= 0:
                 continue
-            members = (n for n in self.view.tainted if n.group_id == g.id)
-            for node in sorted(members, key=lambda n: (-n.launched_at, n.id)):  # newest first
+            # a node drained to be kept comes back first, once its pods are gone; newest first
+            members = (
+                n for n in self.view.tainted if n.group_id == g.id and not (n.id in self.keeping and n.usage.tasks)
+            )
+            for node in sorted(members, key=lambda n: (n.id not in self.keeping, -n.launched_at, n.id)):
                 if short <= 0:
                     break
                 w = micro(node.weight)
@@ -119,19 +129,31 @@ class _Choice:
                 )
         return chosen
 
+    def consolidate(self, chosen: dict[str, tuple[bool, str]]) -> None:
+        """Taint the nodes consolidation chose (by id: whether it removes the node, and why) before
+        any other: a node removed leaves the ready capacity, one kept comes back once drained."""
+        by_id = {n.id: n for n in self.view.ready}
+        for node_id, (removed, why) in chosen.items():
+            node = by_id[node_id]
+            self.tainted.append(node)
+            if removed:
+                self.ready[node.group_id] -= micro(node.weight)
+            self.reasons[node_id] = f"taint: {why}"
+
     def taint(self) -> list[Node]:
         excess = sum(self.ready.values()) - self.live_target
+        chosen = self.tainted
         if excess <= 0:
-            return []
+            return chosen
         stale = self.stale
         budget = micro(self.policy.max_weight_to_remove)
-        chosen = self.tainted
         target_text = show(from_micro(self.live_target))
+        already = {n.id for n in chosen}
         for node in self.removal_order():
             if excess <= 0:
                 break
             w, g = micro(node.weight), node.group_id
-            if w > excess or self.ready[g] - w < self.targets[g] or w > budget:
+            if node.id in already or w > excess or self.ready[g] - w < self.targets[g] or w > budget:
                 continue
             stays = self.fits_elsewhere(node)
             if stays:
@@ -216,14 +238,24 @@ class _Choice:
 
 
 def choose(
-    view: PoolView, group_targets: dict[str, Fraction], policy: ScalingPolicy, now: float, may_remove: bool
+    view: PoolView,
+    group_targets: dict[str, Fraction],
+    policy: ScalingPolicy,
+    now: float,
+    may_remove: bool,
+    consolidated: dict[str, tuple[bool, str]] | None = None,
+    keeping: frozenset[str] = frozenset(),
 ) -> NodeActions:
-    """``may_remove`` is False while scale-down is blocked (scale lock, capacity-loss guard)."""
-    c = _Choice(view, group_targets, policy, now)
+    """``may_remove`` is False while scale-down is blocked (scale lock, capacity-loss guard).
+    ``consolidated``: the nodes consolidation chose, by id: (removed, why); ``keeping``: nodes
+    drained to be kept, untainted only once their pods are gone."""
+    c = _Choice(view, group_targets, policy, now, keeping)
     untainted = c.untaint()
     tainted: list[Node] = []
     terminate: list[str] = []
     if may_remove:
+        if consolidated:
+            c.consolidate(consolidated)
         tainted = c.taint()
         terminate = c.orphans()
         untainted_ids = {n.id for n in untainted}
@@ -235,5 +267,8 @@ def choose(
         reasons=c.reasons,
         kept=tuple(c.kept),
         untainted_weight=from_micro(sum(micro(n.weight) for n in untainted)),
-        tainted_weight=from_micro(sum(micro(n.weight) for n in tainted)),
+        # a node drained to be kept comes back: it is no scale-down
+        tainted_weight=from_micro(
+            sum(micro(n.weight) for n in tainted if consolidated is None or consolidated.get(n.id, (True,))[0])
+        ),
     )

@@ -9,8 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from clusterman.core.config import AutoscalingDefaults
+from clusterman.core.config import ConsolidationConfig
 from clusterman.core.config import PoolAutoscaling
 from clusterman.core.config import ScalingLimits
 from clusterman.core.config_schema import ConfigError
@@ -27,6 +29,47 @@ class EscalatorRemoval:
     upper: Fraction
     slow: Fraction
     fast: Fraction
+
+
+@dataclass(frozen=True)
+class ConsolidationPolicy:
+    """Packing the pool within a disruption budget (consolidate.py, docs/scaling.md "Consolidation").
+
+    ``placement`` is the pool scheduler's rule the prediction follows; the budget: at most
+    ``max_disrupted_share`` of the pool's nodes tainted at once (at least one), ``drains_per_run``
+    nodes with pods chosen per run, ``evictions_per_hour`` pods over the last hour, each node a
+    candidate for ``consolidate_after_seconds`` first; pods with local storage move only when
+    ``evict_local_storage``."""
+
+    enabled: bool = False
+    placement: str = "first_fit"
+    consolidate_after_seconds: float = 600.0
+    max_disrupted_share: Fraction = Fraction(1, 10)
+    drains_per_run: int = 1
+    evictions_per_hour: int = 60
+    evict_local_storage: bool = False
+
+    @staticmethod
+    def resolve(pool: ConsolidationConfig, main: ConsolidationConfig) -> ConsolidationPolicy:
+        """Each key from the pool file, else the main file, else the default."""
+        d = ConsolidationPolicy()
+
+        def pick(name: str) -> Any:
+            for block in (pool, main):
+                value = getattr(block, name)
+                if value is not None:
+                    return value
+            return getattr(d, name)
+
+        return ConsolidationPolicy(
+            enabled=bool(pick("enabled")),
+            placement=str(pick("placement")),
+            consolidate_after_seconds=float(pick("consolidate_after_seconds")),
+            max_disrupted_share=exact(pick("max_disrupted_share")),
+            drains_per_run=int(pick("drains_per_run")),
+            evictions_per_hour=int(pick("evictions_per_hour")),
+            evict_local_storage=bool(pick("evict_local_storage")),
+        )
 
 
 @dataclass(frozen=True)
@@ -55,6 +98,7 @@ class ScalingPolicy:
     instance_loss_threshold: int = 0
     # resources of one weight unit, for sizing a pool with no ready nodes when the groups do not say
     unit_resources: Resources = Resources()
+    consolidation: ConsolidationPolicy = ConsolidationPolicy()
 
     @staticmethod
     def from_config(
@@ -119,4 +163,5 @@ class ScalingPolicy:
                 a.instance_loss_threshold if a.instance_loss_threshold is not None else d.instance_loss_threshold
             ),
             unit_resources=Resources(cpus=d.cpus_per_weight or 0.0),
+            consolidation=ConsolidationPolicy.resolve(a.consolidation, d.consolidation),
         )

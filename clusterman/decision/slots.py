@@ -98,19 +98,27 @@ def free_room(vectors: list[tuple[float, ...]], d: int) -> list[int]:
 
 
 def reserve(
-    view: PoolView, proposed: Fraction, slot: Need | None, wanted: int, band: int = 0, fraction: Fraction = ZERO
+    view: PoolView,
+    proposed: Fraction,
+    slot: Need | None,
+    wanted: int,
+    band: int = 0,
+    fraction: Fraction = ZERO,
+    places: Places | None = None,
+    coming: int = 0,
 ) -> Reserve:
     """The smallest target at or above ``proposed`` that leaves ``wanted`` slots free (module doc),
     or ``fraction`` of the slots the ready capacity holds when that is more: large pods arrive in
     proportion to the pods a pool runs, so a large pool needs more places than a small one.
     A scale-down (below the current target) keeps ``wanted + band`` free, at most the current
     target: hysteresis, so that the reserve alone does not remove a node one run and add it back
-    a few runs later when the next large pods take the places a removal left just enough of."""
+    a few runs later when the next large pods take the places a removal left just enough of.
+    ``places``: the view's, when already counted; ``coming``: places a node being drained to be
+    kept will add (consolidate.py), counted as if free already."""
     if slot is None or view.ready_total <= 0:
         return Reserve(proposed)
-    slots = _Slots(view, slot)
-    if fraction > 0:
-        wanted = max(wanted, ceil(fraction * view.ready_total * slots.per_unit))
+    slots = places if places is not None else Places(view, slot)
+    wanted = slots.wanted(wanted, fraction) - coming
     kept = slots.reserve(proposed, wanted, view.target)
     if band <= 0 or kept.target >= view.target:
         return kept
@@ -123,10 +131,10 @@ def reserve(
     )
 
 
-class _Slots:
+class Places:
     """The free slots of one snapshot's ready nodes, worked out once: the emptiest leave first, so
     the slots a scale-down by ``leaving`` weight units loses are a prefix sum over the nodes sorted
-    by their slots, found by bisection."""
+    by their slots, found by bisection. ``places[k]`` are the slots of ``view.ready[k]``."""
 
     def __init__(self, view: PoolView, slot: Need) -> None:
         self.slot = slot
@@ -137,6 +145,19 @@ class _Slots:
         self.places = [s for s, _ in counted]  # in the order of ``nodes``
         self.ready = sorted(counted, reverse=True)
         self.total = sum(self.places)
+        self._free: dict[int, Fraction] = {}
+
+    def free(self, d: int) -> Fraction:
+        """The ready nodes' free room in resource ``d``, in its units (``free_room``, summed)."""
+        if d not in self._free:
+            self._free[d] = Fraction(sum(free_room([n.vector for n in self.nodes], d)), MICRO)
+        return self._free[d]
+
+    def wanted(self, reserve: int, fraction: Fraction) -> int:
+        """The places to keep: ``reserve``, or ``fraction`` of those the ready capacity holds."""
+        if fraction > 0:
+            return max(reserve, ceil(fraction * self.ready_total * self.per_unit))
+        return reserve
 
     @functools.cached_property
     def prefix(self) -> tuple[list[int], list[int] | list[Fraction], bool]:

@@ -1,4 +1,5 @@
-"""What one decision hands to the next: the scale lock, the breaker and the capacity-loss memory.
+"""What one decision hands to the next: the scale lock, the breaker, the capacity-loss memory and
+what consolidation remembers (its candidates, evictions and nodes drained to be kept).
 
 The autoscaler loop (and the simulator) keeps the ``AutoscalerState`` a decision returns and passes
 it to the next call; ``decide`` itself keeps nothing.
@@ -14,6 +15,7 @@ from typing import Any
 
 from clusterman.core.model import NO_TIME
 from clusterman.decision.breaker import Breaker
+from clusterman.decision.disruption import DisruptionState
 from clusterman.decision.loss_guard import NodeMemory
 from clusterman.decision.scale_lock import ScaleLock
 
@@ -23,6 +25,7 @@ class AutoscalerState:
     scale_lock: ScaleLock = field(default_factory=ScaleLock)
     breaker: Breaker = field(default_factory=Breaker)
     memory: NodeMemory = field(default_factory=NodeMemory)
+    disruption: DisruptionState = field(default_factory=DisruptionState)
 
     def as_json(self) -> dict[str, Any]:
         lock, breaker = self.scale_lock, self.breaker
@@ -34,6 +37,7 @@ class AutoscalerState:
                 "opened_at": _time(breaker.opened_at),
             },
             "memory": {"joined": sorted(self.memory.joined), "terminating": sorted(self.memory.terminating)},
+            "disruption": self.disruption.as_json(),
         }
 
     @staticmethod
@@ -47,6 +51,7 @@ class AutoscalerState:
             ScaleLock(_when(lock, "scale_lock.until"), _number(lock, "scale_lock.requested")),
             Breaker(int(failures), _number(breaker, "breaker.awaiting"), _when(breaker, "breaker.opened_at")),
             NodeMemory(_ids(memory, "memory.joined"), _ids(memory, "memory.terminating")),
+            DisruptionState.from_json(data.get("disruption")),
         )
 
 

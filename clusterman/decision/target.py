@@ -19,6 +19,7 @@ from clusterman.decision.exact import show
 from clusterman.decision.fit import Need
 from clusterman.decision.policy import ScalingPolicy
 from clusterman.decision.pool_view import PoolView
+from clusterman.decision.slots import Places
 from clusterman.decision.slots import reserve
 from clusterman.decision.utilisation import Utilisation
 
@@ -27,10 +28,22 @@ from clusterman.decision.utilisation import Utilisation
 class Proposal:
     target: Fraction
     reason: str  # the start of the decision's explanation, with the numbers it used
+    # what utilisation alone asks for (before the slot reserve and the margin): the capacity the
+    # signals ask for, which consolidation never removes; None when the rule did not apply
+    asked: Fraction | None = None
 
 
-def propose(view: PoolView, util: Utilisation, policy: ScalingPolicy, slot: Need | None = None) -> Proposal:
-    """``slot``: the largest request in the pool, for ``policy.slot_reserve`` (slots.py)."""
+def propose(
+    view: PoolView,
+    util: Utilisation,
+    policy: ScalingPolicy,
+    slot: Need | None = None,
+    places: Places | None = None,
+    coming: int = 0,
+) -> Proposal:
+    """``slot``: the largest request in the pool, for ``policy.slot_reserve`` (slots.py), with the
+    ready nodes' ``places`` when already counted and the places ``coming`` from nodes drained to
+    be kept (consolidate.py)."""
     T = view.target
     if not util.has_opinion:
         return Proposal(T, f"no opinion on any resource: keep target {show(T)}")
@@ -46,12 +59,21 @@ def propose(view: PoolView, util: Utilisation, policy: ScalingPolicy, slot: Need
         # with Escalator's thresholds zero requests are 0% utilisation: the fast rate, not target 0
         proposal = _from_utilisation(util, policy, T, W)
         if not escalator:
+            asked = proposal.target
             kept = reserve(
-                view, proposal.target, slot, policy.slot_reserve, policy.slot_reserve_band, policy.slot_reserve_fraction
+                view,
+                proposal.target,
+                slot,
+                policy.slot_reserve,
+                policy.slot_reserve_band,
+                policy.slot_reserve_fraction,
+                places,
+                coming,
             )
             if kept.reason:
                 proposal = Proposal(kept.target, f"{proposal.reason}; {kept.reason}")
-            return _within_margin(proposal, T, policy.target_capacity_margin)
+            within = _within_margin(proposal, T, policy.target_capacity_margin)
+            return Proposal(within.target, within.reason, asked)
     # the taint thresholds are Escalator's band, its rates its step: no margin on top
     return _escalator_bounds(proposal, W, policy) if escalator else proposal
 

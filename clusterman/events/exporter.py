@@ -49,6 +49,7 @@ class NodeAction(enum.Enum):
     DRAIN = "drain"
     TERMINATE = "terminate"
     ORPHAN_CLEANUP = "orphan_cleanup"
+    CONSOLIDATE = "consolidate"
 
 
 class ErrorSource(enum.Enum):
@@ -97,6 +98,10 @@ class AutoscalerMetrics:
         self._tasks = gauge("tasks", "Tasks (pods) by state", "state")
         self._node_actions = counter("node_actions", "Actions taken on nodes", "action")
         self._join_seconds = histogram("node_join_seconds", "Launch to scheduler registration", JOIN_BUCKETS)
+        self._evictions = counter("evictions", "Pods evicted by drains (scale-down and consolidation)")
+        self._consolidated = counter(
+            "consolidated_nodes", "Nodes consolidation drained, by what for (remove, keep)", "choice"
+        )
         self._lock = gauge("scale_lock", "1 while the scale lock holds scale-down back")
         self._lock_left = gauge("scale_lock_remaining_seconds", "Seconds until the scale lock is released")
         self._breaker = gauge("breaker_open", "1 while the scale-up breaker is open")
@@ -185,6 +190,12 @@ class AutoscalerMetrics:
         self._node_actions.labels(*self._l(action.value)).inc()
         if action is NodeAction.JOIN and join_seconds is not None:
             self._join_seconds.labels(*self._l()).observe(join_seconds)
+
+    def observe_evictions(self, pods: int) -> None:
+        self._evictions.labels(*self._l()).inc(pods)
+
+    def observe_consolidation(self, choice: str) -> None:
+        self._consolidated.labels(*self._l(choice)).inc()
 
     def observe_signal(self, app: str, seconds: float, ok: bool) -> None:
         self._signal_seconds.labels(*self._l(app)).observe(seconds)

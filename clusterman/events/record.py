@@ -66,6 +66,7 @@ class ChangeDetail(enum.IntEnum):
     DECISION_ERROR = 211  # no change: the run failed before deciding (the message says where)
     DECISION_STANDBY = 212  # no change: another autoscaler holds the pool's lease (message: who)
     DECISION_OVERRUN = 213  # the run took longer than its budget; it acted on nothing older
+    DECISION_CONSOLIDATION = 214  # consolidation removed a node whose pods fit elsewhere
     GROUP_TARGET = 300  # the group's target capacity was set; referenceID = the pool
     NODE_JOIN = 400  # a node joined the scheduler; referenceID = its group
     NODE_UNTAINT = 401  # a tainted node was put back in service
@@ -73,6 +74,7 @@ class ChangeDetail(enum.IntEnum):
     NODE_DRAIN = 403  # a node's work is being moved away
     NODE_TERMINATE = 404  # a node was terminated
     NODE_ORPHAN = 405  # an instance that never joined was cleaned up
+    NODE_CONSOLIDATE = 406  # consolidation drains the node, to remove it or to keep it as free places
     LOCK_TAKEN = 500
     LOCK_RELEASED = 501
     BREAKER_OPEN = 600

@@ -33,6 +33,7 @@ _NODE_DETAIL: Final = {
     NodeAction.DRAIN: (D.NODE_DRAIN, ChangeType.SET),
     NodeAction.TERMINATE: (D.NODE_TERMINATE, ChangeType.REMOVE),
     NodeAction.ORPHAN_CLEANUP: (D.NODE_ORPHAN, ChangeType.REMOVE),
+    NodeAction.CONSOLIDATE: (D.NODE_CONSOLIDATE, ChangeType.SET),
 }
 _ERROR_DETAIL: Final = {
     ErrorSource.CLOUD: D.ERROR_CLOUD,
@@ -162,6 +163,21 @@ class Recorder:
             amounts = resource(nodes=1)
         self._publish(EventType.NODE, change, detail, node_id, group, amounts, reason)
         self.metrics.observe_node_action(action, join_seconds)
+
+    def consolidated(self, choice: str, node_id: str, group: str, resources: Amounts, explanation: str) -> None:
+        """Consolidation drains a node (``choice``: remove or keep); ``explanation`` says where its
+        pods are expected to go, the free places before and after, and the saving."""
+        detail, change = _NODE_DETAIL[NodeAction.CONSOLIDATE]
+        amounts = _resource(resources)
+        self._publish(
+            EventType.NODE, change if amounts else ChangeType.NONE, detail, node_id, group, amounts, explanation
+        )
+        self.metrics.observe_consolidation(choice)
+
+    def evicted(self, pods: int) -> None:
+        """Drains evicted ``pods`` pods this run (each one restarts elsewhere)."""
+        if pods:
+            self.metrics.observe_evictions(pods)
 
     # --- safety mechanisms and the pool ----------------------------------------------------
 

@@ -81,6 +81,7 @@ EVENT_REASON: Mapping[Reason, ChangeDetail] = {
     Reason.CAPACITY_LOSS: ChangeDetail.DECISION_CAPACITY_LOSS,
     Reason.HELD: ChangeDetail.DECISION_HELD,
     Reason.NO_GROUPS: ChangeDetail.DECISION_NO_GROUPS,
+    Reason.CONSOLIDATION: ChangeDetail.DECISION_CONSOLIDATION,
 }
 
 
@@ -529,6 +530,12 @@ class Cycle:
         for node_id, drain in applied.drains.items():
             if drain.status is not DrainStatus.FAILED and (drain.evicted or drain.status is DrainStatus.DONE):
                 node_event(NodeAction.DRAIN, node_id, drain.detail or drain.status.value)
+        if not applied.dry_run:
+            self.recorder.evicted(sum(drain.evicted for drain in applied.drains.values()))
+        for c in d.consolidation.chosen:
+            if c.node in applied.tainted and applied.tainted[c.node].ok:
+                size = snapshot.node(c.node).allocatable
+                self.recorder.consolidated(c.choice.value, c.node, c.group, size, prefix + c.line(d.consolidation.slot))
         by_instance = {n.instance_id: n for n in snapshot.nodes if n.instance_id} if applied.terminations else {}
         for termination in applied.terminations:
             for instance_id in termination.terminated:

@@ -27,6 +27,7 @@ from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.model import ResourceGroup
 from clusterman.core.timestamps import format_time
+from clusterman.decision.consolidate import Budget
 from clusterman.decision.demand import total_request
 from clusterman.decision.pool_view import view_of
 from clusterman.decision.state import AutoscalerState
@@ -165,6 +166,7 @@ class PoolStatus:
     health: AutoscalerHealth | Unavailable = field(default_factory=lambda: Unavailable("no event API to ask"))
     signals: SignalsReading | Unavailable = field(default_factory=lambda: Unavailable("not read"))
     pool_file_refused: str = ""  # why the pool's file on disk is not valid ("" when it is)
+    consolidation: ConsolidationReading | Unavailable = field(default_factory=lambda: ConsolidationReading(None))
 
     def as_json(self) -> dict[str, Any]:
         def part(value: Any, shown: Callable[[Any], Any]) -> Any:
@@ -185,7 +187,43 @@ class PoolStatus:
             "last_decisions": part(self.decisions, lambda ds: [d.as_json() for d in ds]),
             "signals": part(self.signals, SignalsReading.as_json),
             "autoscaler_health": part(self.health, AutoscalerHealth.as_json),
+            "consolidation": part(self.consolidation, ConsolidationReading.as_json),
         }
+
+
+@dataclass(frozen=True)
+class ConsolidationReading:
+    """The disruption budget consolidation has used (None: consolidation is off for the pool)."""
+
+    budget: Budget | None
+    kept: int = 0  # nodes being drained to be kept
+
+    def describe(self) -> str:
+        if self.budget is None:
+            return "consolidation: off"
+        kept = f", {self.kept} node(s) being drained to be kept" if self.kept else ""
+        return f"consolidation budget: {self.budget.describe()}{kept}"
+
+    def as_json(self) -> dict[str, Any]:
+        if self.budget is None:
+            return {"enabled": False, "text": self.describe()}
+        return {"enabled": True, **self.budget.as_json(), "nodes_kept": self.kept, "text": self.describe()}
+
+
+def consolidation_reading(
+    setup: PoolSetup, snapshot: PoolSnapshot | Unavailable, kept: AutoscalerState | Unavailable, now: float
+) -> ConsolidationReading | Unavailable:
+    policy = setup.policy.consolidation
+    if not policy.enabled:
+        return ConsolidationReading(None)
+    if isinstance(snapshot, Unavailable):
+        return Unavailable(f"no snapshot: {snapshot.why}")
+    if isinstance(kept, Unavailable):
+        return Unavailable(f"no autoscaler state: {kept.why}")
+    counts = snapshot.counts_by_state
+    ready, tainted = counts[NodeState.READY], counts[NodeState.TAINTED]
+    state = kept.disruption
+    return ConsolidationReading(Budget.of(policy, ready, tainted, state, now), len(state.keeping))
 
 
 @dataclass(frozen=True)
@@ -286,6 +324,7 @@ def gather(
         utilisation, measured_signals = measured(setup, snapshot, demand)
         if isinstance(signals, Unavailable):
             signals = measured_signals
+    kept = read("autoscaler state", StoredState(store, identity).load)
     return PoolStatus(
         pool=str(identity),
         taken_at=now,
@@ -296,10 +335,11 @@ def gather(
         mistagged=tuple(str(e) for e in cloud.mistagged),
         nodes=snapshot if isinstance(snapshot, Unavailable) else node_counts(snapshot),
         utilisation=utilisation,
-        kept=read("autoscaler state", StoredState(store, identity).load),
+        kept=kept,
         decisions=told.decisions,
         health=told.health,
         signals=signals,
+        consolidation=consolidation_reading(setup, snapshot, kept, now),
     )
 
 

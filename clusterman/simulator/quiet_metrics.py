@@ -31,6 +31,8 @@ UPDATES = (
     "set_unwritable",
     "observe_overrun",
     "set_lease",
+    "observe_evictions",
+    "observe_consolidation",
 )
 
 

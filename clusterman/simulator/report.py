@@ -78,6 +78,8 @@ def summary(result: SimulationResult, pool_config: str, metrics_files: Sequence[
             "nodes_tainted": h.tainted,
             "nodes_untainted": h.untainted,
             "nodes_terminated": h.terminated,
+            "evictions": h.evictions,
+            "nodes_consolidated": h.consolidated,
             "runs": h.runs,
             "outcomes": dict(h.outcomes),
             "decisions_by_reason": dict(h.reasons),

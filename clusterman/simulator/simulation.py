@@ -97,6 +97,8 @@ class History:
     untainted: int = 0
     terminated: int = 0
     errors: int = 0
+    evictions: int = 0  # pods evicted by drains: each restarts elsewhere (or waits pending)
+    consolidated: int = 0  # nodes consolidation drained, to remove or to keep
 
     def add(self, report: RunReport) -> None:
         self.runs += 1
@@ -114,6 +116,8 @@ class History:
         self.untainted += sum(1 for r in applied.untainted.values() if r.ok)
         self.terminated += len(applied.terminated)
         self.errors += len(applied.errors)
+        self.evictions += sum(d.evicted for d in applied.drains.values())
+        self.consolidated += len(d.consolidation.chosen)
 
     @property
     def scaling_actions(self) -> int:

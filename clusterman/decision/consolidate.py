@@ -1,0 +1,384 @@
+"""Consolidation: make the pool's free room whole places, within a disruption budget
+(docs/scaling.md, "Consolidation").
+
+Utilisation counts free CPUs; a pod needs them on one node. Pods of several sizes that leave at
+random split the free room over many nodes in pieces no large pod fits, so the slot reserve
+(slots.py) keeps whole nodes' worth of places beside them, and the pool pays for both. Each run in
+which nothing is in flight, the emptiest nodes are looked at, their pods placed on the other
+nodes as the pool's scheduler will place them (placement.py), and one of them chosen:
+  remove  its pods fit elsewhere, the places left are at least the reserve plus its band, and the
+          capacity left is at least what the signals ask for (utilisation alone, before the
+          reserve): the target drops by its weight, it is tainted, drained and terminated
+  keep    the pool has fewer places than the reserve, and emptying the node makes more places than
+          its pods take elsewhere: it is tainted and drained, and untainted once empty; the
+          reserve counts the places it will have instead of asking for a new node
+A node is looked at only when every pod on it may move (no safe-to-evict=false or do-not-disrupt
+pod, none without a controller, none with local storage unless ``evict_local_storage``), and it
+is chosen only once it has qualified in every run for ``consolidate_after`` and the budget allows:
+``drains_per_run`` nodes, ``evictions_per_hour`` pods, ``max_disrupted_share`` of the nodes
+tainted at once. A disruption budget that refuses an eviction (Kubernetes' PodDisruptionBudget)
+is the drain's "not now", as for any drain.
+
+Pure: the pool's view, the reserve's figures, the policy, what the last run remembered and the
+time in; a value out.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from dataclasses import field
+from fractions import Fraction
+from typing import Any
+
+from clusterman.core.model import Node
+from clusterman.core.resources import RESOURCE_NAMES
+from clusterman.decision.disruption import DisruptionState
+from clusterman.decision.exact import MICRO
+from clusterman.decision.exact import ZERO
+from clusterman.decision.exact import exact
+from clusterman.decision.exact import number
+from clusterman.decision.exact import show
+from clusterman.decision.fit import describe
+from clusterman.decision.placement import Moves
+from clusterman.decision.placement import Prediction
+from clusterman.decision.policy import ConsolidationPolicy
+from clusterman.decision.policy import ScalingPolicy
+from clusterman.decision.pool_view import PoolView
+from clusterman.decision.slots import Places
+from clusterman.decision.slots import slot_counts
+
+CANDIDATES = 8  # the emptiest nodes looked at each run
+KEEP_GIVE_UP_SECONDS = 1800.0  # a node drained to be kept whose pods will not leave is untainted after this
+
+
+class Choice(enum.Enum):
+    REMOVE = "remove"
+    KEEP = "keep"
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """One node consolidation drains: where its pods are expected to go, and what it makes."""
+
+    choice: Choice
+    node: str
+    group: str
+    weight: Fraction
+    moves: tuple[tuple[str, str], ...]  # (pod, the node it is expected on)
+    places_before: int
+    places_after: int
+
+    def line(self, slot: str) -> str:
+        pods = len(self.moves)
+        where = sorted({to for _, to in self.moves})
+        onto = f" onto {', '.join(where[:3])}{' …' if len(where) > 3 else ''}" if where else ""
+        places = f"{self.places_before} → {self.places_after} free {slot} slots"
+        if self.choice is Choice.REMOVE:
+            return f"consolidation: remove {self.node} ({pods} pods{onto}; {places}; saves {show(self.weight)} units)"
+        return f"consolidation: drain {self.node} and keep it ({pods} pods{onto}; {places})"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "action": self.choice.value,
+            "node": self.node,
+            "group": self.group,
+            "moves": {pod: to for pod, to in self.moves},
+            "places_before": self.places_before,
+            "places_after": self.places_after,
+            "saves_capacity": number(self.weight) if self.choice is Choice.REMOVE else 0,
+        }
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the disruption budget allows this run, and what of it is used."""
+
+    disrupted: int  # nodes tainted now (before this run's choices)
+    max_disrupted: int
+    evicted: int  # pods consolidation evicted over the last hour
+    max_evictions: int
+    drains: int = 0  # nodes with pods chosen this run
+    max_drains: int = 1
+
+    def spent(self, pods: int, nodes: int) -> Budget:
+        """The budget once a node with ``pods`` pods is drained, ``nodes`` nodes disrupted with it."""
+        return Budget(
+            self.disrupted + nodes - 1, self.max_disrupted, self.evicted + pods, self.max_evictions,
+            self.drains + 1, self.max_drains,
+        )  # fmt: skip
+
+    @staticmethod
+    def of(policy: ConsolidationPolicy, ready: int, tainted: int, state: DisruptionState, now: float) -> Budget:
+        """The budget of a pool with ``ready`` and ``tainted`` nodes, and what the last hour spent."""
+        return Budget(
+            disrupted=tainted,
+            max_disrupted=max(1, math.floor(policy.max_disrupted_share * (ready + tainted))),
+            evicted=state.evicted(now),
+            max_evictions=policy.evictions_per_hour,
+            max_drains=policy.drains_per_run,
+        )
+
+    def describe(self) -> str:
+        return (
+            f"{self.disrupted} of {self.max_disrupted} nodes disrupted at once, "
+            f"{self.evicted} of {self.max_evictions} evictions in the last hour"
+        )
+
+    def nodes_left(self) -> int:
+        """Nodes that may still be disrupted this run."""
+        return self.max_disrupted - self.disrupted - self.drains
+
+    def refuses(self, pods: int, nodes: int = 1) -> str:
+        """Why one more node with ``pods`` pods (and ``nodes`` - 1 empty ones with it) is not
+        allowed now ("" when it is)."""
+        if self.drains >= self.max_drains:
+            return f"budget: {self.drains} of {self.max_drains} drains this run"
+        if self.disrupted + self.drains + nodes > self.max_disrupted:
+            return f"budget: {self.disrupted + self.drains} of {self.max_disrupted} nodes disrupted at once"
+        if self.evicted + pods > self.max_evictions:
+            return f"budget: {self.evicted} of {self.max_evictions} evictions this hour, {pods} more asked"
+        return ""
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "nodes_disrupted": self.disrupted,
+            "max_nodes_disrupted": self.max_disrupted,
+            "evictions_last_hour": self.evicted,
+            "max_evictions_per_hour": self.max_evictions,
+            "drains_this_run": self.drains,
+            "max_drains_per_run": self.max_drains,
+        }
+
+
+@dataclass(frozen=True)
+class Consolidation:
+    """What consolidation did this run: the nodes chosen (none, most runs), why not otherwise."""
+
+    chosen: tuple[Chosen, ...] = ()
+    note: str = ""  # why nothing was chosen ("" when consolidation is off)
+    budget: Budget | None = None
+    slot: str = ""  # the slot described, for the lines
+    state: DisruptionState = field(default_factory=DisruptionState)
+
+    @property
+    def removed(self) -> Fraction:
+        return sum((c.weight for c in self.chosen if c.choice is Choice.REMOVE), ZERO)
+
+    @property
+    def gained(self) -> int:
+        """Places the nodes drained to be kept add, net of what their pods take elsewhere."""
+        return sum(c.places_after - c.places_before for c in self.chosen if c.choice is Choice.KEEP)
+
+    def lines(self) -> list[str]:
+        return [c.line(self.slot) for c in self.chosen]
+
+    def as_json(self) -> dict[str, Any] | None:
+        if self.budget is None:
+            return None
+        return {
+            "chosen": [c.as_json() for c in self.chosen],
+            "note": self.note,
+            "budget": self.budget.as_json(),
+        }
+
+
+OFF = Consolidation()
+
+
+def consolidate(
+    view: PoolView,
+    places: Places | None,
+    scaling: ScalingPolicy,
+    asked: Fraction | None,
+    state: DisruptionState,
+    now: float,
+    busy: str = "",
+) -> Consolidation:
+    """``places``: the ready nodes' free slots (None without a slot reserve: no slot, no places);
+    ``asked``: the target utilisation alone asks for (None: no opinion, nothing is removed);
+    ``busy``: why the pool is in flight ("" when it is not): the candidates are still followed,
+    nothing is chosen."""
+    policy = scaling.consolidation
+    if not policy.enabled:
+        return OFF
+    wanted = places.wanted(scaling.slot_reserve, scaling.slot_reserve_fraction) if places is not None else 0
+    band = scaling.slot_reserve_band
+    floor = max(asked, scaling.min_capacity) if asked is not None else None
+    budget = Budget.of(policy, len(view.ready), len(view.tainted), state, now)
+    slot_text = describe(places.slot) if places is not None else ""
+    candidates = _candidates(view, policy)
+    prediction = Prediction(view.ready, policy.placement, places.slot if places is not None else None)
+    have = places.total if places is not None else 0  # on the ready nodes: capacity joining is in flight
+    for leaving in view.tainted:  # work still on leaving nodes needs a home first
+        homes = prediction.place(leaving)
+        if isinstance(homes, Moves):
+            have -= homes.lost
+        else:
+            busy = busy or f"the pods of leaving node {leaving.id} fit on no ready node"
+    index = {n.id: k for k, n in enumerate(view.ready)}
+    empties = sorted((n for n in view.ready if not n.usage.tasks), key=lambda n: (-n.launched_at, n.id))
+    qualified: list[str] = []
+    chosen: list[Chosen] = []
+    drained: dict[str, int] = {}
+    notes: list[str] = []
+    for node in candidates:
+        if chosen and node.id in prediction.received():
+            continue  # it takes pods of a node chosen before: it stays
+        moves = prediction.place(node)
+        if not isinstance(moves, Moves):
+            notes.append(f"{node.id} stays: {moves}")
+            continue
+        qualified.append(node.id)  # a candidate: its pods fit elsewhere
+        own = places.places[index[node.id]] if places is not None else 0
+        left = have - own - moves.lost  # the places once the node is gone
+        still_empty = [e for e in empties if e.id not in prediction.received()][: max(budget.nodes_left() - 1, 0)]
+        with_empties = _removal(view, node, left, still_empty, chosen, floor, wanted + band, places, scaling)
+        choice = None
+        if with_empties is not None:
+            choice = Choice.REMOVE
+        elif (
+            left + _full(node, places) > have
+            and left >= min(wanted, 1)  # a large pod arriving while it drains still finds a place
+            and (have < wanted or _removal_blocked(view, places, floor, wanted + band, chosen, scaling))
+        ):
+            choice = Choice.KEEP
+        if choice is None:
+            prediction.undo(moves)
+            continue
+        since = state.candidate_since(node.id)
+        waited = 0.0 if since is None else now - since
+        why = busy or budget.refuses(len(moves.moves), 1 + len(with_empties or ()))
+        if not why and waited < policy.consolidate_after_seconds:
+            why = f"{node.id} a candidate for {waited:g}s < consolidate_after {policy.consolidate_after_seconds:g}s"
+        if why:
+            notes.append(why)
+            prediction.undo(moves)
+            continue
+        targets = tuple((m.pod, prediction.nodes[m.to].id) for m in moves.moves)
+        along = with_empties or []
+        after = left - sum(_full(e, places) for e in along) if choice is Choice.REMOVE else left + _full(node, places)
+        chosen.append(Chosen(choice, node.id, node.group_id, exact(node.weight), targets, have, after))
+        chosen += [Chosen(choice, e.id, e.group_id, exact(e.weight), (), after, after) for e in along]
+        empties = [e for e in empties if e not in along]
+        for gone in (node, *along):
+            prediction.drop(gone.id)
+        have = after
+        drained[node.id] = len(moves.moves)
+        budget = budget.spent(len(moves.moves), 1 + len(along))
+    kept = [c.node for c in chosen if c.choice is Choice.KEEP]
+    next_state = state.after(now, qualified, drained, kept)
+    note = "" if chosen else busy or (notes[0] if notes else "no node to consolidate")
+    return Consolidation(tuple(chosen), note, budget, slot_text, next_state)
+
+
+def _removal(
+    view: PoolView,
+    node: Node,
+    left: int,
+    empties: list[Node],
+    chosen: list[Chosen],
+    floor: Fraction | None,
+    keep: int,
+    places: Places | None,
+    scaling: ScalingPolicy,
+) -> list[Node] | None:
+    """May ``node`` be removed, its pods moved, leaving ``left`` places? With it as many empty nodes
+    as the capacity utilisation asks for (``floor``), the ``keep`` places (reserve and band) and
+    the limits allow: the empty nodes it takes along (often none); None when it may not. A removal
+    smaller than ``target_capacity_margin`` of the target is no removal, as for any scale-down."""
+    if floor is None or left < keep:
+        return None
+    taken: list[Node] = []
+    if not _may_remove(view, [node], chosen, floor, scaling):
+        return None
+    for empty in empties:
+        if left - _full(empty, places) >= keep and _may_remove(view, [node, *taken, empty], chosen, floor, scaling):
+            taken.append(empty)
+            left -= _full(empty, places)
+    removed = sum((exact(n.weight) for n in (node, *taken)), ZERO) + _removed(chosen)
+    return taken if _beyond_margin(view.target, removed, scaling.target_capacity_margin) else None
+
+
+def _removal_blocked(
+    view: PoolView,
+    places: Places | None,
+    floor: Fraction | None,
+    keep: int,
+    chosen: list[Chosen],
+    scaling: ScalingPolicy,
+) -> bool:
+    """Utilisation asks for a scale-down the margin allows, and the free room left after the
+    smallest such scale-down would hold the ``keep`` places if it were whole: the places are
+    missing only because the room is split, so making them lets the pool shrink."""
+    if floor is None or places is None:
+        return False
+    T, margin = view.target, scaling.target_capacity_margin
+    excess = T - _removed(chosen) - floor
+    if not _beyond_margin(T, excess, margin):
+        return False
+    step = max(Fraction(1), Fraction(math.ceil(margin * T)))
+    return all(
+        places.free(d) - step * view.capacity[name] / view.ready_total >= keep * places.slot[d] / MICRO
+        for d, name in enumerate(RESOURCE_NAMES)
+        if places.slot[d] > 0
+    )
+
+
+def _beyond_margin(target: Fraction, removed: Fraction, margin: Fraction) -> bool:
+    return removed > 0 and (target <= 0 or removed / target >= margin)
+
+
+def _removed(chosen: list[Chosen]) -> Fraction:
+    return sum((c.weight for c in chosen if c.choice is Choice.REMOVE), ZERO)
+
+
+def _may_remove(
+    view: PoolView, nodes: list[Node], chosen: list[Chosen], floor: Fraction, scaling: ScalingPolicy
+) -> bool:
+    """The pool keeps at least ``floor`` (what utilisation asks for, and the pool's minimum), each
+    group its own minimum, and the run removes at most ``max_weight_to_remove``."""
+    by_group: dict[str, Fraction] = {}
+    for c in chosen:
+        if c.choice is Choice.REMOVE:
+            by_group[c.group] = by_group.get(c.group, ZERO) + c.weight
+    for n in nodes:
+        by_group[n.group_id] = by_group.get(n.group_id, ZERO) + exact(n.weight)
+    total = sum(by_group.values(), ZERO)
+    if view.target - total < floor or total > scaling.max_weight_to_remove:
+        return False
+    for group_id, weight in by_group.items():
+        group = view.groups[group_id]
+        if group.stale or exact(group.target_capacity) - weight < exact(group.min_capacity):
+            return False
+    return True
+
+
+def _candidates(view: PoolView, policy: ConsolidationPolicy) -> list[Node]:
+    """The emptiest ready nodes whose every pod may move: least requested first (the mean share of
+    CPUs and memory), then fewest pods, then newest."""
+    movable = [
+        n
+        for n in view.ready
+        if n.usage.tasks
+        and not n.usage.pinned
+        and not n.usage.bare
+        and (policy.evict_local_storage or not n.usage.local_storage)
+    ]
+
+    def emptiness(n: Node) -> tuple[float, int, float, str]:
+        v = n.vector
+        shares = [(v[8 + d] + v[12 + d]) / v[d] for d in (0, 1) if v[d] > 0]
+        return (sum(shares) / len(shares) if shares else 0.0, n.usage.tasks, -n.launched_at, n.id)
+
+    movable.sort(key=emptiness)
+    return movable[:CANDIDATES]
+
+
+def _full(node: Node, places: Places | None) -> int:
+    """The slots the node holds when empty."""
+    if places is None:
+        return 0
+    a = node.allocatable
+    return slot_counts([(*a, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)], places.slot)[0]

@@ -1,0 +1,96 @@
+"""The disruption budget consolidation spends, and what it remembers from run to run
+(docs/scaling.md, "Consolidation").
+
+Remembered in the ``AutoscalerState`` (and so in the state store: a restart keeps it):
+  since      per node, when it became a candidate (its pods fit elsewhere): it is drained only
+             once it has been one in every run for ``consolidate_after``
+  evictions  (time, pods) for each node consolidation drained, over the last hour
+  keeping    per node drained to be kept, when: it is untainted once its pods are gone
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class DisruptionState:
+    since: tuple[tuple[str, float], ...] = ()
+    evictions: tuple[tuple[float, int], ...] = ()
+    keeping: tuple[tuple[str, float], ...] = ()
+
+    def evicted(self, now: float) -> int:
+        """Pods consolidation evicted within the last hour."""
+        return sum(pods for at, pods in self.evictions if now - at < HOUR)
+
+    def candidate_since(self, node_id: str) -> float | None:
+        return dict(self.since).get(node_id)
+
+    @property
+    def kept(self) -> dict[str, float]:
+        return dict(self.keeping)
+
+    def after(
+        self,
+        now: float,
+        candidates: Iterable[str],
+        drained: Mapping[str, int],
+        kept: Iterable[str],
+    ) -> DisruptionState:
+        """The state for the next run: ``candidates`` qualify now (each keeps its first time),
+        ``drained`` nodes (and their pods) were chosen now, ``kept`` of them to be kept."""
+        since = dict(self.since)
+        fresh = tuple((n, since.get(n, now)) for n in candidates if n not in drained)
+        evictions = tuple((at, pods) for at, pods in self.evictions if now - at < HOUR)
+        evictions += tuple((now, pods) for pods in drained.values() if pods)
+        keeping = dict(self.keeping)
+        keeping.update((n, now) for n in kept)
+        return DisruptionState(fresh, evictions, tuple(sorted(keeping.items())))
+
+    def after_release(self, released: Iterable[str]) -> DisruptionState:
+        """The same, without the kept nodes ``released`` (untainted, terminated or gone)."""
+        gone = set(released)
+        return DisruptionState(self.since, self.evictions, tuple((n, t) for n, t in self.keeping if n not in gone))
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "since": {n: t for n, t in self.since},
+            "evictions": [[at, pods] for at, pods in self.evictions],
+            "keeping": {n: t for n, t in self.keeping},
+        }
+
+    @staticmethod
+    def from_json(data: Any) -> DisruptionState:
+        """The inverse of ``as_json``; an absent part (state kept before consolidation) is empty.
+        ValueError naming the bad field."""
+        if data is None:
+            return DisruptionState()
+        if not isinstance(data, Mapping):
+            raise ValueError(f"disruption: expected an object, got {data!r}")
+        evictions = data.get("evictions") or []
+        if not isinstance(evictions, list) or not all(
+            isinstance(e, list) and len(e) == 2 and _number(e[0]) and _number(e[1]) for e in evictions
+        ):
+            raise ValueError(f"disruption.evictions: expected a list of [time, pods], got {evictions!r}")
+        return DisruptionState(
+            _times(data, "since"),
+            tuple((float(at), int(pods)) for at, pods in evictions),
+            _times(data, "keeping"),
+        )
+
+
+def _number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and value >= 0
+
+
+def _times(data: Mapping[str, Any], name: str) -> tuple[tuple[str, float], ...]:
+    value = data.get(name) or {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and _number(t) for k, t in value.items()):
+        raise ValueError(f"disruption.{name}: expected an object of node id -> time, got {value!r}")
+    return tuple(sorted((k, float(t)) for k, t in value.items()))

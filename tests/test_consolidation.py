@@ -1,0 +1,472 @@
+"""Consolidation (clusterman/decision/consolidate.py): which node is drained, and why not."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from fractions import Fraction
+
+import pytest
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from clusterman.core.model import Node
+from clusterman.core.model import Task
+from clusterman.core.resources import Resources
+from clusterman.decision.consolidate import Choice
+from clusterman.decision.consolidate import Consolidation
+from clusterman.decision.consolidate import consolidate
+from clusterman.decision.disruption import DisruptionState
+from clusterman.decision.policy import ConsolidationPolicy
+from clusterman.decision.policy import ScalingPolicy
+from clusterman.decision.pool_view import view_of
+from clusterman.decision.slots import Places
+from clusterman.decision.slots import largest_in
+from tests.scaling_builders import NOW
+from tests.scaling_builders import TAINTED
+from tests.scaling_builders import node
+from tests.scaling_builders import policy
+from tests.scaling_builders import snapshot
+
+
+def sized(*cpus: float, prefix: str = "p", **flags: bool) -> tuple[Task, ...]:
+    return tuple(Task(f"{prefix}{i}-{c:g}", Resources(cpus=c), **flags) for i, c in enumerate(cpus))
+
+
+def pool(*layout: tuple[float, ...], **flags: bool) -> list[Node]:
+    """8-CPU nodes n0, n1, ... launched in that order, each running pods of the CPUs given."""
+    return [
+        node(f"n{i}", cpus=8, mem=0, launched_at=NOW - 1000 + i, tasks=sized(*cpus, prefix=f"n{i}p", **flags))
+        for i, cpus in enumerate(layout)
+    ]
+
+
+def scaling(reserve: int = 1, band: int = 0, margin: float = 0, **consolidation: object) -> ScalingPolicy:
+    settings = {"enabled": True, "consolidate_after_seconds": 0.0, "evictions_per_hour": 100, **consolidation}
+    return replace(
+        policy(slot_reserve=reserve, slot_reserve_band=band, target_capacity_margin=margin),
+        consolidation=ConsolidationPolicy(**settings),  # type: ignore[arg-type]
+    )
+
+
+def plan(
+    members: list[Node],
+    asked: float | None,
+    pol: ScalingPolicy | None = None,
+    state: DisruptionState | None = None,
+    busy: str = "",
+) -> Consolidation:
+    view = view_of(snapshot(members))
+    slot = largest_in(view)
+    places = Places(view, slot) if slot is not None and view.ready else None
+    wanted = None if asked is None else Fraction(asked)
+    return consolidate(view, places, pol or scaling(), wanted, state or DisruptionState(), NOW, busy)
+
+
+FRAGMENTED = ((4, 2), (4, 2), (1, 1), ())  # 2 + 2 free in pieces, n2 one place, n3 two
+
+
+def chosen(c: Consolidation) -> list[tuple[str, str]]:
+    return [(x.choice.value, x.node) for x in c.chosen]
+
+
+def test_a_node_whose_pods_fit_in_the_gaps_is_removed_and_the_plan_says_where_they_go():
+    c = plan(pool(*FRAGMENTED), asked=3)
+    assert chosen(c) == [("remove", "n2")]
+    (x,) = c.chosen
+    assert dict(x.moves) == {"n2p0-1": "n0", "n2p1-1": "n0"}  # first fit in launch order: the first gap
+    assert (x.places_before, x.places_after) == (3, 2)
+    assert "remove n2 (2 pods onto n0; 3 → 2 free 4-CPU slots; saves 1 units)" in c.lines()[0]
+
+
+def test_most_allocated_puts_the_pods_on_the_busiest_node_with_room():
+    # n0 has 2 free, n1 3 free: first fit takes n0, MostAllocated too (7/8 with the pod against 6/8)
+    members = pool((4, 2), (4, 1), (1,), ())
+    first = plan(members, asked=3, pol=scaling())
+    packed = plan(members, asked=3, pol=scaling(placement="most_allocated"))
+    assert dict(first.chosen[0].moves) == dict(packed.chosen[0].moves) == {"n2p0-1": "n0"}
+    # with n0 later in launch order than n1, first fit moves the pod to n1, MostAllocated still to n0
+    later = [replace(members[0], launched_at=NOW), *members[1:]]
+    assert dict(plan(later, asked=3, pol=scaling()).chosen[0].moves) == {"n2p0-1": "n1"}
+    assert dict(plan(later, asked=3, pol=scaling(placement="most_allocated")).chosen[0].moves) == {"n2p0-1": "n0"}
+
+
+@pytest.mark.parametrize(
+    ("case", "layout", "asked", "pol", "expected", "note"),
+    [
+        ("pods fit nowhere", ((4, 4), (4, 4), (4,)), 2, scaling(), [], "stays: its 4-CPU pod"),
+        ("the reserve and its band kept", FRAGMENTED, 3, scaling(reserve=2, band=1), [], "no node to consolidate"),
+        ("the signals ask for every node", FRAGMENTED, 4, scaling(), [], "no node to consolidate"),
+        ("a removal smaller than the margin", FRAGMENTED, 3, scaling(margin=0.3), [], "no node to consolidate"),
+        ("too few places: drain and keep", ((4, 2), (4, 2), (2, 1, 1), (1,)), 4, scaling(reserve=3),
+         [("keep", "n3")], ""),
+        ("no place left while it drains", ((4, 2), (4, 2), (1,)), 3, scaling(reserve=3),
+         [], "no node to consolidate"),
+    ],
+)  # fmt: skip
+def test_the_choice(case, layout, asked, pol, expected, note):
+    c = plan(pool(*layout), asked=asked, pol=pol)
+    assert chosen(c) == expected, case
+    assert note in c.note, case
+
+
+def test_drain_and_keep_makes_more_places_than_its_pods_take():
+    c = plan(pool((4, 2), (4, 2), (2, 1, 1), (1,)), asked=4, pol=scaling(reserve=3))
+    (x,) = c.chosen
+    assert x.choice is Choice.KEEP and dict(x.moves) == {"n3p0-1": "n0"}
+    assert (x.places_before, x.places_after) == (2, 3)
+    assert c.gained == 1 and c.removed == 0
+    assert c.state.kept == {"n3": NOW}
+
+
+@pytest.mark.parametrize(
+    ("flags", "allowed"),
+    [
+        ({"safe_to_evict": False}, False),
+        ({"do_not_disrupt": True}, False),
+        ({"controller": False}, False),
+        ({"local_storage": True}, False),
+    ],
+)
+def test_pods_that_may_not_move_keep_their_node(flags, allowed):
+    members = pool(*FRAGMENTED)
+    members[2] = replace(members[2], tasks=sized(1, 1, prefix="n2p", **flags))
+    c = plan(members, asked=3)
+    assert ("remove", "n2") not in chosen(c)
+    assert "n2" not in dict(c.state.since)  # never a candidate
+
+
+def test_local_storage_moves_when_the_pool_says_so():
+    members = pool(*FRAGMENTED)
+    members[2] = replace(members[2], tasks=sized(1, 1, prefix="n2p", local_storage=True))
+    assert chosen(plan(members, asked=3, pol=scaling(evict_local_storage=True))) == [("remove", "n2")]
+
+
+def test_the_budget():
+    members = pool(*FRAGMENTED)
+    # the evictions of the last hour, and the two pods n2 would add
+    spent = DisruptionState(evictions=((NOW - 600, 9),))
+    c = plan(members, asked=3, pol=scaling(evictions_per_hour=10), state=spent)
+    assert chosen(c) == [] and c.note == "budget: 9 of 10 evictions this hour, 2 more asked"
+    old = DisruptionState(evictions=((NOW - 3600, 9),))  # an hour ago: spent no more
+    assert chosen(plan(members, asked=3, pol=scaling(evictions_per_hour=10), state=old)) == [("remove", "n2")]
+    # a node already leaving counts against the share of nodes disrupted at once (at least one)
+    leaving = [*members, node("t", cpus=8, mem=0, state=TAINTED, tainted_at=NOW - 60, tasks=sized(1, prefix="t"))]
+    c = plan(leaving, asked=3, pol=scaling(max_disrupted_share=Fraction(1, 10)))
+    assert chosen(c) == [] and c.note == "budget: 1 of 1 nodes disrupted at once"
+    # one node with pods per run, and empty ones with it within the share of nodes disrupted at once
+    six = pool((4, 2), (4, 2), (1,), (1,), (), ())
+    c = plan(six, asked=2, pol=scaling(drains_per_run=1, max_disrupted_share=Fraction(1, 2)))
+    assert chosen(c) == [("remove", "n3"), ("remove", "n5"), ("remove", "n4")]  # the newest of two alike
+    assert c.budget is not None and c.budget.drains == 1 and "1 of 1 drains this run" in c.budget.refuses(1)
+    c = plan(six, asked=2, pol=scaling(drains_per_run=1, max_disrupted_share=Fraction(1, 3)))
+    assert chosen(c) == [("remove", "n3"), ("remove", "n5")]
+
+
+def test_a_node_is_drained_only_once_it_has_been_a_candidate_for_consolidate_after():
+    pol = scaling(consolidate_after_seconds=600.0)
+    first = plan(pool(*FRAGMENTED), asked=3, pol=pol)
+    assert chosen(first) == [] and "n2 a candidate for 0s < consolidate_after 600s" in first.note
+    assert first.state.candidate_since("n2") == NOW
+    waited = DisruptionState(since=(("n2", NOW - 600),))
+    assert chosen(plan(pool(*FRAGMENTED), asked=3, pol=pol, state=waited)) == [("remove", "n2")]
+
+
+def test_nothing_starts_while_the_pool_is_in_flight_but_candidates_are_followed():
+    c = plan(pool(*FRAGMENTED), asked=3, busy="pods pending")
+    assert chosen(c) == [] and c.note == "pods pending"
+    assert c.state.candidate_since("n2") == NOW
+
+
+def test_off_by_default():
+    c = plan(pool(*FRAGMENTED), asked=3, pol=policy(slot_reserve=1))
+    assert c.chosen == () and c.budget is None and c.as_json() is None
+
+
+# --- properties over generated pools (hypothesis) ---------------------------------------------------
+
+PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SIZES = (0.5, 1.0, 2.0, 4.0)
+
+
+@st.composite
+def situations(draw):
+    """8-CPU nodes filled with pods of several sizes (some nodes leaving), what the signals ask
+    for, a reserve, a placement rule and a budget partly spent."""
+    count = draw(st.integers(1, 12))
+    members = []
+    for i in range(count):
+        room, cpus = 8.0, []
+        for size in draw(st.lists(st.sampled_from(SIZES), max_size=10)):
+            if size <= room:
+                cpus.append(size)
+                room -= size
+        leaving = draw(st.integers(0, 9)) == 0
+        flags = {"controller": draw(st.integers(0, 9)) > 0}
+        n = node(f"n{i}", cpus=8, mem=0, launched_at=NOW - 1000 + draw(st.integers(0, 50)),
+                 tasks=sized(*cpus, prefix=f"n{i}p", **flags))  # fmt: skip
+        members.append(replace(n, state=TAINTED, tainted_at=NOW - 60) if leaving else n)
+    pol = scaling(
+        reserve=draw(st.integers(0, 3)),
+        band=draw(st.integers(0, 2)),
+        margin=draw(st.sampled_from([0, 0.05, 0.2])),
+        placement=draw(st.sampled_from(["first_fit", "most_allocated"])),
+        drains_per_run=draw(st.integers(1, 3)),
+        max_disrupted_share=Fraction(draw(st.integers(0, 10)), 10),
+        evictions_per_hour=draw(st.integers(0, 30)),
+    )
+    spent = DisruptionState(evictions=((NOW - 100, draw(st.integers(0, 30))),))
+    asked = draw(st.one_of(st.none(), st.integers(0, count)))
+    return members, asked, pol, spent
+
+
+def outcome(members, asked, pol, spent):
+    view = view_of(snapshot(members))
+    slot = largest_in(view)
+    places = Places(view, slot) if slot is not None and view.ready else None
+    c = consolidate(view, places, pol, None if asked is None else Fraction(asked), spent, NOW)
+    return view, places, c
+
+
+@PROPERTY
+@given(situations())
+def test_every_pod_of_a_drained_node_has_a_place_in_the_prediction(situation):
+    view, _, c = outcome(*situation)
+    ready = {n.id: n for n in view.ready}
+    gone = {x.node for x in c.chosen}
+    load = {n.id: n.usage.allocated_unreserved.cpus for n in view.ready}
+    for leaving in view.tainted:  # their work needs a home too, though it is not this plan's
+        load["(leaving)"] = load.get("(leaving)", 0) + leaving.usage.allocated_unreserved.cpus
+    for x in c.chosen:
+        pods = {t.id: t.requests.cpus for t in ready[x.node].workload()}
+        assert set(dict(x.moves)) == set(pods), "every pod has a predicted node"
+        for pod, to in x.moves:
+            assert to in ready and to not in gone, "onto a ready node that stays"
+            load[to] += pods[pod]
+    assert all(load[n] <= ready[n].allocatable.cpus + 1e-9 for n in ready if n not in gone)
+
+
+def free_places(members, moved_out, moved_in, removed, slot_cpus):
+    total = 0
+    for n in members:
+        if n.state is TAINTED or n.id in removed:
+            continue
+        used = n.usage.allocated_unreserved.cpus - moved_out.get(n.id, 0) + moved_in.get(n.id, 0)
+        total += int((8 - used + 1e-9) // slot_cpus)
+    return total
+
+
+@PROPERTY
+@given(situations())
+def test_it_never_leaves_fewer_places_than_the_reserve(situation):
+    members, asked, pol, spent = situation
+    view, places, c = outcome(members, asked, pol, spent)
+    if not c.chosen:
+        return
+    assert places is not None
+    slot_cpus = places.slot[0] / 1e6
+    by_id = {n.id: n for n in members}
+    moved_out, moved_in = {}, {}
+    for x in c.chosen:
+        pods = {t.id: t.requests.cpus for t in by_id[x.node].workload()}
+        moved_out[x.node] = sum(pods.values())
+        for pod, to in x.moves:
+            moved_in[to] = moved_in.get(to, 0) + pods[pod]
+    removed = {x.node for x in c.chosen if x.choice is Choice.REMOVE}
+    wanted = places.wanted(pol.slot_reserve, pol.slot_reserve_fraction)
+    before, after = c.chosen[0].places_before, c.chosen[-1].places_after
+    if removed:
+        assert after >= wanted + pol.slot_reserve_band
+    else:
+        assert after > before  # a node drained to be kept makes places
+    assert after >= min(before, wanted)
+    if not view.tainted:  # counted again on the pool as the plan leaves it (a leaving node's pods land too)
+        assert before == free_places(members, {}, {}, set(), slot_cpus)
+        assert after == free_places(members, moved_out, moved_in, removed, slot_cpus)
+
+
+@PROPERTY
+@given(situations())
+def test_it_never_exceeds_the_budget(situation):
+    members, asked, pol, spent = situation
+    view, _, c = outcome(members, asked, pol, spent)
+    budget = pol.consolidation
+    evicted = sum(len(x.moves) for x in c.chosen)
+    assert not c.chosen or spent.evicted(NOW) + evicted <= budget.evictions_per_hour
+    assert sum(1 for x in c.chosen if x.moves) <= budget.drains_per_run
+    nodes = len(view.ready) + len(view.tainted)
+    at_once = max(1, int(budget.max_disrupted_share * nodes))
+    assert not c.chosen or len(view.tainted) + len(c.chosen) <= at_once
+    assert all(x.choice is Choice.KEEP or asked is not None for x in c.chosen)
+    removed = sum(1 for x in c.chosen if x.choice is Choice.REMOVE)
+    assert asked is None or removed == 0 or len(view.ready) + len(view.tainted) - removed >= asked
+
+
+# --- as part of the decision -------------------------------------------------------------------------
+
+
+def decide_on(members: list[Node], demand: float, pol: ScalingPolicy, state=None, now: float = NOW):
+    from clusterman.decision import AutoscalerState
+    from tests.scaling_builders import request
+    from tests.scaling_builders import run
+
+    return run(snapshot(members), request(cpus=demand), pol, state or AutoscalerState(), now)
+
+
+def test_a_removal_lowers_its_group_target_and_taints_the_node_it_chose():
+    members = pool(*FRAGMENTED)
+    used = sum(n.usage.allocated_unreserved.cpus for n in members)  # 14 CPUs: 3 nodes at the setpoint 70%
+    d = decide_on(members, used, replace(scaling(reserve=2), setpoint=Fraction(7, 10)))
+    assert d.reason.value == "consolidation" and d.action.value == "scale_down"
+    assert d.taint == ("n2",) and d.group_targets == {"g1": 3}
+    assert "consolidation: remove n2 (2 pods onto n0" in d.explanation
+    assert d.node_reasons["n2"].startswith("taint: consolidation: remove n2")
+    assert d.as_json()["consolidation"]["chosen"][0]["moves"] == {"n2p0-1": "n0", "n2p1-1": "n0"}
+
+
+def test_a_node_drained_to_be_kept_comes_back_once_empty_and_not_before():
+    from clusterman.decision import AutoscalerState
+
+    members = pool((4, 2), (4, 2), (2, 1, 1), (1,))
+    pol = replace(scaling(reserve=3), setpoint=Fraction(1))
+    first = decide_on(members, 19, pol)
+    assert first.taint == ("n3",) and first.target_capacity == 4 and first.action.value == "none"
+    assert first.state.disruption.kept == {"n3": NOW}
+    # a disruption budget refused its pod: the node stays tainted, and nothing else starts
+    refused = [*members[:3], replace(members[3], state=TAINTED, tainted_at=NOW)]
+    later = decide_on(refused, 19, pol, first.state, NOW + 60)
+    assert later.untaint == () and later.terminate == () and later.consolidation.chosen == ()
+    assert "n3 is being drained to be kept" in later.consolidation.note
+    # its pod went: it comes back, the pool keeps its target
+    drained = [replace(members[0], tasks=(*members[0].tasks, *members[3].tasks)), *members[1:3],
+               replace(members[3], state=TAINTED, tainted_at=NOW, tasks=())]  # fmt: skip
+    back = decide_on(drained, 19, pol, later.state, NOW + 120)
+    assert back.untaint == ("n3",) and back.target_capacity == 4
+    assert back.state.disruption.kept == {}
+    # a pod that never leaves: given up on after half an hour, the node is untainted as any other
+    stuck = decide_on(refused, 19, pol, later.state, NOW + 1860)
+    assert stuck.untaint == ("n3",)
+    assert isinstance(AutoscalerState.from_json(stuck.state.as_json()), AutoscalerState)
+
+
+def test_the_state_it_keeps_survives_a_restart():
+    from clusterman.decision import AutoscalerState
+
+    state = AutoscalerState(
+        disruption=DisruptionState(since=(("a", NOW - 5),), evictions=((NOW - 9, 3),), keeping=(("b", NOW),))
+    )
+    assert AutoscalerState.from_json(state.as_json()) == state
+    old = state.as_json()
+    del old["disruption"]  # kept by a version before consolidation
+    assert AutoscalerState.from_json(old).disruption == DisruptionState()
+    with pytest.raises(ValueError, match=r"disruption\.evictions"):
+        AutoscalerState.from_json({**state.as_json(), "disruption": {"evictions": [["x", 1]]}})
+
+
+# --- the prediction against the simulated scheduler ------------------------------------------------
+
+
+class SimulatedPool:
+    """Six 8-CPU nodes launched one a minute, each filled by its minute's pods (so they can go
+    nowhere else), some of which leave at minute 10: n0 has 2 CPUs free, n1 0.5, n2 3, n3 0.5, n4
+    runs one 0.5-CPU pod, n5 is empty. The simulated scheduler places pods with ``rule``."""
+
+    LAYOUT = (
+        ((4, False), (1, False), (1, False), (2, True)),
+        ((4, False), (2, False), (1.5, False), (0.5, True)),
+        ((4, False), (1, False), (3, True)),
+        ((4, False), (3.5, False), (0.5, True)),
+        ((0.5, False), (4, True), (3.5, True)),
+        ((4, True), (4, True)),
+    )
+
+    def __init__(self, rule: str) -> None:
+        from clusterman.cloud.simulated_group import SimulatedGroup
+        from clusterman.cloud.simulated_group import SimulatedMarket
+        from clusterman.cloud.view import GroupsCloudView
+        from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
+        from clusterman.cluster.simulated_scheduler import SimulatedConnector
+        from clusterman.cluster.simulated_scheduler import SimulatedScheduler
+        from clusterman.cluster.simulated_scheduler import TaskList
+        from clusterman.cluster.simulated_scheduler import WorkItem
+
+        work = [
+            WorkItem(f"n{m}p{k}", Resources(cpus=cpus), start=60.0 * m + 30, end=600.0 if leaves else math.inf)
+            for m, pods in enumerate(self.LAYOUT)
+            for k, (cpus, leaves) in enumerate(pods)
+        ]
+        self.now = 0.0
+        self.group = SimulatedGroup("g1", [SimulatedMarket("m", "z", 1.0, Resources(cpus=8))], lambda: self.now)
+        self.scheduler = SimulatedScheduler(TaskList(work), placement=rule)
+        self.cloud = GroupsCloudView([self.group])
+        self.connector = SimulatedConnector(self.cloud, self.scheduler)
+        self.lifecycle = SimulatedLifecycle(self.scheduler)
+        for minute in range(len(self.LAYOUT)):
+            self.now = 60.0 * minute
+            self.group.set_target_capacity(minute + 1)
+            self.connector.snapshot(self.now + 30)
+        self.now = 900.0
+        self.ids = [n.id for n in sorted(self.connector.snapshot(self.now).nodes, key=lambda n: n.launched_at)]
+
+
+def consolidating(rule: str = "first_fit") -> ScalingPolicy:
+    """The reserve (2 places, on n4 and n5) holds back the scale-down to 5 nodes 34 CPUs ask for."""
+    return replace(scaling(reserve=2, placement=rule), setpoint=Fraction(95, 100))
+
+
+@pytest.mark.parametrize(("rule", "onto"), [("first_fit", 0), ("most_allocated", 1)])
+def test_the_simulated_scheduler_puts_evicted_pods_where_the_plan_said(rule, onto):
+    """The decision drains n4; the simulated scheduler places its pod again with the same rule,
+    where the plan said: first fit on the first node with room, MostAllocated on the fullest."""
+    from clusterman.decision import AutoscalerState
+    from clusterman.decision import decide
+    from clusterman.manager.apply import apply
+    from tests.scaling_builders import request
+
+    pool = SimulatedPool(rule)
+    snap = pool.connector.snapshot(pool.now)
+    d = decide(snap, {"app": request(cpus=34)}, consolidating(rule), AutoscalerState(), pool.now)
+    assert [(c.choice, c.node) for c in d.consolidation.chosen] == [(Choice.REMOVE, pool.ids[4])], d.explanation
+    assert dict(d.consolidation.chosen[0].moves) == {"n4p0": pool.ids[onto]}
+    apply(d, snap, {"g1": pool.group}, pool.lifecycle, pool.now)
+    after = pool.connector.snapshot(pool.now + 60)
+    assert [n.id for n in after.nodes for t in n.tasks if t.id == "n4p0"] == [pool.ids[onto]]
+    assert after.pending == ()
+
+
+def test_a_run_records_the_consolidation_as_events_and_counters():
+    from clusterman.events.exporter import AutoscalerMetrics
+    from clusterman.events.publisher import EventPublisher
+    from clusterman.events.recorder import Recorder
+    from clusterman.events.ring import EventRing
+    from clusterman.manager.cycle import Cycle
+    from clusterman.manager.demand import InternalDemand
+
+    pool = SimulatedPool("first_fit")
+    ring = EventRing(1000)
+    publisher = EventPublisher(ring)
+    metrics = AutoscalerMetrics("c", "p")
+    cycle = Cycle(
+        connector=pool.connector,
+        cloud=pool.cloud,
+        lifecycle=pool.lifecycle,
+        demand=InternalDemand(),  # 26.5 CPUs running: 4 nodes at 95%
+        policy=consolidating(),
+        recorder=Recorder(publisher, metrics, "p", lambda: int(pool.now * 1e9)),
+    )
+    report = cycle.run_once(pool.now)
+    assert "consolidation: remove" in report.line()
+    publisher.flush()
+    events = {r.event.detail.name: r.event for r in ring.read(0, 100).records}
+    assert events["DECISION_CONSOLIDATION"].message.endswith(report.decision.explanation)
+    node = events["NODE_CONSOLIDATE"]
+    assert node.object_id == pool.ids[4] and node.reference_id == "g1"
+    assert (
+        node.message
+        == f"consolidation: remove {pool.ids[4]} (1 pods onto {pool.ids[0]}; 3 → 2 free 4-CPU slots; saves 1 units)"
+    )
+    text = metrics.exposition().decode()
+    assert 'clusterman_consolidated_nodes_total{choice="remove",cluster="c",pool="p"} 1.0' in text
+    assert 'clusterman_evictions_total{cluster="c",pool="p"} 1.0' in text
