@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
@@ -226,7 +227,7 @@ def test_collects_the_shipped_local_dev_cluster_against_moto(tmp_path):
         )  # fmt: skip
 
     with MotoServer() as moto:
-        config = prepare_configs(tmp_path, moto.url, events_port=0)
+        config = prepare_configs(tmp_path, moto.url, 0, Path(__file__).resolve().parents[1] / "config")
         create_pool_group(moto.url)
         done = collect_once(config)
     assert done.returncode == 0, done.stderr

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,12 +37,15 @@ PINNED = {
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path) -> Path:
     """The venv ``deploy/install-clusterman`` made from a freshly built wheel; its bin directory."""
-    work = tmp_path_factory.mktemp("wheel")
-    wheel = build_wheel(work)
     house = fill_wheelhouse(f"{wheel}[kubernetes]", constraints=REPO / "constraints.txt")
-    venv = work / "venv"
+    venv = wheel.parent.parent / "venv"
     # PIP_NO_COMPILE: the image byte-compiles; here it would only cost time (kubernetes has ~1000 modules).
     env = clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(house), PIP_NO_COMPILE="1", PYTHON=_base_python())
     proc = subprocess.run(
@@ -47,12 +53,30 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         text=True,
         env=env,
-        cwd=work,
+        cwd=wheel.parent,
         timeout=300,
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
     return venv / "bin"
+
+
+@pytest.fixture(scope="module")
+def installed_local(installed: Path) -> Path:
+    """The wheel's venv with the ``local`` extra's packages (moto's server) as well. Installing moto's
+    closure takes minutes, so the venv borrows the test venv's copies, the same pinned versions
+    (constraints-dev.txt), through a path file: clusterman itself is still the wheel's, in the
+    venv's own site-packages, and no checkout is on the path."""
+    venv = installed.parent
+    local = venv.parent / "venv-local"
+    shutil.copytree(venv, local, symlinks=True)
+    (site,) = local.glob("lib/python*/site-packages")
+    borrowed = [p for p in sys.path if p.endswith("site-packages") and Path(p, "moto").is_dir()]
+    (site / "zz-local-extra.pth").write_text("\n".join(borrowed) + "\n")  # after the venv's own packages
+    for script in (local / "bin").iterdir():  # console scripts name their venv's interpreter
+        if script.is_file() and not script.is_symlink() and script.read_bytes().startswith(b"#!" + bytes(venv)):
+            script.write_bytes(script.read_bytes().replace(bytes(venv), bytes(local), 1))
+    return local / "bin"
 
 
 def _base_python() -> str:
@@ -162,3 +186,51 @@ def test_bootstrap_starts_the_packaged_tree(installed: Path, tmp_path: Path) -> 
     assert "site-packages/supervisord/" not in output  # the helper scripts come from clusterman/data
     assert "signal version local could not be fetched" in output
     assert "127.0.0.1:9" in output
+
+
+def test_simulate_without_matplotlib_prints_its_summary(installed: Path, tmp_path: Path) -> None:
+    """The plain wheel has no matplotlib: the summary and the JSON are the answer, the plot is said missing."""
+    pool = REPO / "config" / "simulator" / "default.mesos"
+    sample = REPO / "config" / "simulator" / "clusterman-sample-metrics.json.gz"
+    proc = run(installed, tmp_path, "clusterman", "simulate", "--pool-config", str(pool), "--metrics-data-files",
+               str(sample), "--end", "2017-12-01T16:10:00Z")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("simulated local-dev/default.mesos from 2017-12-01T16:00:00Z")
+    assert "wrote simulation.json (no simulation.png: matplotlib is not installed" in proc.stdout
+    assert (tmp_path / "simulation.json").is_file() and not (tmp_path / "simulation.png").exists()
+
+
+def test_the_local_stack_without_its_extra_is_one_line(installed: Path, tmp_path: Path) -> None:
+    proc = run(installed, tmp_path, "python", "-m", "clusterman.local.stack", "--duration", "5")
+    assert proc.returncode == 1
+    assert (
+        proc.stderr == "clusterman.local.stack: the local stack runs moto's server: pip install 'clusterman[local]'\n"
+    )
+
+
+def test_the_local_stack_runs_from_the_local_extra(installed_local: Path, tmp_path: Path) -> None:
+    """From the wheel, outside any checkout: the packaged config, the packaged signals, and its run
+    directory under the working directory (it looked for a checkout's config/ in site-packages)."""
+    proc = subprocess.Popen(
+        [str(installed_local / "python"), "-m", "clusterman.local.stack", "--duration", "2m"],
+        cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ demand ", line):
+                proc.send_signal(signal.SIGINT)  # one decision is enough: stop it as Ctrl-C does
+                break
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    output = "\n".join(lines) + rest
+    assert proc.returncode == 0, output
+    assert "published this checkout's clusterman_signals as s3://" in output
+    assert "stopped: no process of the stack is left" in output
+    assert (tmp_path / ".local-stack" / "latest" / "env.sh").is_file()
+    assert not list(installed_local.parent.glob("lib/python*/site-packages/.local-stack"))

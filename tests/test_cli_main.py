@@ -100,3 +100,8 @@ def test_user_errors_stay_one_line(tmp_path, capsys):
     args = ["--env-config-path", config, "manage", "--cluster", "local-dev", "--pool", "default"]
     assert cli.main([*args, "--target-capacity", "lots", "--dry-run"]) == 1
     assert "--target-capacity 'lots'" in capsys.readouterr().err
+    # the pause is read before the cloud is asked, and its error names the flag (it said --until)
+    assert cli.main([*args, "--target-capacity", "3", "--pause", "1y", "--dry-run"]) == 1
+    assert capsys.readouterr().err == (
+        "clusterman manage: --pause '1y': expected a duration such as 30m, 2h, 1d 12h, or an ISO time\n"
+    )

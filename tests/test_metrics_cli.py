@@ -67,7 +67,7 @@ def test_write_takes_numbers_and_mappings_and_refuses_the_rest(tmp_path, capsys)
     assert run(capsys, *base, "100", "--value", "3.5")[0] == 0
     assert run(capsys, *base, "160", "--value", '{"<m5.large, us-west-2a>": 2}')[0] == 0
     status, _, err = run(capsys, *base, "220", "--value", "lots")
-    assert status == 1 and err.strip() == f"clusterman metrics: {fc}: metric value must be a number, got 'lots'"
+    assert status == 1 and err.strip() == f"clusterman metrics write: {fc}: metric value must be a number, got 'lots'"
     status, _, err = run(capsys, *base, "220", "--value", '{"a": "x"}')
     assert status == 1 and f"{fc}[a]: metric value must be a number, got 'x'" in err
     store = SqliteStore(db)
@@ -102,7 +102,7 @@ def test_missing_database_and_file_are_one_line_each(tmp_path, capsys):
                          str(tmp_path / "absent.json.gz"))  # fmt: skip
     assert status == 1 and "absent.json.gz: metrics file not found" in err
     status, _, err = run(capsys, "generate-data", "--design", str(tmp_path / "absent.yaml"), "--output", "x")
-    assert status == 1 and "absent.yaml: design file not found" in err
+    assert status == 1 and "absent.yaml: file not found" in err
 
 
 def test_the_configured_store_lives_under_the_state_directory(tmp_path, capsys):

@@ -50,6 +50,7 @@ from clusterman.datastore.store import RetentionPass
 from clusterman.datastore.store import Series
 from clusterman.manager.arguments import add_program_arguments
 from clusterman.manager.arguments import configure_logging
+from clusterman.manager.arguments import reader_left
 from clusterman.manager.budget import metrics_timeout
 from clusterman.manager.budget import scheduler_timeout
 from clusterman.manager.connectors import connector_for_pool
@@ -71,6 +72,9 @@ class StdoutStore(MetricsStore):
         for p in points:
             print(json.dumps({"type": p.metric_type.value, "key": p.key, "timestamp": p.timestamp, "value": p.value}))
         sys.stdout.flush()
+
+    def __repr__(self) -> str:
+        return "stdout"
 
     def read(self, metric_type: MetricType, key: str, start: int, end: int) -> Series:
         raise MetricsError("the stdout store is write-only")
@@ -117,9 +121,10 @@ def collect_once(
     store: MetricsStore,
     clock: Callable[[], float] = time.time,
     retention: Callable[[float], int] | None = None,
+    wrote: Callable[[PoolIdentity, int], None] | None = None,
 ) -> int:
     """Snapshot every pool and write its points, then run ``retention`` (a ``RetentionPass``);
-    returns how many pools failed (each is logged)."""
+    returns how many pools failed (each is logged). ``wrote`` hears how many points each pool gave."""
     failures = 0
     for identity, connector in pools:
         try:
@@ -129,6 +134,10 @@ def collect_once(
             points = collect(snapshot, identity)
             store.write(points)
             log.info("%s: wrote %d points", identity, len(points))
+            if wrote is not None:
+                wrote(identity, len(points))
+        except BrokenPipeError:  # the stdout store's reader left (``| head``): the command ends, quietly
+            raise
         except (ConnectorError, MetricsError) as e:
             failures += 1
             log.error("%s: no metrics this run: %s", identity, e)
@@ -243,7 +252,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         retention = RetentionPass(store)
         if args.once:
-            return 1 if collect_once(pools, store, retention=retention) else 0
+
+            def wrote(identity: PoolIdentity, count: int) -> None:  # stdout may be the points themselves
+                print(f"{identity}: wrote {count} points to {store!r}", file=sys.stderr)
+
+            return 1 if collect_once(pools, store, retention=retention, wrote=wrote) else 0
         stop = stop_on_signals(log, "stopping after this run")
         interval = main.batches.cluster_metrics.run_interval_seconds
         beat = _heartbeat_writer(Path(args.heartbeat_file), interval) if args.heartbeat_file else lambda at: None
@@ -277,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level)
     try:
         return run(args)
+    except BrokenPipeError:  # ``--store stdout | head``
+        return reader_left()
     except (ConfigError, MetricsError, OSError, ValueError) as e:
         print(f"metrics_collector: {e}", file=sys.stderr)
         return 1

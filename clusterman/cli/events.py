@@ -23,6 +23,7 @@ from clusterman.events.client import StreamEnded
 from clusterman.events.client import api_url
 from clusterman.events.record import EventRecord
 from clusterman.events.record import EventType
+from clusterman.manager.arguments import add_timeout_argument
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -41,7 +42,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing new events as they happen")
     parser.add_argument("--json", action="store_true", help="one JSON record per line, for tools")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the API (and heartbeats)")
+    add_timeout_argument(parser, 60.0, "seconds to wait for the API (and heartbeats)")
     parser.set_defaults(func=run_events)
 
 
@@ -115,8 +116,6 @@ def run_events(args: argparse.Namespace) -> int:
     except EventAPIError as e:
         print(f"clusterman events: {e}", file=sys.stderr)
         return 1
-    except BrokenPipeError:  # piped into head(1) and the like
-        return 0
 
 
 def _follow(client: EventClient, args: argparse.Namespace, types: frozenset[EventType], emit: _Printer) -> int:

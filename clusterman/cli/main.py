@@ -8,7 +8,8 @@ table complete and equal to what the modules register).
 
 Errors: a ``clusterman.errors.Reported`` error (bad input, config or surroundings) or a missing
 file prints one line on stderr and exits with status 1; anything else is a bug in clusterman and
-keeps its traceback (exit status 1 too, from Python).
+keeps its traceback (exit status 1 too, from Python). A reader of stdout that leaves early
+(``| head``) ends the command quietly, with status 0.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import clusterman.cli
 from clusterman.errors import Reported
 from clusterman.manager.arguments import add_program_arguments
 from clusterman.manager.arguments import configure_logging
+from clusterman.manager.arguments import reader_left
 
 
 @dataclass(frozen=True)
@@ -64,9 +66,16 @@ COMMANDS: Final = (
 )
 NOT_COMMANDS: Final = frozenset({"main", "plan_input"})  # modules of clusterman.cli that register nothing
 
-# One line, exit status 1: errors a person can act on. ValueError is not here: from a library or
-# our own code it is a bug, and its traceback is what finds it.
-USER_ERRORS: Final[tuple[type[Exception], ...]] = (Reported, FileNotFoundError)
+# One line, exit status 1: errors a person can act on (a path given that is missing, a directory,
+# or not ours to read). ValueError is not here: from a library or our own code it is a bug, and
+# its traceback is what finds it.
+USER_ERRORS: Final[tuple[type[Exception], ...]] = (
+    Reported,
+    FileNotFoundError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+)
 
 
 def unlisted_modules() -> list[str]:
@@ -123,12 +132,22 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return func(args)
+        status = func(args)
+        sys.stdout.flush()  # a pipe is block-buffered: its last write happens here, not at exit
+        return status
     except USER_ERRORS as e:
-        print(f"clusterman {args.command}: {e}", file=sys.stderr)
+        print(f"clusterman {command_words(args)}: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return reader_left()
+
+
+def command_words(args: argparse.Namespace) -> str:
+    """``signal publish``, not ``signal``: a command's action is named with it (``<command>_command``)."""
+    actions = [value for name, value in vars(args).items() if name.endswith("_command") and isinstance(value, str)]
+    return " ".join([args.command, *actions])
 
 
 if __name__ == "__main__":

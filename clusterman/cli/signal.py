@@ -15,6 +15,8 @@ from typing import IO
 from typing import Any
 
 from clusterman.errors import UserError
+from clusterman.errors import reading_input
+from clusterman.manager.arguments import add_timeout_argument
 from clusterman.manager.arguments import time_argument
 from clusterman.signals import metrics_file
 from clusterman.signals.client import SignalAddress
@@ -42,7 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     evaluate.add_argument("--cluster", default="local-dev")
     evaluate.add_argument("--pool", default="default")
-    evaluate.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the answer")
+    add_timeout_argument(evaluate, 60.0, "seconds to wait for the answer")
     evaluate.add_argument("--start", action="store_true", help="launch the signal runner first, and stop it after")
     evaluate.set_defaults(func=run_evaluate)
 
@@ -187,15 +189,19 @@ def run_publish(args: argparse.Namespace) -> int:
     from clusterman.config.loader import load_main_config
     from clusterman.signals.artifacts import ArtifactLocation
     from clusterman.signals.artifacts import build_artifact
+    from clusterman.signals.artifacts import check_bucket
     from clusterman.signals.artifacts import default_codename
     from clusterman.signals.artifacts import upload_artifact
 
     main = load_main_config(args.env_config_path)
     bucket = args.bucket or main.aws.signals_bucket
-    location = ArtifactLocation(bucket, args.codename or default_codename(), args.version)
+    with reading_input():  # the --version
+        location = ArtifactLocation(bucket, args.codename or default_codename(), args.version)
+    s3 = aws_client(AwsSettings.from_config(main.aws), "s3")
+    check_bucket(s3, bucket)
     with tempfile.TemporaryDirectory(prefix="clusterman-publish-") as tmp:
         wheelhouse = args.wheelhouse or (Path(w) if (w := os.environ.get("CMAN_SIGNAL_WHEELHOUSE")) else None)
         tarball = build_artifact(args.repo, args.version, Path(tmp), worktree=args.worktree, wheelhouse=wheelhouse)
-        digest = upload_artifact(aws_client(AwsSettings.from_config(main.aws), "s3"), location, tarball)
+        digest = upload_artifact(s3, location, tarball)
     print(f"published {location.url} (sha256 {digest})")
     return 0

@@ -1,10 +1,11 @@
 """``clusterman simulate``: replay a pool's history through the real autoscaler, with cost and shortfall.
 
-    clusterman simulate --metrics-data-files FILE... --pool-config FILE [--start T --end T]
+    clusterman simulate --pool-config FILE [--metrics-data-files FILE...] [--start T --end T]
         [--join-delay MEAN STDEV] [--seed N] [--output-prefix P] [--compare RUN.json]
 
-Writes P.json (the summary; the same inputs and seed give the same bytes) and P.png (capacity
-against demand), prints the summary, and with ``--compare`` the two runs side by side. docs/simulator.md.
+Writes P.json (the summary; the same inputs and seed give the same bytes) and, with matplotlib
+installed (the ``simulator`` extra), P.png (capacity against demand); prints the summary, and with
+``--compare`` the two runs side by side. docs/simulator.md.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from clusterman.simulator.compare import side_by_side
 from clusterman.simulator.inputs import Request
 from clusterman.simulator.inputs import SimulationInputError
 from clusterman.simulator.inputs import load_scenario
+from clusterman.simulator.plot import NoPlotter
 from clusterman.simulator.plot import write_plot
 from clusterman.simulator.progress import ProgressBar
 from clusterman.simulator.report import summary
@@ -37,8 +39,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="replay a pool's metrics through the real autoscaler: cost, shortfall, scaling actions",
         description="Inputs, outputs and how to read the plot: docs/simulator.md.",
     )
-    parser.add_argument("--metrics-data-files", required=True, nargs="+", type=Path, metavar="FILE",
-                        help="metrics files: generate-data output, or Clusterman's simulator files")  # fmt: skip
+    parser.add_argument("--metrics-data-files", nargs="+", default=[], type=Path, metavar="FILE",
+                        help="metrics files: generate-data output, or Clusterman's simulator files (default: "
+                             "the pool file's simulation.trace)")  # fmt: skip
     parser.add_argument("--pool-config", required=True, type=Path, metavar="FILE",
                         help="the pool's srv-configs file (its simulation block describes the instances)")  # fmt: skip
     parser.add_argument("--cluster", help="default: the pool the metrics files describe")
@@ -73,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
         signals=SignalMode(args.signals),
     )
     scenario = load_scenario(load_main(args), request)
+    for note in scenario.notes:
+        print(f"clusterman simulate: {note}", file=sys.stderr)
     json_path, png_path = Path(f"{args.output_prefix}.json"), Path(f"{args.output_prefix}.png")
     try:
         json_path.parent.mkdir(parents=True, exist_ok=True)  # a path that cannot be written fails before the run
@@ -87,11 +92,15 @@ def run(args: argparse.Namespace) -> int:
     document = summary(result, str(args.pool_config), [str(p) for p in args.metrics_data_files])
     try:
         json_path.write_text(to_json(document))
-        write_plot(png_path, result.timeline, text(document).splitlines()[0])
+        print(text(document), end="")
+        try:
+            write_plot(png_path, result.timeline, text(document).splitlines()[0])
+            wrote = f"{json_path} and {png_path}"
+        except NoPlotter as e:  # the summary and the JSON are the run's answer; the picture is extra
+            wrote = f"{json_path} (no {png_path}: {e})"
     except OSError as e:
         raise _unwritable(args.output_prefix, e) from e
-    print(text(document), end="")
-    print(f"wrote {json_path} and {png_path} ({time.monotonic() - started:.1f} s)")
+    print(f"wrote {wrote} ({time.monotonic() - started:.1f} s)")
     if other is not None:
         print()
         print(side_by_side(document, other, str(args.compare)), end="")

@@ -37,8 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
+from clusterman.config.loader import read_yaml
 from clusterman.core import durations
 from clusterman.core import timestamps
 from clusterman.core.config import MetricType
@@ -220,15 +219,7 @@ class Design:
 
 def load_design(path: str | os.PathLike[str]) -> Design:
     """Read and check a design file; problems are one ConfigError naming the file and the key."""
-    source = str(path)
-    try:
-        with open(path) as f:
-            raw = yaml.safe_load(f)
-    except FileNotFoundError:
-        raise ConfigError(source, "", "design file not found") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(source, "", f"malformed YAML: {e}") from e
-    return parse_design(raw, source)
+    return parse_design(read_yaml(path), str(path))  # read as every srv-config is: one line per problem
 
 
 def parse_design(raw: Any, source: str) -> Design:

@@ -176,6 +176,9 @@ class InMemoryStore(MetricsStore):
         # points every simulated minute)
         self._data: dict[tuple[MetricType, str], tuple[list[int], list[tuple[int, Value]]]] = {}
 
+    def __repr__(self) -> str:
+        return "this process's memory"
+
     def load(self, metric_type: MetricType, key: str, series: Series) -> None:
         """Put a whole series in at once (a metrics file's), replacing what the key held."""
         ordered = [(int(t), v) for t, v in sorted(series, key=lambda p: p[0])]

@@ -103,6 +103,8 @@ class EventClient:
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
             raise EventAPIError(f"cannot reach the event API at {url}: {reason}") from e
+        except ValueError as e:  # urllib's word for an address that is no URL
+            raise EventAPIError(f"{self.url}: not an http:// address of the event API ({e})") from e
 
     def batch(
         self,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import logging
 import os
@@ -39,9 +40,11 @@ from typing import Any
 import boto3
 import yaml
 
+import clusterman_signals
 from clusterman.batch.stopping import stop_on_signals
 from clusterman.core.timestamps import PRINTED_MILLISECONDS
 from clusterman.core.timestamps import PRINTED_SECONDS
+from clusterman.data import config_directory
 from clusterman.local.moto_server import FAKE_CREDENTIALS
 from clusterman.local.moto_server import MotoServer
 from clusterman.local.moto_server import free_port
@@ -50,12 +53,15 @@ from clusterman.local.rundir import StackBusy
 from clusterman.local.rundir import claim
 from clusterman.local.rundir import claim_new
 from clusterman.local.rundir import socket_prefix
+from clusterman.manager.arguments import duration_argument
 from clusterman.signals.artifacts import ArtifactLocation
 from clusterman.signals.artifacts import build_artifact
 from clusterman.signals.artifacts import upload_artifact
 from clusterman.tree.supervisor import die_with_parent
 
-REPO = Path(__file__).resolve().parents[2]
+# Where clusterman_signals/ is (a checkout's top, or site-packages when installed from the wheel):
+# the stack publishes it as version `local`.
+SIGNALS_SOURCE = Path(clusterman_signals.__file__).resolve().parents[1]
 CLUSTER, POOL, SCHEDULER = "local-dev", "default", "simulated"
 REGION = "us-west-2"
 TAG_KEY = "clusterman:pool"
@@ -63,7 +69,7 @@ CODENAME = "local"
 AUTOSCALER_ARGS = "--period-seconds 5 --no-splay --collect-metrics"
 
 
-def prepare_configs(run_dir: Path, moto_url: str, events_port: int, config_dir: Path = REPO / "config") -> Path:
+def prepare_configs(run_dir: Path, moto_url: str, events_port: int, config_dir: Path) -> Path:
     """A copy of ``config_dir`` whose main file points at the embedded AWS and keeps state in ``run_dir``."""
     srv = run_dir / "srv-configs"
     shutil.copytree(config_dir, srv)
@@ -116,7 +122,7 @@ def create_pool_group(moto_url: str, cluster: str = CLUSTER, pool: str = POOL, m
 
 
 def publish_signals(moto_url: str, bucket: str, version: str, work_dir: Path) -> None:
-    tarball = build_artifact(REPO, version, work_dir, worktree=True)
+    tarball = build_artifact(SIGNALS_SOURCE, version, work_dir, worktree=True)
     s3 = boto3.client("s3", endpoint_url=moto_url, region_name=REGION, **_credentials())
     upload_artifact(s3, ArtifactLocation(bucket, CODENAME, version), tarball)
 
@@ -171,13 +177,15 @@ def keep_output(pipe: IO[bytes], path: Path) -> None:
 
 
 def operator_environment(main_path: Path, prefix: str) -> dict[str, str]:
-    """What ``clusterman status|manage|disable|events`` need to reach this stack."""
+    """What ``clusterman status|manage|disable|events|signal publish`` need to reach this stack (a
+    signal version published from it lands under the codename the stack fetches from)."""
     return {
         "CMAN_ENV_CONFIG_PATH": str(main_path),
         "CMAN_CLUSTER": CLUSTER,
         "CMAN_POOL": POOL,
         "CMAN_SCHEDULER": SCHEDULER,
         "CMAN_SIGNAL_SOCKET_PREFIX": prefix,
+        "CMAN_SIGNALS_CODENAME": CODENAME,
         **FAKE_CREDENTIALS,
     }
 
@@ -231,7 +239,7 @@ def private_parent(run_dir: Path) -> Path:
     return run_dir if len(str(longest)) <= 107 else Path(tempfile.gettempdir())
 
 
-def run(duration: float, run: RunDir, config_dir: Path = REPO / "config") -> int:
+def run(duration: float, run: RunDir, config_dir: Path) -> int:
     run_dir = run.path
     (run_dir / "logs").mkdir(parents=True)
     prefix = socket_prefix(run.run_id)
@@ -320,22 +328,33 @@ def _stop_tree(bootstrap: subprocess.Popen[bytes]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clusterman.local.stack", description=__doc__.split("\n")[0])
-    parser.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: run until Ctrl-C)")
     parser.add_argument(
-        "--base-dir", type=Path, default=REPO / ".local-stack", help="each run makes <base>/<run id> and <base>/latest"
+        "--duration", type=duration_argument, default=0, help="stop after this long: 120, 2m (0: run until Ctrl-C)"
+    )
+    parser.add_argument(
+        "--base-dir", type=Path, default=Path(".local-stack"), help="each run makes <base>/<run id> and <base>/latest"
     )
     parser.add_argument(
         "--run-dir", type=Path, default=None, help="use this directory (refused while a stack runs in it)"
     )
-    parser.add_argument("--config-dir", type=Path, default=REPO / "config", help="the srv-configs to copy (config/)")
+    parser.add_argument(
+        "--config-dir", type=Path, default=None, help="the srv-configs to copy (default: the config/ clusterman ships)"
+    )
     args = parser.parse_args(argv)
+    if importlib.util.find_spec("moto") is None:
+        print(
+            "clusterman.local.stack: the local stack runs moto's server: pip install 'clusterman[local]'",
+            file=sys.stderr,
+        )
+        return 1
     try:
-        owned = claim(args.run_dir) if args.run_dir is not None else claim_new(args.base_dir)
+        # absolute: the bootstrap and supervisord's programs are given these paths and run elsewhere
+        owned = claim(args.run_dir.resolve()) if args.run_dir is not None else claim_new(args.base_dir.resolve())
     except StackBusy as e:
         print(f"clusterman.local.stack: {e}", file=sys.stderr)
         return 1
     try:
-        return run(args.duration, owned, args.config_dir)
+        return run(args.duration, owned, args.config_dir or config_directory())
     finally:
         owned.release()
 

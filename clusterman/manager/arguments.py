@@ -15,6 +15,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from clusterman.core.durations import parse_duration
 from clusterman.core.timestamps import format_time
 from clusterman.core.timestamps import parse_time
 
@@ -61,6 +62,14 @@ def timeout_argument(text: str) -> float:
     if not seconds > 0 or math.isinf(seconds):
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
     return seconds
+
+
+def duration_argument(text: str) -> float:
+    """An option that is a length of time, in the one grammar (``core/durations.py``): ``2m``, ``90``."""
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_timeout_argument(parser: argparse.ArgumentParser, default: float, bounds: str) -> None:
@@ -157,3 +166,12 @@ def resolve_identity(args: argparse.Namespace) -> PoolTarget:
 def resolve_pool(args: argparse.Namespace) -> PoolSetup:
     """The main config, which pool the arguments name, and its validated config."""
     return resolve_identity(args).setup()
+
+
+def reader_left() -> int:
+    """stdout's reader went away (``| head``): what it did not read is nobody's loss, so the exit
+    status is 0. Python's own flush at exit would fail on the same pipe: stdout goes to /dev/null."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0

@@ -36,7 +36,7 @@ class ReplayedTrace:
         self.span = float(series[-1][0]) - self.start + 60.0  # the last point lasts one minute
         self.speedup = speedup
         points = [(float(t), Resources(**{resource: max(0.0, float(v))})) for t, v in series]
-        self._trace = DemandTrace(points, task)
+        self._trace = DemandTrace(points, task, id_prefix="trace")  # beside other demand, never the same ids
         self._real_start: float | None = None
 
     def trace_time(self, now: float) -> float:
@@ -49,7 +49,13 @@ class ReplayedTrace:
 
 
 def load_trace(path: Path, metric: str, task: Resources, speedup: float) -> ReplayedTrace:
-    """The first series of the file whose key is ``metric`` or whose name part is ``metric``.
+    resource, series = trace_series(path, metric)
+    return ReplayedTrace(series, task, resource, speedup)
+
+
+def trace_series(path: Path, metric: str) -> tuple[str, list[tuple[float, float]]]:
+    """The resource (``cpus`` for ``cpus_allocated``) and the first series of the file whose key is
+    ``metric`` or whose name part is ``metric``.
 
     The file is a metrics file, or a ``generate-data`` design (``.yaml``), generated on the spot
     (designs are seeded, so the same design always replays the same workload).
@@ -60,5 +66,5 @@ def load_trace(path: Path, metric: str, task: Resources, speedup: float) -> Repl
         for key in sorted(series_by_key):
             if key == metric or split_key(key)[0] == metric:
                 numbers = [(float(t), float(v)) for t, v in series_by_key[key] if isinstance(v, (int, float))]
-                return ReplayedTrace(numbers, task, resource if resource in RESOURCE_NAMES else "cpus", speedup)
+                return (resource if resource in RESOURCE_NAMES else "cpus"), numbers
     raise ConfigError(str(path), metric, "no such series in the metrics file")

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from boto3.exceptions import Boto3Error
 from botocore.exceptions import BotoCoreError
 from botocore.exceptions import ClientError
 
@@ -145,6 +146,19 @@ def build_artifact(
     return tarball
 
 
+def check_bucket(s3: Any, bucket: str) -> None:
+    """Before a build: a bucket that is not there (or not ours) is said at once, not after it."""
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except ClientError as e:
+        code = e.response.get("Error", {}).get("Code", "")
+        if code in ("404", "NoSuchBucket", "NotFound"):
+            raise ArtifactError(f"bucket {bucket!r} does not exist: create it, or give --bucket") from e
+        raise ArtifactError(f"bucket {bucket!r}: {_describe(e)}") from e
+    except BotoCoreError as e:
+        raise ArtifactError(f"bucket {bucket!r}: {e}") from e
+
+
 def upload_artifact(s3: Any, location: ArtifactLocation, tarball: Path) -> str:
     """Upload the tarball, then its checksum (a reader that finds the checksum finds its tarball)."""
     digest = sha256_of(tarball)
@@ -152,7 +166,7 @@ def upload_artifact(s3: Any, location: ArtifactLocation, tarball: Path) -> str:
         s3.upload_file(str(tarball), location.bucket, location.tarball_key)
         body = f"{digest}  {location.file_name}\n".encode()
         s3.put_object(Bucket=location.bucket, Key=location.checksum_key, Body=body)
-    except (ClientError, BotoCoreError, OSError) as e:
+    except (ClientError, BotoCoreError, Boto3Error, OSError) as e:  # boto3's upload_file raises S3UploadFailedError
         raise ArtifactError(f"uploading {location.url}: {_describe(e)}") from e
     return digest
 

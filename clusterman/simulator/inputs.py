@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,12 +29,14 @@ from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import parse
+from clusterman.core.resources import Resources
 from clusterman.datastore.datafile import MetricsData
 from clusterman.datastore.datafile import read_metrics_file
 from clusterman.datastore.generate import parse_time
 from clusterman.datastore.store import split_key
 from clusterman.errors import UserError
 from clusterman.manager.setup import PoolSetup
+from clusterman.manager.trace_workload import trace_series
 from clusterman.signals.specs import default_signal_spec
 from clusterman.simulator.clock import STEP_SECONDS
 from clusterman.simulator.clock import Steps
@@ -68,19 +71,21 @@ def load_scenario(main: MainConfig, request: Request) -> Scenario:
     source = str(request.pool_config)
     raw = read_yaml(request.pool_config)
     pool = with_overrides(parse(PoolConfig, raw, source, ignored=PoolConfig.IGNORED_KEYS), request)
-    identity = resolve_identity(request, metrics)
+    identity = resolve_identity(request, metrics, main)
+    points = demand_points(metrics, identity)
+    pool, points, notes = with_trace(pool, points, request)
     setup = PoolSetup(main, identity, pool)
     setup.policy  # noqa: B018 - refuse now what the autoscaler would refuse
     if not setup.internal:
         default_signal_spec(main)
     groups_from_config(identity, pool, lambda: 0.0, source, every_kind=True)
-    points = demand_points(metrics, identity)
     if not points and not pool.simulation.tasks:
         expected = next(iter(demand_keys(identity)))
         found = ", ".join(str(p) for p in sorted(pools_in(metrics), key=str)) or "none"
+        files = ", ".join(map(str, request.metrics_files)) or "no --metrics-data-files"
         raise SimulationInputError(
-            f"{', '.join(map(str, request.metrics_files))}: no demand for {identity}: expected a series such as "
-            f"{expected} (pools in the files: {found})"
+            f"{files}: no demand for {identity}: expected a series such as {expected} (pools in the files: "
+            f"{found}), or a pool file with simulation.trace or tasks"
         )
     first = int(points[0][0]) if points else None
     last = int(points[-1][0]) + STEP_SECONDS if points else None
@@ -92,7 +97,31 @@ def load_scenario(main: MainConfig, request: Request) -> Scenario:
         task = pool.simulation.demand_task or default_task(markets_from_config(pool.simulation, source))
     except ValueError as e:
         raise SimulationInputError(f"{source}: {e}") from e
-    return Scenario(setup, source, metrics, points, Steps(start, end), task, request.signals)
+    return Scenario(setup, source, metrics, points, Steps(start, end), task, request.signals, notes)
+
+
+def with_trace(
+    pool: PoolConfig, points: list[tuple[float, Resources]], request: Request
+) -> tuple[PoolConfig, list[tuple[float, Resources]], tuple[str, ...]]:
+    """The pool's ``simulation.trace`` (``make run``'s workload) as the run's demand when the metrics
+    files give none, at its own pace (its ``speedup`` is for a live replay). Either way the trace is
+    not also replayed beside the files' demand: that counted the demand twice, under the same task ids."""
+    trace = pool.simulation.trace
+    if trace is None:
+        return pool, points, ()
+    pool = dataclasses.replace(pool, simulation=dataclasses.replace(pool.simulation, trace=None))
+    if points:
+        return (
+            pool,
+            points,
+            (f"{request.pool_config}: simulation.trace is not replayed: the metrics files give the demand",),
+        )
+    path = Path(
+        os.path.normpath(request.pool_config.parent / trace.file)
+    )  # relative to the pool file, as the autoscaler reads it
+    resource, series = trace_series(path, trace.metric)
+    replayed = [(t, Resources(**{resource: max(0.0, v)})) for t, v in series]
+    return pool, replayed, (f"the demand is {path}'s {trace.metric} (simulation.trace), at its own pace",)
 
 
 def read_metrics(paths: Sequence[Path]) -> MetricsData:
@@ -133,13 +162,16 @@ def pools_in(data: MetricsData) -> set[PoolIdentity]:
     return found
 
 
-def resolve_identity(request: Request, data: MetricsData) -> PoolIdentity:
+def resolve_identity(request: Request, data: MetricsData, main: MainConfig) -> PoolIdentity:
     name, _, suffix = request.pool_config.name.rpartition(".")
     named = {s.value: s for s in Scheduler}.get(suffix) if name else None
     pool = request.pool or (name if named else None)
     scheduler = parse_scheduler(request.scheduler) if request.scheduler else named
-    if request.cluster and pool and scheduler:
-        return PoolIdentity(request.cluster, pool, scheduler)
+    # a pool file where the srv-configs keep it, <directory>/<cluster>/<pool>.<scheduler>, names its cluster
+    in_cluster = request.pool_config.resolve().parent.name
+    cluster = request.cluster or (in_cluster if in_cluster in main.clusters and not pools_in(data) else None)
+    if cluster and pool and scheduler:
+        return PoolIdentity(cluster, pool, scheduler)
     candidates = [
         p
         for p in pools_in(data)

@@ -17,6 +17,10 @@ from clusterman.errors import UserError
 from clusterman.simulator.costs import Timeline
 
 
+class NoPlotter(UserError):
+    """matplotlib is not installed (the plain wheel, the image without the extra)."""
+
+
 def write_plot(path: str | os.PathLike[str], timeline: Timeline, title: str, *, small: bool = False) -> None:
     """``small``: a picture for the docs (under 100 KB for a week by the minute)."""
     # The object API with the Agg canvas: no pyplot, no global backend, nothing left open.
@@ -26,9 +30,9 @@ def write_plot(path: str | os.PathLike[str], timeline: Timeline, title: str, *, 
         from matplotlib.dates import ConciseDateFormatter
         from matplotlib.figure import Figure
     except ImportError as e:
-        raise UserError(
-            f"a plot needs clusterman's simulator extra: pip install 'clusterman[simulator]', or the image built "
-            f"with --build-arg EXTRAS=kubernetes,simulator ({e})"
+        raise NoPlotter(
+            "matplotlib is not installed (pip install 'clusterman[simulator]', or the image built with "
+            "--build-arg EXTRAS=kubernetes,simulator)"
         ) from e
 
     times = [datetime.datetime.fromtimestamp(t, datetime.UTC) for t in timeline["time"]]

@@ -106,8 +106,18 @@ def text(document: dict[str, Any]) -> str:
         "shortfall",
         f"scaling actions     {s['actions']} ({s['scale_ups']} up, {s['scale_downs']} down); "
         f"{s['nodes_terminated']} nodes terminated",
+        f"decided by          {decided_by(s['decisions_by_reason'], s['runs'])}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def decided_by(reasons: dict[str, int], runs: int) -> str:
+    """Which rule or limit set the target, how often: ``max_capacity`` deciding nearly every run
+    says the pool is capped, not scaled."""
+    if not reasons:
+        return f"no decision in {runs:,} runs"
+    ranked = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
+    return ", ".join(f"{reason} {count:,}" for reason, count in ranked) + f" of {runs:,} runs"
 
 
 def _n(value: float, places: int = 6) -> float | None:

@@ -82,6 +82,7 @@ class Scenario:
     steps: Steps
     demand_task: Resources
     signals: SignalMode = SignalMode.IN_PROCESS
+    notes: tuple[str, ...] = ()  # what the command says about its inputs beside the summary
 
 
 @dataclass

@@ -40,8 +40,9 @@ def entity(identity: PoolIdentity) -> str:
     return f"{identity.cluster}.{identity.pool}.{identity.scheduler.value}"
 
 
-def parse_until(text: str, now: float) -> int:
-    """``30m``, ``2h``, ``1d 12h``, ``90`` (seconds), an ISO time, or ``never``/``forever`` → Unix seconds."""
+def parse_until(text: str, now: float, flag: str = "--until") -> int:
+    """``30m``, ``2h``, ``1d 12h``, ``90`` (seconds), an ISO time, or ``never``/``forever`` → Unix
+    seconds; ``flag`` names the option in the error (``manage --pause`` reads the same)."""
     text = text.strip().lower()
     if text in ("never", "forever", "0"):
         return NO_EXPIRY
@@ -51,14 +52,14 @@ def parse_until(text: str, now: float) -> int:
         pass  # not a duration: an ISO time, below
     else:
         if seconds <= 0:
-            raise ValueError(f"--until {text!r}: the duration must be positive")
+            raise ValueError(f"{flag} {text!r}: the duration must be positive")
         return int(now + seconds)
     try:
         until = int(parse_time(text))
     except ValueError:
-        raise ValueError(f"--until {text!r}: expected a duration such as 30m, 2h, 1d 12h, or an ISO time") from None
+        raise ValueError(f"{flag} {text!r}: expected a duration such as 30m, 2h, 1d 12h, or an ISO time") from None
     if until <= now:
-        raise ValueError(f"--until {text!r} is in the past")
+        raise ValueError(f"{flag} {text!r} is in the past")
     return until
 
 
