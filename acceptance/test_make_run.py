@@ -47,6 +47,9 @@ def test_make_run_follows_the_demand_trace():
         (env_file,) = [m["path"] for m in map(ENV_FILE.match, lines) if m]
         command = f". {env_file} && {REPO}/.venv/bin/clusterman status"
         status = subprocess.run(["bash", "-c", command], cwd=REPO, capture_output=True, text=True, timeout=120)
+        # a signal author's publish through env.sh lands where this stack fetches versions from
+        publish = f". {env_file} && {REPO}/.venv/bin/clusterman signal publish --worktree --version v0.1"
+        published = subprocess.run(["bash", "-c", publish], cwd=REPO, capture_output=True, text=True, timeout=120)
     proc.wait(timeout=400)
     reader.join()
     stdout = "\n".join(lines)
@@ -55,6 +58,8 @@ def test_make_run_follows_the_demand_trace():
     assert status.returncode == 0, status.stdout + status.stderr
     assert "local-dev/default.simulated: enabled" in status.stdout
     assert "asg local-dev-default-asg: target" in status.stdout and "utilisation (last decision)" in status.stdout
+    assert published.returncode == 0, published.stderr  # (env.sh did not say the codename: it went to bookworm/)
+    assert published.stdout.startswith("published s3://clusterman-signals/local/clusterman_signals_v0.1.tar.gz ")
     done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, "")
     decisions = [LINE.match(line) for line in done.stdout.splitlines()]
     runs = [(float(m["demand"]), int(m["new"])) for m in decisions if m]

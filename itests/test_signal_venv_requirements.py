@@ -3,8 +3,12 @@ requirements, built offline from a wheelhouse, unpacked, and served by the venv'
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,7 @@ from clusterman.signals.artifacts import build_artifact
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient
 from clusterman.signals.safe_extract import extract
+from clusterman.signals.signal_venv import SDK_MODULES
 from clusterman.signals.signal_venv import TOP_LEVEL
 from clusterman.signals.signal_venv import BuildError
 from clusterman.signals.signal_venv import check_runs
@@ -106,3 +111,73 @@ def test_incomplete_or_unavailable_pins_fail_the_build(tmp_path: Path, house: Pa
         BuildError, match=rf"installing clusterman_signals/requirements.txt from the wheelhouse {house}"
     ):
         build_artifact(repo, "absent", tmp_path, wheelhouse=house)
+
+
+def test_the_same_tag_built_twice_gives_the_same_bytes(tmp_path: Path, house: Path) -> None:
+    """Fixed times, order and owners, gzip without a time, byte-code without the build's time or
+    directory: the fetchers compare sha256s, and a new one made them fetch and install it again."""
+    repo = signal_repo(tmp_path, {"v1": PINS})
+    digests = []
+    for attempt in ("first", "second"):
+        out = tmp_path / attempt
+        out.mkdir()
+        digests.append(hashlib.sha256(build_artifact(repo, "v1", out, wheelhouse=house).read_bytes()).hexdigest())
+        time.sleep(1.1)  # a second apart: any time stamp left in would differ
+    assert digests[0] == digests[1]
+
+
+def test_a_repository_without_the_sdk_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A signal repository of its own must carry the SDK (the runner and what signals import);
+    publish accepted one without it, and every fetch of that version then failed."""
+    repo = signal_repo(tmp_path, {})
+    for module in SDK_MODULES:
+        (repo / "clusterman_signals" / module).unlink()
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "namespaces only")
+    git(repo, "tag", "bare")
+    with pytest.raises(BuildError) as refused:
+        build_artifact(repo, "bare", tmp_path)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(f"{repo} (bare): clusterman_signals/ has no base_signal.py, run.py, "), message
+    assert "a signal repository carries clusterman's signal SDK" in message
+
+
+def test_the_sdk_modules_are_the_sdks_files() -> None:
+    shipped = {p.name for p in (REPO / "clusterman_signals").glob("*.py")} - {"__init__.py"}
+    assert set(SDK_MODULES) == shipped
+
+
+TABLE = '''"""Cells a table of the parameters' rows takes, counted by tabulate (not in clusterman's venv)."""
+
+from tabulate import tabulate
+
+from clusterman_signals.base_signal import BaseSignal
+from clusterman_signals.base_signal import SignalResources
+
+
+class Table(BaseSignal):
+    def value(self):
+        rows = [row.split(",") for row in self.parameters["rows"].split(";")]
+        return SignalResources(cpus=float(len(tabulate(rows, tablefmt="plain").split())))
+'''
+
+
+def test_evaluate_start_runs_the_signal_in_its_own_venv(tmp_path: Path, house: Path) -> None:
+    """`signal evaluate --start` ran the signal in clusterman's venv: a signal importing a package of
+    its own (tabulate) failed there with `No module named 'tabulate'`, though it ran once published."""
+    repo = signal_repo(tmp_path, {})
+    (repo / "clusterman_signals" / "requirements.txt").write_text("tabulate==0.9.0\n")
+    (repo / "clusterman_signals" / "table").mkdir()
+    (repo / "clusterman_signals" / "table" / "__init__.py").write_text(TABLE)
+    metrics = tmp_path / "m.json"
+    metrics.write_text('{"metrics": {}, "timestamp": 1700000000}')
+    ran = subprocess.run(
+        [sys.executable, "-m", "clusterman", "signal", "evaluate", "--start", "--repo", str(repo),
+         "--wheelhouse", str(house), "--namespace", "table", "--name", "Table", "--app", unique_app(),
+         "--metrics", str(metrics), "--param", "rows=a,b;c,d"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout) == {"cpus": 4.0, "mem": None, "disk": None, "gpus": None}
+    assert ran.stderr == ""  # the runner's log is not the command's output

@@ -1,5 +1,6 @@
-"""``clusterman signal evaluate`` tries a signal against a metrics file before tagging it;
-``clusterman signal publish`` builds a tagged version's virtualenv and uploads it to S3."""
+"""``clusterman signal evaluate`` tries a signal against a metrics file before tagging it (with
+``--start``, in the signal's own virtualenv, built from the files on disk as ``publish`` builds a
+version); ``clusterman signal publish`` builds a tagged version's virtualenv and uploads it to S3."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import IO
 from typing import Any
 
+import clusterman_signals
 from clusterman.errors import UserError
 from clusterman.errors import reading_input
 from clusterman.manager.arguments import add_timeout_argument
@@ -45,7 +47,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     evaluate.add_argument("--cluster", default="local-dev")
     evaluate.add_argument("--pool", default="default")
     add_timeout_argument(evaluate, 60.0, "seconds to wait for the answer")
-    evaluate.add_argument("--start", action="store_true", help="launch the signal runner first, and stop it after")
+    evaluate.add_argument(
+        "--start",
+        action="store_true",
+        help="build the signals' own virtualenv from --repo's files (as publish does), run the signal in it, "
+        "and stop it after",
+    )
+    evaluate.add_argument(
+        "--repo",
+        type=Path,
+        default=Path("."),
+        help="with --start: the directory holding clusterman_signals/ (default: here; without one, the signals "
+        "installed with clusterman)",
+    )
+    _wheelhouse_argument(evaluate)
     evaluate.set_defaults(func=run_evaluate)
 
     publish = actions.add_parser(
@@ -58,14 +73,18 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     publish.add_argument(
         "--worktree", action="store_true", help="package the files on disk as they are (uncommitted changes too)"
     )
-    publish.add_argument(
+    _wheelhouse_argument(publish)
+    publish.set_defaults(func=run_publish)
+
+
+def _wheelhouse_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--wheelhouse",
         type=Path,
-        default=None,
+        default=Path(w) if (w := os.environ.get("CMAN_SIGNAL_WHEELHOUSE")) else None,
         help="install clusterman_signals/requirements.txt from this directory of wheels only (offline); "
         "default: $CMAN_SIGNAL_WHEELHOUSE, else the package index",
     )
-    publish.set_defaults(func=run_publish)
 
 
 def parse_params(pairs: list[str]) -> dict[str, Any]:
@@ -81,11 +100,29 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
     return params
 
 
-def start_runner(address: SignalAddress, log: IO[bytes]) -> subprocess.Popen[bytes]:
-    """Launch this checkout's runner; the child inherits our environment, so it finds the same SDK.
-    Its log goes to ``log``, not the terminal: stdout and stderr are for the answer and our errors."""
+def signal_venv(repo: Path, wheelhouse: Path | None, root: Path) -> Path:
+    """The signals' own virtualenv under ``root``, built from ``repo``'s files on disk as ``publish``
+    builds a version (their pinned requirements too), so a signal that imports a third-party package
+    is tried as it will run: the python to run it with. A ``repo`` without clusterman_signals/
+    stands for the signals installed with clusterman."""
+    from clusterman.signals.signal_venv import PACKAGE
+    from clusterman.signals.signal_venv import BuildInfo
+    from clusterman.signals.signal_venv import build_venv
+    from clusterman.signals.signal_venv import check_sdk
+    from clusterman.signals.signal_venv import interpreter_version
+    from clusterman.signals.signal_venv import venv_python
+
+    source = repo if (repo / PACKAGE).is_dir() else Path(clusterman_signals.__file__).resolve().parents[1]
+    check_sdk(source, f"{source} (the files on disk)")
+    build_venv(source, root, BuildInfo("evaluate", "worktree", interpreter_version()), wheelhouse=wheelhouse)
+    return venv_python(root)
+
+
+def start_runner(address: SignalAddress, python: Path, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """Launch the runner as the tree does (``-I``: nothing of our environment's Python paths). Its
+    log goes to ``log``, not the terminal: stdout and stderr are for the answer and our errors."""
     return subprocess.Popen(
-        [sys.executable, "-m", "clusterman_signals.run", address.namespace, address.name, address.app],
+        [str(python), "-I", "-m", "clusterman_signals.run", address.namespace, address.name, address.app],
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=log,
         stderr=log,
@@ -150,10 +187,16 @@ def run_evaluate(args: argparse.Namespace) -> int:
         connect_timeout=10.0 if args.start else 0.5,  # without --start nobody is about to listen
         traceback=True,
     )
-    with tempfile.TemporaryFile(prefix="clusterman-runner-") as runner_log, client:
+    with (
+        tempfile.TemporaryDirectory(prefix="clusterman-evaluate-") as tmp,
+        tempfile.TemporaryFile(prefix="clusterman-runner-") as runner_log,
+        client,
+    ):
         # a file whose bytes cannot be sent as they are is checked first; else while the runner works
         payload, meanwhile = (check(), None) if guessed is None else (guessed, check_guess)
-        runner = start_runner(address, runner_log) if args.start else None
+        runner = None
+        if args.start:
+            runner = start_runner(address, signal_venv(args.repo, args.wheelhouse, Path(tmp)), runner_log)
         try:
             _connect(client, started=runner is not None)
             try:
@@ -200,8 +243,7 @@ def run_publish(args: argparse.Namespace) -> int:
     s3 = aws_client(AwsSettings.from_config(main.aws), "s3")
     check_bucket(s3, bucket)
     with tempfile.TemporaryDirectory(prefix="clusterman-publish-") as tmp:
-        wheelhouse = args.wheelhouse or (Path(w) if (w := os.environ.get("CMAN_SIGNAL_WHEELHOUSE")) else None)
-        tarball = build_artifact(args.repo, args.version, Path(tmp), worktree=args.worktree, wheelhouse=wheelhouse)
+        tarball = build_artifact(args.repo, args.version, Path(tmp), worktree=args.worktree, wheelhouse=args.wheelhouse)
         digest = upload_artifact(s3, location, tarball)
     print(f"published {location.url} (sha256 {digest})")
     return 0

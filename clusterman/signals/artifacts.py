@@ -40,6 +40,7 @@ from clusterman.signals.signal_venv import BuildError
 from clusterman.signals.signal_venv import BuildInfo
 from clusterman.signals.signal_venv import build_venv
 from clusterman.signals.signal_venv import check_runs
+from clusterman.signals.signal_venv import check_sdk
 from clusterman.signals.signal_venv import export_git_ref
 from clusterman.signals.signal_venv import interpreter_version
 from clusterman.signals.signal_venv import pack
@@ -140,6 +141,7 @@ def build_artifact(
             origin = export_git_ref(Path(repo), version, source)
         root = work / "root"
         root.mkdir()
+        check_sdk(source, f"{repo} ({'the files on disk' if worktree else version})")
         build_venv(source, root, BuildInfo(version, origin, interpreter_version()), wheelhouse=wheelhouse)
         tarball = out_dir / f"clusterman_signals_{version}.tar.gz"
         pack(root, tarball)

@@ -24,6 +24,7 @@ wheels) the install is offline (``--no-index``). Without the file there is no pi
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import shutil
@@ -39,6 +40,10 @@ VENV = "venv"
 BUILD_INFO = "BUILD_INFO.json"
 TOP_LEVEL = frozenset({VENV, BUILD_INFO})
 PACKAGE = "clusterman_signals"
+# What a signal repository's clusterman_signals/ must hold beside its namespaces: the runner and
+# what the signals import (a missing one makes every fetch fail; refused at publish instead).
+SDK_MODULES = ("base_signal.py", "run.py", "serving.py", "tracebacks.py", "wire.py")
+PACKED_MTIME = 1_000_000_000  # every member's modification time in a tarball (2001-09-09): a fixed one
 REQUIREMENTS = "requirements.txt"  # in clusterman_signals/: the signals' own third-party packages
 # name[extras]==version [; marker] [--hash=...]: anything looser would let a build pick versions.
 _PINNED = re.compile(
@@ -152,6 +157,7 @@ def install_requirements(py: str, requirements: Path, wheelhouse: Path | None, p
         *pip,
         "install",
         "--quiet",
+        "--no-compile",  # byte-compiled after, hash-based: pip's byte-code carries the build time
         "--no-deps",
         "--only-binary=:all:",
         *where,
@@ -166,28 +172,54 @@ def install_requirements(py: str, requirements: Path, wheelhouse: Path | None, p
         raise BuildError(f"{PACKAGE}/{REQUIREMENTS} is incomplete (list every dependency, pinned): {problems}")
 
 
+def check_sdk(source: Path, label: str) -> None:
+    """A signal repository carries the SDK beside its namespaces: the signals import it, and the
+    runner that serves them is part of it. Refused in one line naming ``label`` when it does not."""
+    package = source / PACKAGE
+    if not (package / "__init__.py").is_file():
+        raise BuildError(f"{label}: no {PACKAGE}/__init__.py")
+    missing = [name for name in SDK_MODULES if not (package / name).is_file()]
+    if missing:
+        raise BuildError(
+            f"{label}: {PACKAGE}/ has no {', '.join(missing)}: a signal repository carries clusterman's signal "
+            f"SDK (copy the *.py files of clusterman_signals/ from clusterman beside your namespaces; docs/signals.md)"
+        )
+
+
 def build_venv(
     source: Path, root: Path, info: BuildInfo, python: str = sys.executable, wheelhouse: Path | None = None
 ) -> None:
     """Make ``root/venv`` holding ``source/clusterman_signals`` (and the packages its requirements
-    file pins, from ``wheelhouse`` alone when given) and write ``root/BUILD_INFO.json``."""
+    file pins, from ``wheelhouse`` alone when given) and write ``root/BUILD_INFO.json``. The same
+    sources give the same files: the byte-code holds neither the build's time nor its directory,
+    and neither does the venv's ``pyvenv.cfg``."""
     package = source / PACKAGE
-    if not (package / "__init__.py").is_file():
-        raise BuildError(f"{source} has no {PACKAGE}/__init__.py")
     requirements_file = package / REQUIREMENTS
     requirements = read_requirements(requirements_file) if requirements_file.is_file() else []
     venv = root / VENV
     _run([python, "-m", "venv", "--copies", "--without-pip", str(venv)], f"python -m venv {venv}")
     for script in venv.glob("bin/[Aa]ctivate*"):
         script.unlink()  # they hard-code the build directory, and nothing here uses them
+    _forget_build_directory(venv / "pyvenv.cfg")
     py = str(venv_python(root))
-    site = _run([py, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], "find site-packages")
-    target = Path(site.strip()) / PACKAGE
-    shutil.copytree(package, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    _run([py, "-I", "-m", "compileall", "-q", str(target)], "byte-compile clusterman_signals")
+    site = Path(
+        _run([py, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], "find site-packages").strip()
+    )
+    shutil.copytree(package, site / PACKAGE, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     if requirements:
         install_requirements(py, requirements_file, wheelhouse, python)
+    # hash-based (no time), and without the build directory in the code's file names (Python sets
+    # them from where the source is found at import)
+    compile_hashed = [py, "-I", "-m", "compileall", "-q", "-f", "--invalidation-mode", "checked-hash",
+                      "-s", str(root), str(site)]  # fmt: skip
+    _run(compile_hashed, "byte-compile site-packages")
     (root / BUILD_INFO).write_text(info.to_json())
+
+
+def _forget_build_directory(cfg: Path) -> None:
+    """``command = python -m venv <build dir>`` (Python 3.11+) only records where it was built."""
+    lines = cfg.read_text().splitlines(keepends=True)
+    cfg.write_text("".join(line for line in lines if not line.startswith("command =")))
 
 
 def interpreter_version(python: str = sys.executable) -> str:
@@ -195,16 +227,24 @@ def interpreter_version(python: str = sys.executable) -> str:
 
 
 def pack(root: Path, tarball: Path) -> None:
-    """``root``'s venv and build info as a tar.gz, with owners cleared (they mean nothing elsewhere)."""
+    """``root``'s venv and build info as a tar.gz whose bytes depend on the files' contents alone:
+    owners cleared (they mean nothing elsewhere), one fixed modification time, members in name
+    order, and a gzip header without time or name. Publishing one tag twice gives one sha256, so
+    the fetchers do not download and install it again."""
 
     def anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
         info.uid = info.gid = 0
         info.uname = info.gname = ""
+        info.mtime = PACKED_MTIME
         return info
 
-    with tarfile.open(tarball, "w:gz", compresslevel=6) as tar:
+    with (
+        open(tarball, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=6, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         tar.add(root / BUILD_INFO, arcname=BUILD_INFO, filter=anonymous)
-        tar.add(root / VENV, arcname=VENV, filter=anonymous)
+        tar.add(root / VENV, arcname=VENV, filter=anonymous)  # tarfile adds a directory's entries sorted
 
 
 def check_runs(root: Path, timeout: float = 30.0) -> None:
