@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from clusterman.errors import UserError
 from clusterman.signals.specs import check_version
 
-if TYPE_CHECKING:  # the config modules load staticconf and YAML: run_clusterman_signal, which
-    # supervisord starts at every signal restart, reads the lists only and stays light
+if TYPE_CHECKING:  # the config modules load YAML and the config schema: run_clusterman_signal,
+    # which supervisord starts at every signal restart, reads the lists only and stays light
     from clusterman.core.config import MainConfig
     from clusterman.core.config import PoolConfig
     from clusterman.core.config import PoolIdentity
