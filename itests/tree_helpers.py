@@ -174,6 +174,7 @@ class Bootstrap:
         self.out = work / f"{name}-autoscaler.jsonl"
         self.stderr_path = work / f"{name}.stderr"
         self.marker = f"CMAN_ITEST_MARKER={uuid.uuid4().hex}"
+        self.last_good = work / "last-good"
         autoscaler = f"{sys.executable} {FIXTURES / autoscaler} --out {self.out}"
         env = {
             **os.environ,
@@ -182,7 +183,7 @@ class Bootstrap:
             "CMAN_SCHEDULER": "simulated",
             "CMAN_ARGS": cman_args,
             "CMAN_SIGNALS_CODENAME": CODENAME,
-            "CMAN_LAST_GOOD_DIR": str(work / "last-good"),  # the test's own, never the user's
+            "CMAN_LAST_GOOD_DIR": str(self.last_good),  # the test's own, never the user's
             "PYTHONUNBUFFERED": "1",
         }
         key, _, value = self.marker.partition("=")
@@ -241,6 +242,14 @@ class Bootstrap:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{text!r} never appeared in the bootstrap's output:\n{self.stderr}")
             time.sleep(0.1)
+
+    def wait_kept(self, timeout: float = 30.0) -> None:
+        """Until the configuration this bootstrap's autoscaler ran under is kept in $CMAN_LAST_GOOD_DIR."""
+        self.wait_log("the autoscaler finished a run under this configuration", timeout)
+        deadline = time.monotonic() + timeout  # kept right after that line is logged
+        while not list(self.last_good.glob("*/current")):
+            assert time.monotonic() < deadline, "nothing kept"
+            time.sleep(0.05)
 
     def wait_exit(self, timeout: float = 60.0) -> int:
         try:

@@ -164,13 +164,12 @@ def keep_output(pipe: IO[bytes], path: Path) -> None:
     cannot be written. The run directory's disk may fill up: given the file itself, supervisord
     died of it (its logger raises once stdout and stderr both fail), and with it the tree."""
     lost = 0
-    with path.open("ab") as out:
+    with path.open("ab", buffering=0) as out:  # unbuffered: a line a full disk refused is not kept to fail again
         for line in pipe:
             try:
                 if lost:
                     out.write(f"({lost} lines lost here: {path} could not be written)\n".encode())
                 out.write(line)
-                out.flush()
                 lost = 0
             except OSError:
                 lost += 1
