@@ -21,6 +21,7 @@ from itests.test_process_tree import tree_config
 from itests.tree_helpers import CODENAME
 from itests.tree_helpers import Bootstrap
 from itests.tree_helpers import TreeConfig
+from itests.tree_helpers import build_versions
 from itests.tree_helpers import new_bucket
 from itests.tree_helpers import s3_client
 from itests.tree_helpers import signal_block
@@ -256,7 +257,7 @@ def test_versions_no_configuration_runs_are_pruned_and_the_disk_they_take_export
     unpacking left its partial directory: the pod's volume filled up. Now the bootstrap keeps the
     running configuration's installs and the last good one's, and exports the disk they take."""
     with MotoServer() as moto:
-        config, _, name = on_v1(tmp_path, moto, signal_versions)
+        config, bucket, name = on_v1(tmp_path, moto, signal_versions)
         signals = tmp_path / "signals"
         leftover = signals / ".v1.partial-killed"  # as a fetcher killed while unpacking leaves it
         (leftover / "root" / "venv").mkdir(parents=True)
@@ -273,5 +274,31 @@ def test_versions_no_configuration_runs_are_pruned_and_the_disk_they_take_export
             used = float(run["signals_disk_metrics"][0].rsplit(" ", 1)[1])
             print(f"after the change, the signals directory holds v2 alone: {used / 2**20:.1f} MiB")
             assert 0 < used < 2**30
+
+            # v2 moved in S3 (a branch pushed again): the next tree starts on the install it has, S3
+            # is asked beside it, and the tree is restarted on the new install
+            old = os.readlink(signals / "v2")
+            upload(moto.url, bucket, "v2", build_versions(tmp_path / "moved", {"v2": 5.0}).tarballs["v2"])
+            write_pool(config, signal_block(name, "v2"), 5)
+            tree.wait_for_run(lambda r: r["max_capacity"] == 5, timeout=60)
+            tree.wait_log("signal version(s) v2 moved in S3: restarting the tree on the new install")
+            new = os.readlink(signals / "v2")
+            assert new != old
+
+            def runs_on(install: str) -> bool:
+                cwds = {os.readlink(f"/proc/{pid}/cwd") for pid in tree.tree_pids() if runner(pid)}
+                return cwds == {str(signals / install)}
+
+            deadline = time.monotonic() + 30
+            while not runs_on(new):
+                assert time.monotonic() < deadline, "the runners never ran the moved version"
+                time.sleep(0.2)
         finally:
             tree.kill()
+
+
+def runner(pid: int) -> bool:
+    try:
+        return b"clusterman_signals.run" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
