@@ -4,11 +4,13 @@ from clusterman.core.resources import ResourceRequest
 from clusterman.manager.cycle import Outcome
 from clusterman.manager.cycle import RunReport
 from clusterman.manager.demand import Requests
+from clusterman.manager.status import measured
 from clusterman.signals.evaluator import Evaluation
 from clusterman.signals.outcomes import ALL_APPS
 from clusterman.signals.outcomes import SignalOutcome
 from clusterman.signals.outcomes import SignalOutcomes
 from tests.scaling_builders import nodes
+from tests.scaling_builders import policy
 from tests.scaling_builders import request
 from tests.scaling_builders import run
 from tests.scaling_builders import snapshot
@@ -68,3 +70,23 @@ def test_the_run_line_says_which_app_fell_back_and_why_in_a_few_words():
     long = fell_back("web", "signal ns.Broken (app web): the signal failed: " + "x" * 500)
     shown = RunReport(T0, Outcome.ACTED, "", None, decision, None, Requests({}, (long,))).line()
     assert "(app web on the default signal: " + "x" * 79 + "…) | " in shown
+
+
+def test_status_without_the_event_api_shows_the_signals_it_asked_now():
+    class Setup:
+        policy = policy()
+
+    class Asked:
+        def requests(self, snapshot, now):
+            return Requests({"web": request(2.0), "api": request(1.0)}, (fell_back("web"), answered("api")))
+
+        def close(self):
+            pass
+
+    utilisation, signals = measured(Setup(), snapshot(nodes(2)), Asked)
+    assert utilisation.source == signals.source == "measured now"
+    assert [(o.app, o.ok, o.answered_by) for o in signals.outcomes] == [
+        ("api", True, "ns.Queue"),
+        ("web", False, "clusterman.ForecastHeadroom"),
+    ]
+    assert signals.as_json()["outcomes"][1]["cause"] == "value() raised ZeroDivisionError: division by zero"

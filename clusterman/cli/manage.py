@@ -78,17 +78,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run_manage(args: argparse.Namespace) -> int:
     setup = resolve_pool(args)
     policy = setup.policy
-    now = time.time()
     with reading_input():  # every argument is checked before the cloud is asked anything
         requested = parse_target(args.target_capacity, policy)
         wait = _wait_seconds(args.wait)
-        pause_until = parse_until(args.pause, now, "--pause") if args.pause is not None else None
+        pause_until = parse_until(args.pause, time.time(), "--pause") if args.pause is not None else None
     found = discovery_for(setup, budget_seconds=args.timeout)()
     if found.errors:
         problems = "; ".join(str(e) for e in found.errors)
         raise ManualTargetError(f"cannot find every resource group, nothing changed: {problems}")
     for warning in found.mistagged:
         print(f"clusterman manage: not counted: {warning}", file=sys.stderr)
+    now = time.time()  # after the cloud's answers: the lease and its request count from here
     question = f"Set the target capacity of {setup.identity} to {show(requested)}? [y/N] "
     if not (args.dry_run or args.yes or _confirmed(question)):
         print("nothing changed")

@@ -24,6 +24,12 @@ from clusterman.signals import metrics_file
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient
 from clusterman.signals.protocol import SignalError
+from clusterman.signals.signal_venv import PACKAGE
+from clusterman.signals.signal_venv import BuildInfo
+from clusterman.signals.signal_venv import build_venv
+from clusterman.signals.signal_venv import check_sdk
+from clusterman.signals.signal_venv import interpreter_version
+from clusterman.signals.signal_venv import venv_python
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -105,13 +111,6 @@ def signal_venv(repo: Path, wheelhouse: Path | None, root: Path) -> Path:
     builds a version (their pinned requirements too), so a signal that imports a third-party package
     is tried as it will run: the python to run it with. A ``repo`` without clusterman_signals/
     stands for the signals installed with clusterman."""
-    from clusterman.signals.signal_venv import PACKAGE
-    from clusterman.signals.signal_venv import BuildInfo
-    from clusterman.signals.signal_venv import build_venv
-    from clusterman.signals.signal_venv import check_sdk
-    from clusterman.signals.signal_venv import interpreter_version
-    from clusterman.signals.signal_venv import venv_python
-
     source = repo if (repo / PACKAGE).is_dir() else Path(clusterman_signals.__file__).resolve().parents[1]
     check_sdk(source, f"{source} (the files on disk)")
     build_venv(source, root, BuildInfo("evaluate", "worktree", interpreter_version()), wheelhouse=wheelhouse)
