@@ -204,6 +204,8 @@ def test_dynamodb_that_does_not_answer_fails_a_call_within_its_budget():
             store.read(SYS, WEB_CPUS, 0, 100)
         took = time.monotonic() - started
         print(f"the read failed after {took:.1f} s, {silent.connections} attempt(s)")
-        assert took < 1.5 + 1.0
+        # The budget refuses new attempts; one sent just before it ends may still take its own
+        # timeout (a third of the budget, at least 1 s). The last second is room for a loaded machine.
+        assert took < 1.5 + 1.0 + 1.0
     finally:
         silent.close()
