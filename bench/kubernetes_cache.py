@@ -2,20 +2,27 @@
 
 A stand-in API server (``_kube_server``, a process of its own) serves realistic objects (about 9 KB
 a pod with managedFields, sidecars, init containers, DaemonSet and mirror pods, 0.5% pending;
-13 KB a node) over HTTP on loopback, paged and watched. Each measurement runs in a process of its
-own, which reports its own peak RSS:
+13 KB a node) over HTTP on loopback, paged and watched. A real API server runs on machines of its
+own: this one encodes each object once, when the fixture is built, and a page costs it a copy of
+bytes, so what is measured is the client (the server's CPU is reported beside it). Each
+measurement runs in a process of its own, which reports its own wall time, CPU time and peak RSS:
 
-- ``cache``: the connector's first snapshot (the initial list into the cache): seconds, peak RSS,
-  bytes read, RSS per cached pod; then steady runs, each after 1% of the pods changed (half updated,
-  half replaced) and 20% of the nodes sent a status update (a minute of a real cluster: kubelets
-  write every 5 minutes): bytes read for the run, and the run's seconds from cache to decision (the
-  snapshot with the cloud's join, and ``decide``), and RSS;
-- ``relist`` (the baseline, in the same run): what a run cost before the cache: every page
-  ``json.loads``-ed, then ``build_view`` over the decoded objects, the join and ``decide``.
+- ``relist`` (the baseline, first, on the same state): a run as it was before the cache, by the
+  code of commit ``BASELINE_COMMIT`` itself, unmodified: its ``clusterman`` package is exported
+  from git into a temporary directory put first on that process's ``sys.path``. Its connector
+  lists every page (``json.loads``), builds the view, joins the cloud; then its ``decide``. It is
+  skipped, and the row says so, when the machine has less memory available than it needs (about
+  1.5 GB per 1,000 nodes); without that commit in the git history the bench stops with
+  one line.
+- ``cache``: the connector's first snapshot (the initial list into the cache): wall, CPU, peak RSS,
+  bytes read, RSS per cached pod, and its decision (it must equal the re-list's); then steady runs,
+  each after 1% of the pods changed (half updated, half replaced) and 20% of the nodes sent a status
+  update (a minute of a real cluster: kubelets write every 5 minutes): bytes read for the run, the
+  CPU the watches spent taking the changes in, and the run's wall and CPU from cache to decision
+  (the snapshot with the cloud's join, and ``decide``), and RSS.
 
-``python -m bench kubernetes_cache`` runs 1k and 3k with their baselines and 10k without its
-baseline (it passed 19 GB of RSS unfinished); ``python -m bench.kubernetes_cache 10000 --baseline``
-runs it on a machine with the memory. ``--quick``: 1k. The figures are in docs/cluster.md.
+``python -m bench kubernetes_cache`` runs 1k, 3k and 10k; ``python -m bench.kubernetes_cache N ...``
+the sizes given; ``--quick``: 1k. The figures are in docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import gc
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,7 +43,12 @@ from typing import Any
 
 PODS_PER_NODE = 30
 NOW = 1_790_000_000.0
-BASELINE_MAX_NODES = 3000
+RUNS = 3  # steady runs, each after a minute's churn
+# The last commit before the cache: its connector re-listed the cluster every run.
+BASELINE_COMMIT = "ccf154d"
+# What that re-list needs, with room to spare: its peak RSS was 2.0 GB at 1,000 nodes, 14.6 GB at 10,000.
+RELIST_MB = 1000
+RELIST_MB_PER_NODE = 1.6
 
 
 def rss_mb() -> float:
@@ -102,6 +115,16 @@ def decide_on(snapshot: Any) -> Any:
 # --- the measurements, each in its own process ------------------------------------------------
 
 
+def outcome(decision: Any) -> dict[str, Any]:
+    """What a decision decided, comparable across the two trees' Decision classes."""
+    return {
+        "action": decision.action.value,
+        "target_capacity": str(decision.target_capacity),
+        "taint": len(decision.taint),
+        "terminate": len(decision.terminate),
+    }
+
+
 def measure_cache(url: str, nodes: int) -> dict[str, Any]:
     from clusterman.cluster.kubernetes import KubernetesConnector
     from clusterman.cluster.kubernetes import KubernetesPool
@@ -110,28 +133,30 @@ def measure_cache(url: str, nodes: int) -> dict[str, Any]:
     connector = KubernetesConnector(KubernetesPool("default"), kubeconfig(url), cloud=source, timeout_seconds=120)
     cache = connector.cache()
     gc.collect()
-    before, sent = rss_mb(), stats(url)["bytes"]
+    before, server = rss_mb(), stats(url)
     started, cpu = time.perf_counter(), time.process_time()
     connector.scheduler_view(NOW)
     sync, sync_cpu = time.perf_counter() - started, time.process_time() - cpu
-    synced_bytes = stats(url)["bytes"] - sent
+    synced = stats(url)
     gc.collect()
     after = rss_mb()
     pods = len(cache.pods)
     result: dict[str, Any] = {
         "initial_sync_seconds": round(sync, 2),
-        "initial_sync_cpu_seconds": round(sync_cpu, 2),  # this process's own share: the server's is not in it
+        "initial_sync_cpu_seconds": round(sync_cpu, 2),
+        "initial_sync_server_cpu_seconds": round(synced["cpu"] - server["cpu"], 2),
         "initial_sync_peak_rss_mb": round(peak_rss_mb()),
-        "initial_sync_mb_read": round(synced_bytes / 1e6, 1),
+        "initial_sync_mb_read": round((synced["bytes"] - server["bytes"]) / 1e6, 1),
         "cached_pods": pods,
         "rss_growth_per_cached_pod_bytes": round((after - before) * 2**20 / pods),
     }
     first = time.perf_counter()
-    decide_on(connector.snapshot(NOW))
+    result["first_run"] = outcome(decide_on(connector.snapshot(NOW)))
     result["first_run_seconds"] = round(time.perf_counter() - first, 3)
     runs = []
-    for i in range(3):
-        sent = stats(url)["bytes"]
+    for i in range(RUNS):
+        server = stats(url)
+        cpu = time.process_time()
         request = urllib.request.Request(
             f"{url}/bench/churn?pods={pods // 100}&nodes={nodes // 5}", method="POST", data=b""
         )
@@ -142,18 +167,21 @@ def measure_cache(url: str, nodes: int) -> dict[str, Any]:
             if time.monotonic() > deadline:
                 raise RuntimeError("the cache did not catch up in 120 s")
             time.sleep(0.01)
-        read = stats(url)["bytes"] - sent
+        events_cpu = time.process_time() - cpu
+        read = stats(url)["bytes"] - server["bytes"]
         started, cpu = time.perf_counter(), time.process_time()
         decision = decide_on(connector.snapshot(NOW + 60 * (i + 1)))
         runs.append(
             {
                 "seconds": time.perf_counter() - started, "cpu": time.process_time() - cpu, "mb_read": read / 1e6,
-                "action": decision.action.value,
+                "events_cpu": events_cpu, "action": decision.action.value,
             }
         )  # fmt: skip
     result["steady_run_seconds"] = round(min(r["seconds"] for r in runs), 3)
     result["steady_run_seconds_max"] = round(max(r["seconds"] for r in runs), 3)
     result["steady_run_cpu_seconds"] = round(min(r["cpu"] for r in runs), 3)
+    result["steady_run_cpu_seconds_max"] = round(max(r["cpu"] for r in runs), 3)
+    result["steady_events_cpu_seconds"] = round(sum(r["events_cpu"] for r in runs) / len(runs), 3)
     result["steady_mb_read_per_run"] = round(sum(r["mb_read"] for r in runs) / len(runs), 2)
     result["steady_rss_mb"] = round(rss_mb())
     result["peak_rss_mb"] = round(peak_rss_mb())
@@ -162,59 +190,64 @@ def measure_cache(url: str, nodes: int) -> dict[str, Any]:
     return result
 
 
-def measure_relist(url: str, nodes: int) -> dict[str, Any]:
-    """The re-list every run did before the cache: json.loads of each page, build_view over the dicts."""
-    import kubernetes.client
+def measure_relist(url: str, nodes: int, tree: str) -> dict[str, Any]:
+    """A run as it was before the cache: the connector of BASELINE_COMMIT, unmodified (``tree`` is
+    first on sys.path), lists both resources, then the join and that tree's ``decide``."""
+    import clusterman
 
-    from clusterman.cluster.connector import ClusterConnector
-    from clusterman.cluster.connector import SchedulerView
+    if not str(clusterman.__file__).startswith(tree):
+        raise RuntimeError(f"the baseline imported clusterman from {clusterman.__file__}, not {tree}")
+    from clusterman.cluster.kubernetes import KubernetesConnector
     from clusterman.cluster.kubernetes import KubernetesPool
-    from clusterman.cluster.kubernetes import api_client
-    from clusterman.cluster.kubernetes import build_view
-    from clusterman.cluster.kubernetes import request_timeout
 
-    class Relist(ClusterConnector):
-        def scheduler_view(self, now: float) -> SchedulerView:
-            api = kubernetes.client.CoreV1Api(api_client(kubeconfig(url)))
-
-            def everything(method: Any, **selectors: str) -> list[dict[str, Any]]:
-                items: list[dict[str, Any]] = []
-                token = None
-                while True:
-                    response = method(
-                        limit=500, _continue=token, _preload_content=False, _request_timeout=request_timeout(300),
-                        **selectors,
-                    )  # fmt: skip
-                    body = json.loads(response.data)
-                    items.extend(body["items"])
-                    token = body["metadata"].get("continue")
-                    if not token:
-                        return items
-
-            found = everything(api.list_node, label_selector="clusterman.com/pool=default")
-            pods = everything(
-                api.list_pod_for_all_namespaces, field_selector="status.phase!=Succeeded,status.phase!=Failed"
-            )
-            return build_view(found, pods, KubernetesPool("default"), now)
-
-    sent = stats(url)["bytes"]
+    connector = KubernetesConnector(KubernetesPool("default"), kubeconfig(url), cloud=cloud(nodes), timeout_seconds=120)
+    server = stats(url)
     started, cpu = time.perf_counter(), time.process_time()
-    decision = decide_on(Relist(cloud(nodes)).snapshot(NOW))
+    decision = decide_on(connector.snapshot(NOW))
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    done = stats(url)
     return {
-        "relist_run_seconds": round(time.perf_counter() - started, 2),
-        "relist_run_cpu_seconds": round(time.process_time() - cpu, 2),
+        "relist_run_seconds": round(seconds, 2),
+        "relist_run_cpu_seconds": round(cpu, 2),
+        "relist_server_cpu_seconds": round(done["cpu"] - server["cpu"], 2),
         "relist_peak_rss_mb": round(peak_rss_mb()),
-        "relist_mb_read_per_run": round((stats(url)["bytes"] - sent) / 1e6, 1),
-        "action": decision.action.value,
+        "relist_mb_read_per_run": round((done["bytes"] - server["bytes"]) / 1e6, 1),
+        "relist_run": outcome(decision),
     }
 
 
 # --- the orchestration --------------------------------------------------------------------------
 
 
-def _in_process(mode: str, url: str, nodes: int) -> dict[str, Any]:
+def baseline_tree() -> str:
+    """BASELINE_COMMIT's ``clusterman`` package in a temporary directory; one line and exit 1 when
+    this checkout's git history does not have it."""
+    root = Path(__file__).resolve().parent.parent
+    tree = tempfile.mkdtemp(prefix=f"clusterman-{BASELINE_COMMIT}-")
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", BASELINE_COMMIT, "clusterman"], capture_output=True, check=False
+    )
+    if archive.returncode != 0:
+        said = (archive.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(
+            f"bench.kubernetes_cache: the baseline is the connector of commit {BASELINE_COMMIT}, "
+            f"and the git history of {root} does not have it ({said})"
+        )
+    subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+    return tree
+
+
+def memory_available_mb() -> float:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _in_process(mode: str, url: str, nodes: int, *extra: str) -> dict[str, Any]:
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.kubernetes_cache", "--measure", mode, "--url", url, str(nodes)],
+        [sys.executable, "-m", "bench.kubernetes_cache", "--measure", mode, "--url", url, str(nodes), *extra],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if proc.returncode != 0:
@@ -223,7 +256,7 @@ def _in_process(mode: str, url: str, nodes: int) -> dict[str, Any]:
     return result
 
 
-def measure(nodes: int, baseline: bool) -> dict[str, Any]:
+def measure(nodes: int, tree: str) -> dict[str, Any]:
     server = subprocess.Popen(
         [sys.executable, "-m", "bench._kube_server", str(nodes), str(PODS_PER_NODE)],
         stdout=subprocess.PIPE, text=True,
@@ -231,49 +264,58 @@ def measure(nodes: int, baseline: bool) -> dict[str, Any]:
     try:
         assert server.stdout is not None
         url = server.stdout.readline().strip()
-        row: dict[str, Any] = {"nodes": nodes, "pods": nodes * PODS_PER_NODE}
-        row.update(_in_process("cache", url, nodes))
-        if baseline:
-            relist = _in_process("relist", url, nodes)
-            same = relist.pop("action") == row["action"]
-            row.update(relist)
-            row["same_action_as_relist"] = same
-            row["steady_run_ratio_to_relist"] = round(row["steady_run_seconds"] / row["relist_run_seconds"], 4)
-            row["steady_run_cpu_ratio_to_relist"] = round(
-                row["steady_run_cpu_seconds"] / row["relist_run_cpu_seconds"], 4
-            )
-            row["bytes_per_run_ratio_to_relist"] = round(
-                row["steady_mb_read_per_run"] / row["relist_mb_read_per_run"], 4
-            )
-            row["sync_ratio_to_relist"] = round(row["initial_sync_seconds"] / row["relist_run_seconds"], 3)
-            row["sync_cpu_ratio_to_relist"] = round(row["initial_sync_cpu_seconds"] / row["relist_run_cpu_seconds"], 3)
-            row["sync_peak_rss_ratio_to_relist"] = round(row["initial_sync_peak_rss_mb"] / row["relist_peak_rss_mb"], 3)
+        row: dict[str, Any] = {"nodes": nodes, "pods": nodes * PODS_PER_NODE, "load_1min": os.getloadavg()[0]}
+        need, available = RELIST_MB + RELIST_MB_PER_NODE * nodes, memory_available_mb()
+        relist: dict[str, Any] | None = None
+        if available >= need:  # first: the cache's churn would change what it lists
+            relist = _in_process("relist", url, nodes, "--tree", tree)
         else:
-            row["baseline"] = f"not run above {BASELINE_MAX_NODES} nodes (it passed 19 GB): --baseline runs it"
+            row["baseline"] = f"not run: the re-list needs about {need:,.0f} MB and {available:,.0f} MB is available"
+        row.update(_in_process("cache", url, nodes))
+        if relist is not None:
+            row.update(relist)
+            row["same_decision_as_relist"] = relist["relist_run"] == row["first_run"]
+            for name, ours, theirs in (
+                ("steady_run", "steady_run_seconds", "relist_run_seconds"),
+                ("steady_run_cpu", "steady_run_cpu_seconds", "relist_run_cpu_seconds"),
+                ("bytes_per_run", "steady_mb_read_per_run", "relist_mb_read_per_run"),
+                ("sync", "initial_sync_seconds", "relist_run_seconds"),
+                ("sync_cpu", "initial_sync_cpu_seconds", "relist_run_cpu_seconds"),
+                ("sync_peak_rss", "initial_sync_peak_rss_mb", "relist_peak_rss_mb"),
+                ("steady_rss", "steady_rss_mb", "relist_peak_rss_mb"),
+            ):
+                row[f"{name}_ratio_to_relist"] = round(row[ours] / row[theirs], 4)
+        row["load_1min_after"] = os.getloadavg()[0]
         return row
     finally:
         server.kill()
         server.wait()
 
 
-def run(quick: bool) -> dict[str, Any]:
-    sizes = [1000] if quick else [1000, 3000, 10000]
-    return {"pods_per_node": PODS_PER_NODE, "sizes": [measure(n, n <= BASELINE_MAX_NODES) for n in sizes]}
+def run(quick: bool, sizes: list[int] | None = None) -> dict[str, Any]:
+    sizes = sizes or ([1000] if quick else [1000, 3000, 10000])
+    tree = baseline_tree()
+    try:
+        rows = [measure(n, tree) for n in sizes]
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+    return {"pods_per_node": PODS_PER_NODE, "baseline_commit": BASELINE_COMMIT, "sizes": rows}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.kubernetes_cache")
     parser.add_argument("nodes", type=int, nargs="*", default=[1000])
-    parser.add_argument("--baseline", action="store_true", help="measure the re-list at every size")
     parser.add_argument("--measure", choices=["cache", "relist"], help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--tree", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.measure:
-        done = (measure_cache if args.measure == "cache" else measure_relist)(args.url, args.nodes[0])
-        print(json.dumps(done))
-        return
-    rows = [measure(n, args.baseline or n <= BASELINE_MAX_NODES) for n in args.nodes]
-    print(json.dumps({"pods_per_node": PODS_PER_NODE, "sizes": rows}, indent=2))
+    if args.measure == "cache":
+        print(json.dumps(measure_cache(args.url, args.nodes[0])))
+    elif args.measure == "relist":
+        sys.path.insert(0, args.tree)  # before anything imports clusterman
+        print(json.dumps(measure_relist(args.url, args.nodes[0], args.tree)))
+    else:
+        print(json.dumps(run(False, args.nodes), indent=2))
 
 
 if __name__ == "__main__":
