@@ -178,6 +178,24 @@ def test_a_410_lists_again_and_a_dropped_stream_resumes_without_one(world):
         connector.close()
 
 
+def test_a_pod_update_the_pool_does_not_read_leaves_its_node_as_it_was(world):
+    # most pod events are status changes: they must not make the next run rebuild the node
+    fake, config = world
+    connector = watching(config)
+    try:
+        before = connector.scheduler_view(NOW).nodes[0]
+        ready = pod("p0", NODES[0])
+        ready["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+        fake.put("pods", ready)
+        caught_up(connector, fake)
+        assert connector.scheduler_view(NOW).nodes[0] is before
+        fake.put("pods", pod("p0", NODES[0], cpu="2"))
+        caught_up(connector, fake)
+        assert connector.scheduler_view(NOW).nodes[0].tasks[0].requests.cpus == 2
+    finally:
+        connector.close()
+
+
 def test_a_bad_object_fails_the_snapshots_that_need_it_until_it_is_fixed(world):
     fake, config = world
     connector = watching(config)

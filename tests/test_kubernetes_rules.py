@@ -7,6 +7,7 @@ import pytest
 
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.kubernetes import KubernetesPool
+from clusterman.cluster.kubernetes import as_node
 from clusterman.cluster.kubernetes import build_view
 from clusterman.cluster.kubernetes import node_state
 from clusterman.cluster.kubernetes import pod_request
@@ -34,14 +35,16 @@ POOL = KubernetesPool("default")
         ({"memory": "15143256Ki"}, Resources(mem=15506.694144)),
         ({"ephemeral-storage": "95551679124"}, Resources(disk=95551.679124)),
         ({"nvidia.com/gpu": "1", "pods": "58", "hugepages-2Mi": "0"}, Resources(gpus=1)),
+        ({"amd.com/gpu": "2"}, Resources(gpus=2)),
     ],
 )
 def test_quantities_in_clusterman_units(amounts, expected):
-    got = resources_from(amounts, "here")
-    assert got.cpus == pytest.approx(expected.cpus)
-    assert got.mem == pytest.approx(expected.mem)
-    assert got.disk == pytest.approx(expected.disk)
-    assert got.gpus == pytest.approx(expected.gpus)
+    decoded = as_node({"status": {"allocatable": amounts}}).status.allocatable  # as API answers are read
+    for got in (resources_from(amounts, "here"), resources_from(decoded, "here")):
+        assert got.cpus == pytest.approx(expected.cpus)
+        assert got.mem == pytest.approx(expected.mem)
+        assert got.disk == pytest.approx(expected.disk)
+        assert got.gpus == pytest.approx(expected.gpus)
 
 
 @pytest.mark.parametrize("bad", ["abc", "1Qi", "-1", "NaN", ""])

@@ -110,7 +110,7 @@ def _number(value: str | int | float) -> float:
     return float(number)
 
 
-def amounts(resource_list: Mapping[str, Any] | None) -> Amounts:
+def amounts(resource_list: Mapping[str, Any] | objects.ResourceList | None) -> Amounts:
     """A resource list (``cpu``, ``memory``, ``ephemeral-storage``, GPUs) in clusterman's units."""
     out = [0.0, 0.0, 0.0, 0.0]
     for name, value in (resource_list or {}).items():
@@ -124,7 +124,7 @@ def amounts(resource_list: Mapping[str, Any] | None) -> Amounts:
     return out
 
 
-def resources_from(resource_list: Mapping[str, Any] | None, where: str) -> Resources:
+def resources_from(resource_list: Mapping[str, Any] | objects.ResourceList | None, where: str) -> Resources:
     """``amounts`` as Resources; a bad quantity is a ConnectorError naming ``where``."""
     try:
         return Resources(*amounts(resource_list))
@@ -148,7 +148,7 @@ def pod_request(
 
 def _pod_request(pod: objects.Pod, default: Resources) -> tuple[Resources, bool]:
     try:
-        return _request(_shape(pod.spec), default)
+        return _request(_shape(pod.spec), default.cpus, default.mem)
     except _BadAt as e:
         raise ConnectorError(f"pod {_name(pod)}: {e.where}.{e.problem}") from None
 
@@ -159,33 +159,21 @@ class _BadAt(Exception):
         self.where, self.problem = where, problem
 
 
-def _items(resource_list: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
-    return tuple(resource_list.items()) if resource_list else ()
-
-
-def _container_shape(container: objects.Container) -> tuple[Any, ...]:
-    spec = container.resources
-    if spec is None:
-        return ((), (), container.restart_policy)
-    return (_items(spec.requests), _items(spec.limits), container.restart_policy)
-
-
 def _shape(spec: objects.PodSpec) -> tuple[Any, ...]:
-    """What a pod's request depends on, hashable: the pods of one deployment share it."""
-    return (
-        _items(spec.overhead),
-        tuple(map(_container_shape, spec.containers or ())),
-        tuple(map(_container_shape, spec.init_containers or ())),
-    )
+    """What a pod's request depends on, hashable as decoded (the structs are frozen): the pods of one
+    deployment share it."""
+    return (spec.overhead, tuple(spec.containers or ()), tuple(spec.init_containers or ()))
 
 
 @functools.lru_cache(maxsize=8192)
-def _request(shape: tuple[Any, ...], default: Resources) -> tuple[Resources, bool]:
-    overhead_items, containers, init_containers = shape
+def _request(shape: tuple[Any, ...], default_cpus: float, default_mem: float) -> tuple[Resources, bool]:
+    """The request of a pod of ``shape``; the default's two floats, not its Resources, are the key:
+    Python hashes a dataclass in Python code, once a pod."""
+    overhead_list, containers, init_containers = shape
     named: set[str] = set()
     where = "spec.overhead"
     try:
-        overhead = amounts(dict(overhead_items))
+        overhead = amounts(overhead_list)
         running = [0.0, 0.0, 0.0, 0.0]
         for i, container in enumerate(containers):
             where = f"spec.containers[{i}].resources"
@@ -195,7 +183,7 @@ def _request(shape: tuple[Any, ...], default: Resources) -> tuple[Resources, boo
         for i, container in enumerate(init_containers):
             where = f"spec.initContainers[{i}].resources"
             request = _container(container, named)
-            if container[2] == "Always":
+            if container.restart_policy == "Always":
                 _add(sidecars, request)
                 step = sidecars
             else:
@@ -206,20 +194,20 @@ def _request(shape: tuple[Any, ...], default: Resources) -> tuple[Resources, boo
     _add(running, sidecars)
     effective = [max(r, p) + o for r, p, o in zip(running, peak, overhead, strict=True)]
     defaulted = False
-    if "cpu" not in named and default.cpus:
-        effective[0] += default.cpus
+    if "cpu" not in named and default_cpus:
+        effective[0] += default_cpus
         defaulted = True
-    if "memory" not in named and default.mem:
-        effective[1] += default.mem
+    if "memory" not in named and default_mem:
+        effective[1] += default_mem
         defaulted = True
     return _shared(Resources(*effective)), defaulted
 
 
-def _container(shape: tuple[Any, ...], named: set[str]) -> Amounts:
-    requests_items, limits_items, _ = shape
-    requests = dict(requests_items)
-    if limits_items:
-        requests = {**dict(limits_items), **requests}
+def _container(container: objects.Container, named: set[str]) -> Amounts:
+    spec = container.resources
+    requests = dict(spec.requests.items()) if spec and spec.requests else {}
+    if spec and spec.limits:
+        requests = {**dict(spec.limits.items()), **requests}
     if "cpu" in requests:
         named.add("cpu")
     if "memory" in requests:

@@ -249,6 +249,8 @@ class PoolCache:
 
     def put_pod(self, key: str, record: PodRecord | None) -> None:
         with self._lock:
+            if self.pods.get(key) == record:  # most updates are status the pool does not read
+                return
             old = self.pods.pop(key, None)
             if old is not None:
                 self._unindex(key, old)

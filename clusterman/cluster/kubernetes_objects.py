@@ -13,14 +13,35 @@ from typing import Any
 from typing import TypeVar
 
 import msgspec
+from msgspec import UNSET
+from msgspec import UnsetType
 
 Quantity = str | int | float
-ResourceList = dict[str, Quantity]
 
 
 class Fields(msgspec.Struct, rename="camel", gc=False):
     """Base of the structs below: API names are camelCase; unknown fields are skipped. Trees with
     no cycles, so the cyclic garbage collector need not track them (``gc=False``)."""
+
+
+class Frozen(msgspec.Struct, rename="camel", gc=False, frozen=True):
+    """``Fields``, frozen, so hashable: a pod's containers are the key of its request's cache as
+    they are decoded."""
+
+
+class ResourceList(Frozen, frozen=True):
+    """The resources clusterman counts; the others (``pods``, hugepages) are skipped."""
+
+    cpu: Quantity | UnsetType = UNSET
+    memory: Quantity | UnsetType = UNSET
+    ephemeral_storage: Quantity | UnsetType = msgspec.field(default=UNSET, name="ephemeral-storage")
+    nvidia_gpu: Quantity | UnsetType = msgspec.field(default=UNSET, name="nvidia.com/gpu")
+    amd_gpu: Quantity | UnsetType = msgspec.field(default=UNSET, name="amd.com/gpu")
+
+    def items(self) -> list[tuple[str, Quantity]]:
+        """The resources given, by their API names, as a dict's ``items()``."""
+        given = zip(self.__struct_encode_fields__, msgspec.structs.astuple(self), strict=True)
+        return [(name, v) for name, v in given if not isinstance(v, UnsetType)]
 
 
 class OwnerReference(Fields):
@@ -38,12 +59,12 @@ class ObjectMeta(Fields):
     owner_references: list[OwnerReference] | None = None
 
 
-class ResourceRequirements(Fields):
+class ResourceRequirements(Frozen, frozen=True):
     requests: ResourceList | None = None
     limits: ResourceList | None = None
 
 
-class Container(Fields):
+class Container(Frozen, frozen=True):
     resources: ResourceRequirements | None = None
     restart_policy: str | None = None
 
