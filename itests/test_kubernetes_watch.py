@@ -196,6 +196,31 @@ def test_a_pod_update_the_pool_does_not_read_leaves_its_node_as_it_was(world):
         connector.close()
 
 
+class Compacting(FakeKubernetes):
+    """etcd compacts while the pods are listed: every continue token is too old when it is used."""
+
+    compacting = True
+
+    def _list(self, resource: str, request: Any) -> Any:
+        answer = super()._list(resource, request)
+        if resource == "pods" and self.compacting:
+            self._snapshots.clear()
+        return answer
+
+
+def test_a_list_whose_continue_token_expired_fails_that_snapshot_and_the_next_lists_again(tmp_path):
+    pods = [pod(f"p{i}", NODES[i % 3]) for i in range(5)]
+    with serving(Compacting([node(n) for n in NODES[:3]], pods)) as fake:
+        connector = watching(kubeconfig(tmp_path / "kubeconfig", fake.url))
+        try:
+            with pytest.raises(ConnectorError, match="listing pods: 410 Gone: The provided continue parameter"):
+                connector.scheduler_view(NOW)
+            fake.compacting = False
+            assert sum(len(n.tasks) for n in connector.scheduler_view(NOW).nodes) == 5
+        finally:
+            connector.close()
+
+
 def test_a_bad_object_fails_the_snapshots_that_need_it_until_it_is_fixed(world):
     fake, config = world
     connector = watching(config)

@@ -100,7 +100,9 @@ class KubernetesSource(Generic[O]):
         try:
             return self.call(_preload_content=False, **self.selectors, **query)
         except ApiException as e:
-            if e.status == 410:
+            # a watch's version too old: list again. A list's continue token too old (the list took
+            # longer than etcd keeps it) fails this list, which is made again from its first page
+            if e.status == 410 and "watch" in query:
                 raise Gone(api_error(e)) from e
             raise self._fail(doing, api_error(e)) from e
         except urllib3.exceptions.HTTPError as e:

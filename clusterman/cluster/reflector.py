@@ -2,7 +2,8 @@
 
 This is client-go's reflector, for one Kubernetes resource with its selectors:
 
-- the list is read page by page (``limit``/``continue``); each page goes to the store and is dropped;
+- the list is read page by page (``limit``/``continue``); each page goes to the store and is dropped,
+  while the next one is read;
 - the watch starts from the list's ``resourceVersion`` with bookmarks, and each event (or
   bookmark) moves the version on;
 - a watch that ends (its ``timeoutSeconds``, or a broken stream) is resumed from the last version;
@@ -25,6 +26,7 @@ import time
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic
 from typing import Protocol
@@ -175,19 +177,22 @@ class Reflector(Generic[O]):
     def sync(self) -> None:
         """One full list into the store, in the caller's thread; the API's errors are raised."""
         self._state = "listing"
-        token: str | None = None
         version = ""
 
         def objects() -> Iterator[O]:
-            nonlocal token, version
-            while True:
-                page = self.source.page(token)
-                self._heard()
-                version = page.version
-                yield from page.items
-                token = page.next
-                if token is None:
-                    return
+            # the next page is asked for as soon as its token is known, and read on a thread of its
+            # own while this one is stored: the wait for the server and the socket overlap the decoding
+            nonlocal version
+            with ThreadPoolExecutor(1, thread_name_prefix=f"list {self.resource}") as ahead:
+                page = self.source.page(None)
+                while True:
+                    self._heard()
+                    version = page.version
+                    following = ahead.submit(self.source.page, page.next) if page.next is not None else None
+                    yield from page.items
+                    if following is None:
+                        return
+                    page = following.result()
 
         with collector_paused():
             self.store.replace(objects())
