@@ -47,7 +47,6 @@ from clusterman_signals.wire import ACK
 from clusterman_signals.wire import LENGTH
 from clusterman_signals.wire import MAX_PAYLOAD_BYTES
 from clusterman_signals.wire import NACK
-from clusterman_signals.wire import TRACEBACK_INIT_KEY
 from clusterman_signals.wire import TRACEBACK_REPLY_KEY
 from clusterman_signals.wire import Closed
 from clusterman_signals.wire import Deadline
@@ -62,6 +61,7 @@ from clusterman_signals.wire import loads
 from clusterman_signals.wire import peer_uid
 from clusterman_signals.wire import socket_name
 from clusterman_signals.wire import socket_prefix
+from clusterman_signals.wire import wants_traceback
 
 log = logging.getLogger("clusterman_signals.run")
 EXIT_HUNG = 75
@@ -314,7 +314,7 @@ class Runner:
             return
         signal: BaseSignal | SignalFailure
         unloaded = isinstance(self.signal_class, SignalFailure)  # not imported: tried again (retry_load)
-        wants_traceback = isinstance(init, dict) and init.get(TRACEBACK_INIT_KEY) is True
+        traceback_asked = wants_traceback(init)
         try:
             if isinstance(self.signal_class, SignalFailure):
                 raise self.signal_class
@@ -356,7 +356,7 @@ class Runner:
             if unloaded and isinstance(signal, SignalFailure):
                 signal = self.retry_load(init)
             reply, raised = self.evaluate(signal, metrics, timestamp)
-            if raised is not None and wants_traceback:
+            if raised is not None and traceback_asked:
                 reply[TRACEBACK_REPLY_KEY] = signal_traceback(raised)
             stream.send(dumps(reply), Deadline(self.limits.message_seconds))
             del metrics  # freeing a large window takes a while: after the reply, not before it

@@ -16,6 +16,7 @@ from typing import Any
 
 from clusterman_signals.base_signal import BaseSignal
 from clusterman_signals.wire import RESOURCE_NAMES
+from clusterman_signals.wire import read_init
 
 
 class SignalFailure(Exception):
@@ -36,16 +37,12 @@ def load_signal_class(namespace: str, name: str) -> type[BaseSignal]:
 
 
 def build_signal(cls: type[BaseSignal], init: Any) -> BaseSignal:
-    """Deployed clients send ``cluster``/``pool`` inside ``parameters``; the seed puts them on top."""
-    if not isinstance(init, Mapping):
-        raise SignalFailure(f"init message must be a JSON object, got {type(init).__name__}")
-    parameters = init.get("parameters") or {}
-    if not isinstance(parameters, Mapping):
-        raise SignalFailure("init message: parameters must be a JSON object")
-    cluster = init.get("cluster", parameters.get("cluster", ""))
-    pool = init.get("pool", parameters.get("pool", ""))
     try:
-        return cls(str(cluster), str(pool), dict(parameters))
+        cluster, pool, parameters = read_init(init)
+    except ValueError as e:
+        raise SignalFailure(str(e)) from e
+    try:
+        return cls(cluster, pool, parameters)
     except Exception as e:
         raise SignalFailure(f"{cls.__name__}(...) raised {type(e).__name__}: {e}") from e
 

@@ -213,6 +213,46 @@ def dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
 
 
+# --- the init message -----------------------------------------------------------------------
+
+
+def init_message(
+    cluster: str, pool: str, parameters: Mapping[str, Any] | None = None, traceback: bool = False
+) -> dict[str, Any]:
+    """The object a client sends first.
+
+    Deployed runners read cluster and pool inside ``parameters``, so both places carry them.
+    """
+    message: dict[str, Any] = {
+        "cluster": cluster,
+        "pool": pool,
+        "parameters": {**(parameters or {}), "cluster": cluster, "pool": pool},
+    }
+    if traceback:
+        message[TRACEBACK_INIT_KEY] = True
+    return message
+
+
+def read_init(init: Any) -> tuple[str, str, dict[str, Any]]:
+    """(cluster, pool, parameters) from an init message; ValueError when it is not one.
+
+    Deployed clients send cluster and pool inside ``parameters``; the seed puts them on top.
+    """
+    if not isinstance(init, Mapping):
+        raise ValueError(f"init message must be a JSON object, got {type(init).__name__}")
+    parameters = init.get("parameters") or {}
+    if not isinstance(parameters, Mapping):
+        raise ValueError("init message: parameters must be a JSON object")
+    cluster = init.get("cluster", parameters.get("cluster", ""))
+    pool = init.get("pool", parameters.get("pool", ""))
+    return str(cluster), str(pool), dict(parameters)
+
+
+def wants_traceback(init: Any) -> bool:
+    """Whether the client asked for the traceback of a signal's failure."""
+    return isinstance(init, Mapping) and init.get(TRACEBACK_INIT_KEY) is True
+
+
 # --- framing ----------------------------------------------------------------------------------
 
 

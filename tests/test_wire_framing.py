@@ -165,3 +165,19 @@ def test_socket_prefix(monkeypatch):
         wire.socket_name("ns", "Sig", "app")
     with pytest.raises(wire.AddressError, match="longer than 107"):
         wire.socket_name("ns", "Sig", "x" * 120, prefix="")
+
+
+def test_init_message_read_back_by_the_runner():
+    """The message both clients send carries cluster and pool in both places deployed runners look."""
+    message = json.loads(wire.dumps(wire.init_message("c1", "web", {"window": 60}, traceback=True)))
+    assert message["parameters"] == {"window": 60, "cluster": "c1", "pool": "web"}
+    assert wire.read_init(message) == ("c1", "web", {"window": 60, "cluster": "c1", "pool": "web"})
+    assert wire.wants_traceback(message) and not wire.wants_traceback(wire.init_message("c1", "web"))
+    # Yelp's clients send cluster and pool inside parameters only.
+    assert wire.read_init({"parameters": {"cluster": "c2", "pool": "batch"}})[:2] == ("c2", "batch")
+
+
+@pytest.mark.parametrize("init", [[], {"parameters": [1]}])
+def test_read_init_refuses_what_is_not_an_init(init):
+    with pytest.raises(ValueError, match="init message"):
+        wire.read_init(init)

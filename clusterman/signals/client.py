@@ -64,14 +64,7 @@ class SignalClient:
     ) -> None:
         """``traceback``: ask the runner for the traceback of a failing signal (``SignalError.traceback``)."""
         self.address = address
-        # Deployed runners read cluster and pool from inside parameters; ours accept both places.
-        self.init_message: dict[str, Any] = {
-            "cluster": cluster,
-            "pool": pool,
-            "parameters": {**(parameters or {}), "cluster": cluster, "pool": pool},
-        }
-        if traceback:
-            self.init_message[wire.TRACEBACK_INIT_KEY] = True
+        self.init_message = wire.init_message(cluster, pool, parameters, traceback)
         self.read_timeout = read_timeout
         self.connect_timeout = connect_timeout
         self.allowed_uids = set(allowed_uids) if allowed_uids is not None else {os.getuid()}

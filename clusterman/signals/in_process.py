@@ -23,6 +23,7 @@ from clusterman_signals.serving import SignalFailure
 from clusterman_signals.serving import answer
 from clusterman_signals.serving import build_signal
 from clusterman_signals.serving import load_signal_class
+from clusterman_signals.wire import init_message
 
 
 class InProcessSignal:
@@ -30,11 +31,7 @@ class InProcessSignal:
         self, address: SignalAddress, cluster: str, pool: str, parameters: Mapping[str, Any] | None = None
     ) -> None:
         self.address = address
-        self.init_message = {
-            "cluster": cluster,
-            "pool": pool,
-            "parameters": {**(parameters or {}), "cluster": cluster, "pool": pool},
-        }
+        self.init_message = init_message(cluster, pool, parameters)
         self._signal: BaseSignal | None = None
 
     def load(self) -> None:
