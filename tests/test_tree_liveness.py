@@ -1,5 +1,10 @@
 import json
+import os
+import socket
+import uuid
 
+from clusterman.signals.client import SignalAddress
+from clusterman.tree.environment import SignalProcess
 from clusterman.tree.liveness import WATCH_ENV
 from clusterman.tree.liveness import Heartbeat
 from clusterman.tree.liveness import LivenessRules
@@ -10,6 +15,7 @@ from clusterman.tree.liveness import runner_unanswered_for
 from clusterman.tree.liveness import stalled_for
 from clusterman.tree.liveness import watch_problem
 from clusterman.tree.liveness import write_watch
+from clusterman.tree.process_tree import accepts_from
 
 RULES = LivenessRules(stale_periods=3, start_grace_seconds=60, crash_starts=5, crash_window_seconds=300)
 
@@ -151,3 +157,15 @@ def test_a_liveness_file_that_cannot_be_replaced_is_rewritten_in_place(tmp_path,
     assert Heartbeat.read(path) == Heartbeat(110.0, 10.0, pid=7, monotonic=15.0)
     nothing_to_rewrite = write_watch(tmp_path / "watch.json", 100.0, 10.0)
     assert nothing_to_rewrite == "not written: No space left on device"
+
+
+def test_accepts_from_names_the_process_behind_the_socket(monkeypatch):
+    """The tree trusts a runner only when the kernel says that pid holds the socket."""
+    monkeypatch.setenv("CMAN_SIGNAL_SOCKET_PREFIX", f"test-{uuid.uuid4().hex[:8]}-")
+    process = SignalProcess("v1", "clusterman", "Const", "web")
+    assert not accepts_from(process, os.getpid())  # nobody listens
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(SignalAddress("clusterman", "Const", "web").socket_name)
+        server.listen()
+        assert accepts_from(process, os.getpid())
+        assert not accepts_from(process, os.getppid())

@@ -13,7 +13,6 @@ import math
 import os
 import signal
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from clusterman.tree.parent_death import read_starts
 from clusterman.tree.parent_death import starts_file
 from clusterman.tree.supervisor import ProcessStatus
 from clusterman.tree.supervisor import Supervisor
+from clusterman_signals.wire import peer_credentials
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +65,6 @@ class Timeouts:
     stop: float = 60.0
 
 
-def peer_pid(sock: socket.socket) -> int:
-    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[0])
-
-
 def accepts_from(process: SignalProcess, pid: int) -> bool:
     """True when ``pid`` itself (not a stray process holding the name) accepts on the signal's socket."""
     address = SignalAddress(process.namespace, process.name, process.app)
@@ -79,7 +74,7 @@ def accepts_from(process: SignalProcess, pid: int) -> bool:
             sock.connect(address.socket_name)
         except OSError:
             return False
-        return peer_pid(sock) == pid
+        return peer_credentials(sock)[0] == pid
 
 
 def _last_lines(text: str, count: int = 3) -> str:
