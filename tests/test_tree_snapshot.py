@@ -6,6 +6,7 @@ import yaml
 from clusterman.config.loader import load_main_config
 from clusterman.config.loader import load_pool_config
 from clusterman.core.config import PoolIdentity
+from clusterman.core.config_schema import ConfigError
 from clusterman.core.config import Scheduler
 from clusterman.tree.snapshot import LastGoodError
 from clusterman.tree.snapshot import keep_last_good
@@ -86,3 +87,12 @@ def test_a_kept_directory_others_can_write_is_not_used(tmp_path):
     home.chmod(0o777)
     with pytest.raises(LastGoodError, match="writable by others"):
         read_last_good(home)
+
+
+def test_the_snapshot_reads_as_strictly_as_the_validation(tmp_path):
+    """A key written twice is refused, not copied with the last value kept."""
+    main_path, pool_path, identity = _live(tmp_path)
+    main = load_main_config(main_path)
+    pool_path.write_text(pool_path.read_text() + "scaling_limits: {}\n")
+    with pytest.raises(ConfigError, match="scaling_limits: given twice"):
+        take_snapshot(main, main_path, pool_path, identity, tmp_path / "snap")

@@ -42,6 +42,7 @@ import yaml
 
 import clusterman_signals
 from clusterman.batch.stopping import stop_on_signals
+from clusterman.config.loader import read_yaml
 from clusterman.core.timestamps import PRINTED_MILLISECONDS
 from clusterman.core.timestamps import PRINTED_SECONDS
 from clusterman.data import config_directory
@@ -74,7 +75,7 @@ def prepare_configs(run_dir: Path, moto_url: str, events_port: int, config_dir: 
     srv = run_dir / "srv-configs"
     shutil.copytree(config_dir, srv)
     main_path = srv / "clusterman.yaml"
-    main = yaml.safe_load(main_path.read_text())
+    main = read_yaml(main_path)
     main.setdefault("aws", {}).update({"endpoint_url": moto_url, "region": REGION})
     main["state_directory"] = str(run_dir / "state")
     main.setdefault("events", {})["port"] = events_port
@@ -248,7 +249,7 @@ def run(duration: float, run: RunDir, config_dir: Path) -> int:
     try:
         events_port = free_port()
         main_path = prepare_configs(run_dir, moto.url, events_port, config_dir)
-        bucket = yaml.safe_load(main_path.read_text())["aws"]["signals_bucket"]
+        bucket = read_yaml(main_path)["aws"]["signals_bucket"]
         create_bucket(moto.url, bucket)
         group = create_pool_group(moto.url)
         print(f"embedded AWS (moto) on {moto.url}: bucket {bucket}, Auto Scaling group {group}")

@@ -19,25 +19,20 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
+from clusterman.config.loader import read_yaml
 from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolIdentity
 
 KEY_FILE = "aws-access-key.json"
 
 
-def _yaml(path: Path) -> dict[str, Any]:
-    data = yaml.safe_load(path.read_bytes())
-    return data if isinstance(data, dict) else {}
-
-
 def take_snapshot(main: MainConfig, main_path: Path, pool_path: Path, identity: PoolIdentity, dest: Path) -> Path:
     """Copy the validated configuration into ``dest`` (made 0700); return the copy of the main file."""
     dest.mkdir(mode=0o700, parents=True, exist_ok=False)
-    raw = _yaml(main_path)
+    raw = read_yaml(main_path)  # strict, as when it was validated
     clusters = dest / "clusters"
     raw["cluster_config_directory"] = str(clusters)
     raw["state_directory"] = main.state_directory  # absolute already: the real state, not a copy
@@ -47,7 +42,7 @@ def take_snapshot(main: MainConfig, main_path: Path, pool_path: Path, identity: 
         with os.fdopen(fd, "wb") as out, open(main.aws.access_key_file, "rb") as src:
             shutil.copyfileobj(src, out)
         raw.setdefault("aws", {})["access_key_file"] = str(key)
-    pool = _yaml(pool_path)
+    pool = read_yaml(pool_path)
     trace = (pool.get("simulation") or {}).get("trace")
     if isinstance(trace, dict) and isinstance(trace.get("file"), str):
         trace["file"] = str(pool_path.parent / trace["file"])  # an absolute path stays as it is
