@@ -253,13 +253,18 @@ def test_scheduler_api_calls_are_bounded_by_the_runs_budget():
         assert connector_for_pool(MAIN, identity, pool, timeout_seconds=4.0).timeout_seconds == 4.0  # type: ignore[attr-defined]
 
 
-def test_factory_errors_name_what_is_missing():
+@pytest.mark.parametrize("factory", [lifecycle_for_pool, connector_for_pool])
+def test_factory_errors_name_what_is_missing(factory):
+    """The connector and the lifecycle of one pool read the scheduler's settings alike."""
     pool = PoolConfig(scaling_limits=LIMITS)
     with pytest.raises(ConfigError, match="mesos_master_fqdn"):
-        lifecycle_for_pool(
-            MainConfig(clusters={"c2": ClusterConfig()}), PoolIdentity("c2", "web", Scheduler.MESOS), pool
-        )
-    with pytest.raises(ConfigError, match="unknown cluster"):
-        lifecycle_for_pool(MAIN, PoolIdentity("c9", "web", Scheduler.MESOS), pool)
+        factory(MainConfig(clusters={"c2": ClusterConfig()}), PoolIdentity("c2", "web", Scheduler.MESOS), pool)
+    for scheduler in (Scheduler.MESOS, Scheduler.KUBERNETES):
+        with pytest.raises(ConfigError, match=r"unknown cluster \(known: c1"):
+            factory(MAIN, PoolIdentity("c9", "web", scheduler), pool)
+
+
+def test_lifecycle_for_pool_needs_the_simulated_connector():
+    pool = PoolConfig(scaling_limits=LIMITS)
     with pytest.raises(ValueError, match="pass the pool's SimulatedConnector"):
         lifecycle_for_pool(MAIN, PoolIdentity("c1", "sim", Scheduler.SIMULATED), pool)

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from clusterman.config.files import read_regular_file
+from clusterman.core.config import ClusterConfig
 from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
@@ -143,11 +144,19 @@ def pool_config_path(cluster_config_directory: str, identity: PoolIdentity) -> P
 def load_pool_config(
     main: MainConfig, identity: PoolIdentity, cluster_config_directory: str | None = None
 ) -> PoolConfig:
-    if main.clusters and identity.cluster not in main.clusters:
-        raise ConfigError("clusters", identity.cluster, f"unknown cluster (known: {', '.join(sorted(main.clusters))})")
+    if main.clusters:
+        cluster_config(main, identity.cluster)
     path = pool_config_path(cluster_config_directory or main.cluster_config_directory, identity)
     raw = read_yaml(path)
     return parse(PoolConfig, raw, str(path), ignored=PoolConfig.IGNORED_KEYS)
+
+
+def cluster_config(main: MainConfig, cluster: str) -> ClusterConfig:
+    """The cluster's block of the main file; a ConfigError naming the known ones when it has none."""
+    found = main.clusters.get(cluster)
+    if found is None:
+        raise ConfigError("clusters", cluster, f"unknown cluster (known: {', '.join(sorted(main.clusters))})")
+    return found
 
 
 def list_pools(cluster_config_directory: str, cluster: str) -> list[PoolIdentity]:

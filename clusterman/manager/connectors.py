@@ -34,10 +34,10 @@ from clusterman.cluster.simulated_scheduler import WorkItem
 from clusterman.cluster.simulated_scheduler import Workload
 from clusterman.cluster.simulated_scheduler import Workloads
 from clusterman.cluster.simulated_scheduler import node_allocatable
+from clusterman.config.loader import cluster_config
 from clusterman.config.loader import pool_config_path
 from clusterman.core.cloud_view import CloudInstance
 from clusterman.core.cloud_view import CloudViewSource
-from clusterman.core.config import ClusterConfig
 from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
@@ -61,22 +61,19 @@ def connector_for_pool(
     ``watch``: a Kubernetes pool is kept by watching (a program that reads it every run); False for a
     command that reads it once."""
     if identity.scheduler is Scheduler.KUBERNETES:
-        kubeconfig = _cluster(main, identity).kubeconfig_path  # None: $KUBECONFIG or in-cluster
-        keys = (SAFE_TO_EVICT_ANNOTATION, pool.safe_to_evict_key)
         settings = KubernetesPool(
             pool=identity.pool,
             node_label_key=pool.node_label_key,
             pool_label_key=pool.pool_label_key,
             default_request=pool.default_pod_request,
-            safe_to_evict_keys=tuple(dict.fromkeys(keys)),
+            safe_to_evict_keys=safe_to_evict_keys(pool),
         )
-        return KubernetesConnector(settings, kubeconfig, cloud=cloud, timeout_seconds=timeout_seconds, watch=watch)
+        return KubernetesConnector(
+            settings, kubeconfig_path(main, identity), cloud=cloud, timeout_seconds=timeout_seconds, watch=watch
+        )
     if identity.scheduler is Scheduler.MESOS:
-        fqdn = _cluster(main, identity).mesos_master_fqdn
-        if not fqdn:
-            raise ConfigError(f"clusters.{identity.cluster}", "mesos_master_fqdn", f"required for the pool {identity}")
         mesos = MesosPool(identity.pool, non_batch_framework_prefixes=pool.non_batch_framework_prefixes)
-        return MesosConnector(mesos, master_url(fqdn), cloud=cloud, timeout_seconds=timeout_seconds)
+        return MesosConnector(mesos, mesos_master(main, identity), cloud=cloud, timeout_seconds=timeout_seconds)
     base_dir = pool_config_path(main.cluster_config_directory, identity).parent
     return simulated_connector(identity, pool, cloud, base_dir=base_dir, live=True)
 
@@ -137,8 +134,19 @@ def market_allocatable(
     return allocatable
 
 
-def _cluster(main: MainConfig, identity: PoolIdentity) -> ClusterConfig:
-    cluster = main.clusters.get(identity.cluster)
-    if cluster is None:
-        raise ConfigError("clusters", identity.cluster, f"unknown cluster (known: {', '.join(sorted(main.clusters))})")
-    return cluster
+def kubeconfig_path(main: MainConfig, identity: PoolIdentity) -> str | None:
+    """The cluster's kubeconfig; None means $KUBECONFIG or the in-cluster account."""
+    return cluster_config(main, identity.cluster).kubeconfig_path
+
+
+def mesos_master(main: MainConfig, identity: PoolIdentity) -> str:
+    """The URL of the cluster's Mesos master; a Mesos pool cannot run without one."""
+    fqdn = cluster_config(main, identity.cluster).mesos_master_fqdn
+    if not fqdn:
+        raise ConfigError(f"clusters.{identity.cluster}", "mesos_master_fqdn", f"required for the pool {identity}")
+    return master_url(fqdn)
+
+
+def safe_to_evict_keys(pool: PoolConfig) -> tuple[str, ...]:
+    """The standard annotation, and the pool's own key when it names another."""
+    return tuple(dict.fromkeys((SAFE_TO_EVICT_ANNOTATION, pool.safe_to_evict_key)))

@@ -8,11 +8,9 @@ lifecycle acts on the scheduler inside its connector, so that connector is passe
 from __future__ import annotations
 
 from clusterman.cluster.connector import ClusterConnector
-from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
 from clusterman.cluster.kubernetes_lifecycle import KubernetesLifecycle
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import WithoutDraining
-from clusterman.cluster.mesos import master_url
 from clusterman.cluster.mesos_lifecycle import MesosLifecycle
 from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
 from clusterman.cluster.simulated_scheduler import SimulatedConnector
@@ -20,9 +18,10 @@ from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
-from clusterman.core.config_schema import ConfigError
 from clusterman.manager.budget import SCHEDULER_TIMEOUT_SECONDS
-from clusterman.manager.connectors import _cluster
+from clusterman.manager.connectors import kubeconfig_path
+from clusterman.manager.connectors import mesos_master
+from clusterman.manager.connectors import safe_to_evict_keys
 
 
 def lifecycle_for_pool(
@@ -37,16 +36,14 @@ def lifecycle_for_pool(
     """``timeout_seconds``: each attempt of each call to the scheduler's API (``scheduler_timeout``)."""
     lifecycle: NodeLifecycle
     if identity.scheduler is Scheduler.KUBERNETES:
-        kubeconfig = _cluster(main, identity).kubeconfig_path  # None: $KUBECONFIG or in-cluster
-        keys = tuple(dict.fromkeys((SAFE_TO_EVICT_ANNOTATION, pool.safe_to_evict_key)))
         lifecycle = KubernetesLifecycle(
-            kubeconfig, dry_run=dry_run, safe_to_evict_keys=keys, timeout_seconds=timeout_seconds
+            kubeconfig_path(main, identity),
+            dry_run=dry_run,
+            safe_to_evict_keys=safe_to_evict_keys(pool),
+            timeout_seconds=timeout_seconds,
         )
     elif identity.scheduler is Scheduler.MESOS:
-        fqdn = _cluster(main, identity).mesos_master_fqdn
-        if not fqdn:
-            raise ConfigError(f"clusters.{identity.cluster}", "mesos_master_fqdn", f"required for the pool {identity}")
-        lifecycle = MesosLifecycle(master_url(fqdn), dry_run=dry_run, timeout_seconds=timeout_seconds)
+        lifecycle = MesosLifecycle(mesos_master(main, identity), dry_run=dry_run, timeout_seconds=timeout_seconds)
     else:
         if not isinstance(connector, SimulatedConnector):
             raise ValueError(f"the simulated pool {identity}: pass the pool's SimulatedConnector as connector=")
