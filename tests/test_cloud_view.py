@@ -1,10 +1,16 @@
 """Reading a pool's resource groups into the cloud view a connector joins with its nodes."""
 
 from clusterman.cloud.resource_group import CloudGroup
+from clusterman.cloud.resource_group import GroupReadings
+from clusterman.cloud.resource_group import GroupState
+from clusterman.cloud.resource_group import Instance
+from clusterman.cloud.resource_group import InstanceState
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.simulated_group import SimulatedGroup
 from clusterman.cloud.simulated_group import SimulatedMarket
 from clusterman.cloud.view import GroupsCloudView
+from clusterman.cloud.view import cloud_view_of
+from clusterman.core.model import ResourceGroup
 
 
 class Broken(CloudGroup):
@@ -33,3 +39,12 @@ def test_live_instances_of_readable_groups_and_errors_of_the_others():
     assert [e.group for e in view_source.errors] == ["asg bad"]
     group.terminate_instances([view.instances[0].instance_id])
     assert len(view_source.cloud_view(now[0]).instances) == 1
+
+
+def test_the_view_keeps_the_instances_a_group_counts_as_live():
+    """One rule for what counts as capacity, in the group's reading and in the view."""
+    instances = tuple(Instance(s.value, "m5.large", "us-west-2a", 1, 0.0, s) for s in InstanceState)
+    state = GroupState(ResourceGroup("g1", 3, 3), instances)
+    view = cloud_view_of(GroupReadings({"g1": state}, ()))
+    assert [i.instance_id for i in view.instances] == [i.id for i in state.live_instances()]
+    assert {i.instance_id for i in view.instances} == {"pending", "running", "unknown"}

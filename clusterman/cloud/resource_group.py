@@ -74,8 +74,11 @@ class InstanceState(enum.Enum):
 
     @property
     def live(self) -> bool:
-        """Counts as capacity: launched and not on its way out. UNKNOWN is a launch not yet visible."""
-        return self in (InstanceState.PENDING, InstanceState.RUNNING, InstanceState.UNKNOWN)
+        return self in LIVE_STATES
+
+
+# Count as capacity: launched and not on its way out. UNKNOWN is a launch not yet visible.
+LIVE_STATES = (InstanceState.PENDING, InstanceState.RUNNING, InstanceState.UNKNOWN)
 
 
 @dataclass(frozen=True, slots=True)

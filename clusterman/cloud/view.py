@@ -12,11 +12,11 @@ from collections.abc import Callable
 from collections.abc import Sequence
 
 from clusterman.cloud.discovery import Discovery
+from clusterman.cloud.resource_group import LIVE_STATES
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import GroupReadings
 from clusterman.cloud.resource_group import GroupState
 from clusterman.cloud.resource_group import Instance
-from clusterman.cloud.resource_group import InstanceState
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.resource_group import read_groups
 from clusterman.core.cloud_view import CloudInstance
@@ -31,11 +31,10 @@ def cloud_view_of(readings: GroupReadings, made: Made | None = None) -> CloudVie
     made = {} if made is None else made
     groups = tuple(state.group for state in readings.states.values())
     instances = []
-    running, pending, unknown = InstanceState.RUNNING, InstanceState.PENDING, InstanceState.UNKNOWN
+    live_states = LIVE_STATES  # a local name: this loop runs over every instance
     for group_id, state in readings.states.items():
         for i in state.instances:
-            s = i.state  # InstanceState.live, without a call: this loop runs over every instance
-            if s is not running and s is not pending and s is not unknown:
+            if i.state not in live_states:
                 continue
             seen = made.get(i.id)
             if seen is None or seen[0] is not i or seen[1].group_id != group_id:
