@@ -2,9 +2,8 @@
 
 import pytest
 
-from clusterman.core.config import duration_seconds
 from clusterman.core.durations import parse_duration
-from clusterman.datastore.generate import parse_duration as design_duration
+from clusterman.datastore.generate import whole_seconds as design_duration
 from clusterman.state.pause import parse_until
 
 NOW = 1_700_000_000
@@ -17,7 +16,6 @@ NOW = 1_700_000_000
 )  # fmt: skip
 def test_every_reader_understands_the_same_durations(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
-    assert duration_seconds(text) == pytest.approx(seconds)
     assert design_duration(text) == int(seconds)
     if seconds >= 1:
         assert parse_until(text, NOW) == int(NOW + seconds)
@@ -25,7 +23,7 @@ def test_every_reader_understands_the_same_durations(text, seconds):
 
 @pytest.mark.parametrize("text", ["", "m", "2x", "1h 2", "-5m", "1e400", "nan", "two minutes"])
 def test_every_reader_refuses_the_same_non_durations(text):
-    for reader in (parse_duration, duration_seconds, design_duration):
+    for reader in (parse_duration, design_duration):
         with pytest.raises(ValueError, match="duration"):
             reader(text)
 

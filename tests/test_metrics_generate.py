@@ -11,8 +11,8 @@ from clusterman.core.config import MetricType
 from clusterman.core.config_schema import ConfigError
 from clusterman.datastore.generate import generate
 from clusterman.datastore.generate import parse_design
-from clusterman.datastore.generate import parse_duration
-from clusterman.datastore.generate import parse_time
+from clusterman.datastore.generate import whole_seconds
+from clusterman.datastore.generate import whole_unix_seconds
 
 START = 1_709_510_400  # 2024-03-04T00:00:00Z
 SYS = MetricType.SYSTEM_METRICS
@@ -32,14 +32,19 @@ def one_series(*shape, duration="1d", interval="1m", seed=0, **extra):
 
 
 def test_durations_and_times():
-    assert [parse_duration(v) for v in (90, "90s", "15m", "6h", "2d", "1h30m", "0.5h")] == [
+    assert [whole_seconds(v) for v in (90, "90s", "15m", "6h", "2d", "1h30m", "0.5h")] == [
         90, 90, 900, 21600, 172800, 5400, 1800,
     ]  # fmt: skip
     for bad in ("soon", "15 minutes", "1h and a bit", True, None):
         with pytest.raises(ValueError, match="expected a duration"):
-            parse_duration(bad)
-    assert parse_time("2024-03-04T00:00:00Z") == START == parse_time("2024-03-04T01:00:00+01:00") == parse_time(START)
-    assert parse_time("2024-03-04") == START
+            whole_seconds(bad)
+    assert (
+        whole_unix_seconds("2024-03-04T00:00:00Z")
+        == START
+        == whole_unix_seconds("2024-03-04T01:00:00+01:00")
+        == whole_unix_seconds(START)
+    )
+    assert whole_unix_seconds("2024-03-04") == START
 
 
 def test_steady_covers_the_range_at_each_interval():

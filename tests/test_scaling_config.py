@@ -9,8 +9,8 @@ from clusterman.config import ConfigError
 from clusterman.core.config import AutoscalingDefaults
 from clusterman.core.config import PoolAutoscaling
 from clusterman.core.config import ScalingLimits
-from clusterman.core.config import duration_seconds
 from clusterman.core.config_schema import parse
+from clusterman.core.durations import parse_duration
 from clusterman.decision import ScalingPolicy
 
 LIMITS = {"min_capacity": 1, "max_capacity": 30, "max_weight_to_add": 5, "max_weight_to_remove": 2}
@@ -81,7 +81,7 @@ def test_clusterman_defaults_and_main_file_fallback():
     [(90, 90), (1.5, 1.5), ("45", 45), ("90s", 90), ("2m", 120), ("1h30m", 5400), ("1.5h", 5400), ("250ms", 0.25)],
 )
 def test_durations(value, seconds):
-    assert duration_seconds(value) == seconds
+    assert parse_duration(value) == seconds
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from clusterman.core.config import MetricType
 from clusterman.core.timestamps import format_time
 from clusterman.core.timestamps import parse_time
 from clusterman.datastore.datafile import parse_metrics
-from clusterman.datastore.generate import parse_time as design_time
+from clusterman.datastore.generate import whole_unix_seconds as design_time
 from clusterman.errors import Reported
 from clusterman.manager.arguments import time_argument
 from clusterman.simulator.inputs import _time as simulator_time

@@ -6,8 +6,8 @@ import yaml
 from clusterman.config.loader import load_main_config
 from clusterman.config.loader import load_pool_config
 from clusterman.core.config import PoolIdentity
-from clusterman.core.config_schema import ConfigError
 from clusterman.core.config import Scheduler
+from clusterman.core.config_schema import ConfigError
 from clusterman.tree.snapshot import LastGoodError
 from clusterman.tree.snapshot import keep_last_good
 from clusterman.tree.snapshot import last_good_home

@@ -342,11 +342,6 @@ def percent(value: float) -> float:
     return value / 100
 
 
-def duration_seconds(value: Any) -> float:
-    """Seconds, from a number of seconds or a duration such as Escalator's ``2m`` or ``1h30m``."""
-    return parse_duration(value)
-
-
 def tasks_limit(value: Any) -> float:
     """A whole number of tasks, or ``inf`` (Clusterman reads max_tasks_to_kill as an int or infinity)."""
     if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", ".inf"):
@@ -425,17 +420,17 @@ class PoolAutoscaling:
     slow_node_removal_rate: float | None = field(None, check=positive)  # weight units per run
     fast_node_removal_rate: float | None = field(None, check=positive)
     soft_delete_grace_period_seconds: float = field(
-        0.0, parser=duration_seconds, aliases={"soft_delete_grace_period": None}
+        0.0, parser=parse_duration, aliases={"soft_delete_grace_period": None}
     )
     hard_delete_grace_period_seconds: float | None = field(
-        None, parser=duration_seconds, aliases={"hard_delete_grace_period": None}
+        None, parser=parse_duration, aliases={"hard_delete_grace_period": None}
     )
     scale_up_cool_down_period_seconds: float = field(
-        0.0, parser=duration_seconds, aliases={"scale_up_cool_down_period": None}
+        0.0, parser=parse_duration, aliases={"scale_up_cool_down_period": None}
     )
     scale_up_failure_threshold: int = field(0, check=non_negative)
     scale_up_failure_cooldown_seconds: float = field(
-        300.0, parser=duration_seconds, aliases={"scale_up_failure_cooldown": None}
+        300.0, parser=parse_duration, aliases={"scale_up_failure_cooldown": None}
     )
 
     def __post_init__(self) -> None:

@@ -61,13 +61,13 @@ BYTES_PER_MARKET = 130
 MAX_GENERATE_BYTES = 2 * 1024**3
 
 
-def parse_duration(value: Any) -> int:
-    """Whole seconds, in the one duration grammar (``clusterman.core.durations``)."""
+def whole_seconds(value: Any) -> int:
+    """A duration, cut to whole seconds: designs step through time by ``range``."""
     return int(durations.parse_duration(value))
 
 
-def parse_time(value: Any) -> int:
-    """Whole Unix seconds, read as every time is read (``clusterman.core.timestamps``)."""
+def whole_unix_seconds(value: Any) -> int:
+    """A moment, cut to whole Unix seconds: the start of a design's ``range``."""
     return int(timestamps.parse_time(value))
 
 
@@ -93,8 +93,8 @@ class Diurnal(Shape):
     """A cosine with its maximum at ``peak`` (time of day, UTC) every ``period``."""
 
     amplitude: float
-    period: int = field(86400, parser=parse_duration, check=positive)
-    peak: int = field(14 * 3600, parser=parse_duration)
+    period: int = field(86400, parser=whole_seconds, check=positive)
+    peak: int = field(14 * 3600, parser=whole_seconds)
 
     def add(self, offsets: Sequence[int], start: int, rng: random.Random) -> list[float]:
         return [
@@ -106,7 +106,7 @@ class Diurnal(Shape):
 @dataclass(frozen=True)
 class Step(Shape):
     value: float
-    at: int = field(parser=parse_duration)
+    at: int = field(parser=whole_seconds)
 
     def add(self, offsets: Sequence[int], start: int, rng: random.Random) -> list[float]:
         return [self.value if t >= self.at else 0.0 for t in offsets]
@@ -115,8 +115,8 @@ class Step(Shape):
 @dataclass(frozen=True)
 class Spike(Shape):
     value: float
-    at: int = field(parser=parse_duration)
-    duration: int = field(600, parser=parse_duration, check=positive)
+    at: int = field(parser=whole_seconds)
+    duration: int = field(600, parser=whole_seconds, check=positive)
 
     def add(self, offsets: Sequence[int], start: int, rng: random.Random) -> list[float]:
         return [self.value if self.at <= t < self.at + self.duration else 0.0 for t in offsets]
@@ -125,8 +125,8 @@ class Spike(Shape):
 @dataclass(frozen=True)
 class Ramp(Shape):
     value: float
-    at: int = field(parser=parse_duration)
-    duration: int = field(parser=parse_duration, check=positive)
+    at: int = field(parser=whole_seconds)
+    duration: int = field(parser=whole_seconds, check=positive)
 
     def add(self, offsets: Sequence[int], start: int, rng: random.Random) -> list[float]:
         return [self.value * min(max((t - self.at) / self.duration, 0.0), 1.0) for t in offsets]
@@ -192,10 +192,10 @@ class SeriesDesign:
 @dataclass(frozen=True)
 class Design:
     series: tuple[SeriesDesign, ...]
-    start: int = field(parser=parse_time)
-    duration: int = field(parser=parse_duration, check=positive)
+    start: int = field(parser=whole_unix_seconds)
+    duration: int = field(parser=whole_seconds, check=positive)
     seed: int = 0
-    interval: int = field(60, parser=parse_duration, check=positive)
+    interval: int = field(60, parser=whole_seconds, check=positive)
     cluster: str = "local-dev"
     pool: str = "default"
     scheduler: Scheduler = Scheduler.SIMULATED

@@ -30,9 +30,9 @@ from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import parse
 from clusterman.core.resources import Resources
+from clusterman.core.timestamps import parse_time
 from clusterman.datastore.datafile import MetricsData
 from clusterman.datastore.datafile import read_metrics_file
-from clusterman.datastore.generate import parse_time
 from clusterman.datastore.store import split_key
 from clusterman.errors import UserError
 from clusterman.manager.setup import PoolSetup
@@ -207,6 +207,6 @@ def _time(flag: str, given: str | None, default: int | None) -> int:
             raise SimulationInputError(f"{flag}: required when the metrics files hold no demand for the pool")
         return default
     try:
-        return parse_time(given)
+        return int(parse_time(given))
     except ValueError as e:
         raise SimulationInputError(f"{flag}: {e}") from e
