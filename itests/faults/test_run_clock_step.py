@@ -12,6 +12,7 @@ backwards": in a live process its time now goes on from where it was.
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -53,6 +54,12 @@ def test_a_stepped_wall_clock_keeps_runs_coming_once_a_period(tmp_path, moto_ser
         # and the ones after it, one a period, none of them an overrun
         at2, _ = autoscaler.wait_for(acted, timeout=2 * PERIOD + 5, after=at + 0.1)
         assert at2 - at < 2 * PERIOD + 1
-        assert not [line for line in autoscaler.lines() if "overrun" in line], autoscaler.lines()
+        # a loaded machine may overrun a 2 s period by a second or two; the step, measured as a
+        # run's time or an input's age, would be an overrun of about an hour
+        lines = autoscaler.lines()
+        overruns = [
+            float(s) for line in lines if "overrun" in line for s in re.findall(r"(?:took|is) ([\d.]+) s", line)
+        ]
+        assert all(seconds < 60 for seconds in overruns), lines
     finally:
         autoscaler.stop()
