@@ -207,9 +207,10 @@ class Runner:
 
     def retry_load(self, init: Any) -> BaseSignal | SignalFailure:
         """For a connection whose signal could not be imported: import it again, at most every
-        ``reload_seconds`` over all connections. What the signal's module needs at import (a file,
-        a service) may be there now, and nothing else would bring it back: the runner answers, so
-        no watch restarts it, and the pool's app stayed on errors."""
+        ``reload_seconds`` over all connections.
+
+        What the module needs at import (a file, a service) may be there now. Nothing else would
+        bring the signal back: the runner answers, so no watch restarts it."""
         with self._loading:
             if isinstance(self.signal_class, SignalFailure):
                 if time.monotonic() - self._loaded_at < self.limits.reload_seconds:

@@ -82,10 +82,9 @@ def budget_config(timeout_seconds: float | None) -> dict[str, float]:
 def client(settings: AwsSettings, service: str, call_budget_seconds: float | None = None, **config: Any) -> Any:
     """A boto3 client; ``config`` goes to botocore's Config (e.g. retries, timeouts).
 
-    ``call_budget_seconds`` bounds one call with all its retries: botocore bounds each attempt
-    (``read_timeout``) but not their sum, so a stopped endpoint held a call for up to
-    attempts x timeout + backoff. Past the budget no further attempt is sent and the call raises
-    ``CallBudgetExceeded`` (botocore does not retry it).
+    ``call_budget_seconds`` bounds one call with all its retries. Botocore bounds each attempt
+    (``read_timeout``), not their sum. Past the budget no further attempt is sent, and the call
+    raises ``CallBudgetExceeded``, which botocore does not retry.
     """
     retries = config.pop("retries", {"max_attempts": 5, "mode": "standard"})
     made = session(settings).client(

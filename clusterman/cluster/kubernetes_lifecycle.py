@@ -126,8 +126,8 @@ class KubernetesLifecycle(NodeLifecycle):
         self.conflict_retries = conflict_retries
         self.page_size = page_size
         self._client: kubernetes.client.ApiClient | None = None
-        # after a call the API did not answer: until when (monotonic) the other calls are not tried,
-        # and why: each would wait as long again, node after node, past the run's budget
+        # After a call the API did not answer: until when (monotonic) the other calls are not
+        # tried, and why. Each would wait as long again, node after node, past the run's budget.
         self._silent_until = 0.0
         self._silence = ""
 

@@ -73,8 +73,8 @@ class DynamoDBStore(MetricsStore):
         clock: Callable[[], float] = time.time,
         call_budget_seconds: float | None = None,
     ) -> None:
-        """``call_budget_seconds``: one call, its attempts together, at most that (the autoscaler's
-        runs: a DynamoDB that does not answer held a read for attempts x read timeout, 50 s)."""
+        """``call_budget_seconds`` bounds one call with all its attempts. A run has a budget, and
+        a DynamoDB that does not answer must not spend it on retries."""
         self.settings = settings
         self.tables = tables
         self.retention_seconds = retention_days * 86400

@@ -247,9 +247,8 @@ class SqliteStore(MetricsStore):
                 for key in keys:
                     series = self._series_id(conn, metric_type.value, key)
                     found = conn.execute(sql, (series, start, end)).fetchall() if series is not None else []
-                    # SQLite's rows are already (int, float) pairs when every value is a REAL: copying a
-                    # day of points into new pairs cost a third of the read (a mapping or an integer
-                    # written by another program still goes through _decode)
+                    # Rows of REALs are (int, float) pairs already; copying them costs a third of
+                    # the read. Values another program wrote differently still go through _decode.
                     stored_types = set(map(type, map(itemgetter(1), found)))
                     window[key] = found if stored_types <= _FLOAT else [(ts, _decode(v)) for ts, v in found]
                 return window

@@ -102,10 +102,9 @@ class SignalEvaluator:
         self._clients: dict[str, Signal] = {}
         self.failures: Counter[str] = Counter()
         self.signal_seconds = signal_seconds
-        # app -> (since when, the last run in which) its runner did not answer in time, since it last
-        # did. "Since when" is the current run's time less how long it has been silent, measured on
-        # ``monotonic``: after a wall clock stepped back it is not left in the future (the bootstrap
-        # would let a hung runner be for the length of the step)
+        # app -> (since when, the last run in which) its runner did not answer in time, since it
+        # last did. "Since when" is this run's time less the silence, measured on ``monotonic``,
+        # so a wall clock stepped back cannot put it in the future and hide a hung runner.
         self.unanswered: dict[str, tuple[int, int]] = {}
         self._silent_since: dict[str, float] = {}  # app -> monotonic
         self.monotonic = monotonic

@@ -134,8 +134,7 @@ def fetch_versions(
 class VersionCheck:
     """Ask S3 about the versions a tree started from their installed copies, beside that tree.
 
-    A verified install starts at once: a start must not wait for an S3 that hangs (three attempts
-    of botocore's 60 s read timeout held a restarted bootstrap for four minutes). The check runs
+    A verified install starts at once: a start must not wait for an S3 that hangs. The check runs
     the same fetchers afterwards, for at most ``timeout``: S3's copy confirmed, a moved branch
     installed (the caller restarts the tree on it), or the reason the installed copy stays.
     """

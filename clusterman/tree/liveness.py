@@ -164,9 +164,8 @@ def stalled_for(beat: Heartbeat | None, started_at: float, now: float, rules: Li
 def on_monotonic(beat: Heartbeat, pid: int) -> Heartbeat:
     """``beat`` for ``stalled_for`` on the host's monotonic clock, as judged for the process ``pid``:
     its own last run, or none yet (another process's heartbeat, an older autoscaler's without times
-    of that clock). The heartbeat's wall-clock time would be wrong by any step of the wall clock
-    (NTP, an operator) until the next run: a step forward of an hour made the last run look an hour
-    old, and the autoscaler was restarted as if stalled."""
+    of that clock). The wall-clock time is wrong by any step of the wall clock until the next run,
+    and a step forward must not make a running autoscaler look stalled."""
     return replace(beat, finished_at=beat.monotonic if beat.pid == pid else -math.inf)
 
 

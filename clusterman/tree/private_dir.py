@@ -3,8 +3,8 @@ after a bootstrap that could not remove its own.
 
 It holds supervisord's control socket, the snapshots of the configuration (a copy of the AWS key
 file among them), the liveness files and, by default, the logs and fetched versions. A bootstrap
-killed with ``kill -9`` (or an OOM) cannot remove it, so a copy of the key stayed on disk for
-good. Each directory holds ``bootstrap.lock``, locked (``flock``) by its bootstrap for as long as
+killed with ``kill -9`` (or an OOM) cannot remove it, and a copy of the key must not stay on
+disk. Each directory holds ``bootstrap.lock``, locked (``flock``) by its bootstrap for as long as
 it lives; the kernel drops the lock however the process ends, so a later bootstrap that can take
 the lock knows the owner is gone and removes the directory.
 """
