@@ -28,7 +28,7 @@ from itests.tree_helpers import git
 from itests.wheelhouse import REPO
 from itests.wheelhouse import fill_wheelhouse
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheelhouse")]  # one worker builds it once
 
 # dateutil needs six: a complete pinned list names both.
 PINS = "python-dateutil==2.9.0.post0\nsix==1.17.0\n"

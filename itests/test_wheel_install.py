@@ -23,7 +23,7 @@ from itests.wheelhouse import build_wheel
 from itests.wheelhouse import clean_env
 from itests.wheelhouse import fill_wheelhouse
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheelhouse")]  # one worker builds it once
 
 EXAMPLE = re.compile(
     r"### Escalator's example.*?```json\n(.*?)\n```\s*\nExplanation:\s*\n\s*```\n(.*?)\n```", re.DOTALL
