@@ -172,7 +172,7 @@ class PoolHarness:
                 "metadata": {
                     "name": name,
                     "namespace": "default",
-                    "ownerReferences": [{"kind": "ReplicaSet", "name": "rs"}],
+                    "ownerReferences": [{"kind": "ReplicaSet", "name": "rs", "controller": True}],
                 },
                 "spec": spec,
                 "status": status,
