@@ -9,6 +9,8 @@ from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.events.publisher import EventPublisher
 from clusterman.events.recorder import Recorder
 from clusterman.events.ring import EventRing
+from clusterman.manager.report import Outcome
+from clusterman.manager.report import RunReport
 
 
 def test_splay_is_stable_and_spreads_pools():
@@ -52,7 +54,7 @@ class FlakyCycle:
         self.runs.append(now)
         if len(self.runs) == 2:
             raise RuntimeError("a bug in run two")
-        return None
+        return RunReport(now, Outcome.ACTED)
 
 
 def test_a_failing_run_is_recorded_and_the_loop_goes_on():
@@ -62,7 +64,7 @@ def test_a_failing_run_is_recorded_and_the_loop_goes_on():
     recorder = Recorder(publisher, AutoscalerMetrics("c", "p"), "p")
     cycle = FlakyCycle(recorder)
     clock = FakeClock()
-    runs = run_forever(cycle, 60, 7, SleepyStop(clock), clock=clock, monotonic=clock, max_runs=4)
+    runs = run_forever(cycle, recorder, 60, 7, SleepyStop(clock), clock=clock, monotonic=clock, max_runs=4)
     assert runs == 4
     assert cycle.runs == [1027, 1087, 1147, 1207]  # on the grid, one per period
     publisher.flush()

@@ -32,11 +32,13 @@ def test_live_instances_of_readable_groups_and_errors_of_the_others():
         "g1", [SimulatedMarket("m5.large", "us-west-2a", weight=2)], lambda: now[0], target_capacity=4
     )
     view_source = GroupsCloudView([group, Broken("bad")])
-    view = view_source.cloud_view(now[0])
+    reading = view_source.read(now[0])
+    view = reading.view
     assert [g.id for g in view.groups] == ["g1"]
     assert len(view.instances) == 2 and {i.weight for i in view.instances} == {2}
     assert all(i.group_id == "g1" and i.market == "us-west-2a" for i in view.instances)
-    assert [e.group for e in view_source.errors] == ["asg bad"]
+    assert [e.group for e in reading.unreadable] == ["asg bad"]
+    assert [g.id for g in reading.groups] == ["g1", "bad"]  # the handles, readable or not
     group.terminate_instances([view.instances[0].instance_id])
     assert len(view_source.cloud_view(now[0]).instances) == 1
 

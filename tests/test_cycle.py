@@ -24,8 +24,8 @@ from clusterman.events.publisher import EventPublisher
 from clusterman.events.recorder import Recorder
 from clusterman.events.ring import EventRing
 from clusterman.manager.cycle import Cycle
-from clusterman.manager.cycle import Outcome
 from clusterman.manager.demand import InternalDemand
+from clusterman.manager.report import Outcome
 from clusterman.state.carried import AUTOSCALER_STATE
 from clusterman.state.carried import StoredState
 from clusterman.state.pause import PauseStatus

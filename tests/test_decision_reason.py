@@ -3,6 +3,8 @@
 from clusterman.decision import AutoscalerState
 from clusterman.decision import Reason
 from clusterman.decision import decide
+from clusterman.decision.holds import Hold
+from clusterman.decision.holds import HoldReason
 from tests.scaling_builders import NOW
 from tests.scaling_builders import node
 from tests.scaling_builders import nodes
@@ -27,11 +29,12 @@ def test_an_outside_hold_stops_scale_down_and_says_why():
     snap = snapshot(nodes(10))
     free = decide(snap, {"app": request(cpus=1)}, policy(), AutoscalerState(), NOW)
     assert free.target_capacity < 10 and free.reason is Reason.UTILISATION
-    held = decide(snap, {"app": request(cpus=1)}, policy(), AutoscalerState(), NOW, "group g2 unreadable")
+    unreadable = (Hold(HoldReason.GROUPS_UNREADABLE, "group g2 unreadable"),)
+    held = decide(snap, {"app": request(cpus=1)}, policy(), AutoscalerState(), NOW, unreadable)
     assert held.target_capacity == 10 and held.reason is Reason.HELD
     assert not held.taint and not held.terminate
     assert "group g2 unreadable" in held.explanation
-    up = decide(snap, {"app": request(cpus=20)}, policy(), AutoscalerState(), NOW, "group g2 unreadable")
+    up = decide(snap, {"app": request(cpus=20)}, policy(), AutoscalerState(), NOW, unreadable)
     assert up.target_capacity > 10  # a hold never stops a scale-up
 
 

@@ -18,10 +18,10 @@ from clusterman.core.resources import ResourceRequest
 from clusterman.datastore.store import InMemoryStore
 from clusterman.datastore.store import MetricsError
 from clusterman.datastore.store import system_key
-from clusterman.manager.cycle import Outcome
 from clusterman.manager.demand import INTERNAL_APP
 from clusterman.manager.demand import InternalDemand
 from clusterman.manager.demand import SignalDemand
+from clusterman.manager.report import Outcome
 from clusterman.signals.evaluator import SignalEvaluator
 from clusterman.signals.specs import DEFAULT_APP
 from clusterman.signals.specs import SignalSpec
@@ -190,8 +190,8 @@ def test_the_loop_records_an_overrun_and_writes_the_heartbeat(pools, tmp_path): 
     pool.cycle.run_once = slow_run
     lines, beats = [], []
     runs = run_forever(
-        pool.cycle, 30, 0, SleepyStop(clock), clock=clock, monotonic=clock, max_runs=2, budget_seconds=30,
-        heartbeat=beats.append, on_overrun=lines.append,
+        pool.cycle, pool.recorder, 30, 0, SleepyStop(clock), clock=clock, monotonic=clock, max_runs=2,
+        budget_seconds=30, heartbeat=beats.append, on_overrun=lines.append,
     )  # fmt: skip
     assert runs == 2 and len(beats) == 2 and beats[0] == 1020.0 + 45
     assert lines and "overrun: the run took 45.0 s > budget 30 s" in lines[0]
@@ -219,6 +219,7 @@ def test_the_lease_is_renewed_while_waiting_between_runs(pools):  # noqa: F811
 
     run_forever(
         pool.cycle,
+        pool.recorder,
         60,
         0,
         SleepyStop(clock),
@@ -271,7 +272,7 @@ def test_a_scheduler_view_that_may_be_old_holds_scale_down_and_says_so(pools):  
     pool = pools(work(1))
     pool.groups[0].set_target_capacity(6)
     read = pool.cycle.connector.snapshot
-    pool.cycle.connector.snapshot = lambda now: dataclasses.replace(read(now), stale=stale)  # type: ignore[method-assign]
+    pool.cycle.connector.snapshot = lambda now, cloud: dataclasses.replace(read(now, cloud), stale=stale)  # type: ignore[method-assign]
     for _ in range(3):
         report = pool.minute()
         assert report.decision is not None and not report.decision.taint and not report.decision.terminate

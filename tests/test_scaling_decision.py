@@ -11,6 +11,8 @@ from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
 from clusterman.decision import Action
 from clusterman.decision import demand_from_snapshot
+from clusterman.decision.holds import Hold
+from clusterman.decision.holds import HoldReason
 from clusterman.decision.limits import clamp
 from clusterman.decision.policy import EscalatorRemoval
 from tests.scaling_builders import CORDONED
@@ -117,7 +119,8 @@ def test_margin_never_lets_the_target_creep():
     ],
 )  # fmt: skip
 def test_clusterman_clamping(current, proposed, limits, blocked, expected, note):
-    result = clamp(Fraction(current), Fraction(proposed), policy(**limits), blocked)
+    holds = (Hold(HoldReason.CAPACITY_LOSS, blocked),) if blocked else ()
+    result = clamp(Fraction(current), Fraction(proposed), policy(**limits), holds)
     assert result.target == expected
     assert (note in result.notes) if note else not result.notes
 

@@ -1,9 +1,9 @@
 """Each app's signal as of the last run (for /healthz and ``status``), and the run line's fallback."""
 
 from clusterman.core.resources import ResourceRequest
-from clusterman.manager.cycle import Outcome
-from clusterman.manager.cycle import RunReport
 from clusterman.manager.demand import Requests
+from clusterman.manager.report import Outcome
+from clusterman.manager.report import RunReport
 from clusterman.manager.status import measured
 from clusterman.signals.evaluator import Evaluation
 from clusterman.signals.outcomes import ALL_APPS

@@ -16,7 +16,7 @@ from clusterman.core.config import MetricType
 from clusterman.datastore.datafile import write_metrics_file
 from clusterman.decision.decide import decide
 from clusterman.decision.state import AutoscalerState
-from clusterman.manager.cycle import Outcome
+from clusterman.manager.report import Outcome
 from clusterman.simulator.inputs import Request
 from clusterman.simulator.inputs import load_scenario
 from clusterman.simulator.simulation import simulate

@@ -32,14 +32,15 @@ from clusterman.core.timestamps import format_time
 from clusterman.errors import Reported
 from clusterman.errors import UserError
 from clusterman.events.exporter import ErrorSource
+from clusterman.events.recorder import Recorder
 from clusterman.events.service import EventService
 from clusterman.manager.arguments import add_pool_arguments
 from clusterman.manager.arguments import add_program_arguments
 from clusterman.manager.arguments import configure_logging
 from clusterman.manager.arguments import resolve_pool
 from clusterman.manager.cycle import Cycle
-from clusterman.manager.cycle import Outcome
-from clusterman.manager.cycle import RunReport
+from clusterman.manager.report import Outcome
+from clusterman.manager.report import RunReport
 from clusterman.manager.wiring import build_cycle
 from clusterman.state.lease import Holder
 from clusterman.state.lease import LeaseStatus
@@ -70,6 +71,7 @@ def next_run_time(now: float, period_seconds: float, splay: float) -> float:
 
 def run_forever(
     cycle: Cycle,
+    recorder: Recorder,
     period_seconds: float,
     splay: float,
     stop: threading.Event,
@@ -84,6 +86,7 @@ def run_forever(
     monotonic: Callable[[], float] = time.monotonic,
 ) -> int:
     """Run on the grid until ``stop`` is set (or ``max_runs`` runs, when > 0); returns the run count.
+    ``recorder`` hears what the loop sees: runs that failed, how long each took, overruns.
 
     The grid is on the wall ``clock``; waits and run times are measured on ``monotonic``, so a wall
     clock stepped back (NTP, an operator) neither stretches a wait by the step nor makes a run look
@@ -105,14 +108,14 @@ def run_forever(
         try:
             report = cycle.run_once(started)
             on_report(report)
-            held = getattr(report, "outcome", None) is not Outcome.STANDBY
+            held = report.outcome is not Outcome.STANDBY
         except Exception as e:  # a bug in one run must not end the loop: record it and go on
             log.exception("the run at %.0f failed", started)
-            cycle.recorder.error(ErrorSource.INTERNAL, "autoscaler", f"run failed: {type(e).__name__}: {e}")
+            recorder.error(ErrorSource.INTERNAL, "autoscaler", f"run failed: {type(e).__name__}: {e}")
         took = monotonic() - began
-        cycle.recorder.metrics.observe_run(took)
+        recorder.run_took(took)
         if budget_seconds is not None and took > budget_seconds:
-            on_overrun(_overran(cycle, started, took, budget_seconds, report))
+            on_overrun(_overran(recorder, started, took, budget_seconds, report))
         if heartbeat is not None:
             try:
                 heartbeat(clock())
@@ -154,7 +157,7 @@ def _wait(
         held = status is None or status.held
 
 
-def _overran(cycle: Cycle, started: float, seconds: float, budget: float, report: RunReport | None) -> str:
+def _overran(recorder: Recorder, started: float, seconds: float, budget: float, report: RunReport | None) -> str:
     """Record a run longer than its budget; returns the line to show."""
     if report is None:
         what = "it failed"
@@ -165,7 +168,7 @@ def _overran(cycle: Cycle, started: float, seconds: float, budget: float, report
     else:
         what = f"it ended {report.outcome.value}: nothing changed"
     log.warning("the run took %.1f s, more than its budget of %g s: %s", seconds, budget, what)
-    cycle.recorder.overrun(seconds, budget, what)
+    recorder.overrun(seconds, budget, what)
     stamp = format_time(started)
     return f"{stamp} overrun: the run took {seconds:.1f} s > budget {budget:g} s: {what}"
 
@@ -273,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             beat(time.time())
         else:
             run_forever(
-                cycle, period, splay, stop, on_report=show, max_runs=args.runs, budget_seconds=budget,
+                cycle, events.recorder, period, splay, stop, on_report=show, max_runs=args.runs, budget_seconds=budget,
                 keep_lease=cycle.keep_lease, lease_seconds=lease_seconds, heartbeat=beat,
                 on_overrun=lambda line: print(line, flush=True),
             )  # fmt: skip

@@ -110,10 +110,10 @@ class WholeCloud:
         self.cloud = cloud
 
     def cloud_view(self, now: float) -> CloudView:
-        view = self.cloud.cloud_view(now)
-        if self.cloud.errors:
-            raise ConnectorError("cannot read its resource groups: " + "; ".join(map(str, self.cloud.errors)))
-        return view
+        reading = self.cloud.read(now)
+        if reading.unreadable:
+            raise ConnectorError("cannot read its resource groups: " + "; ".join(map(str, reading.unreadable)))
+        return reading.view
 
 
 def collect_once(

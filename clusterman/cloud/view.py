@@ -1,8 +1,8 @@
 """The cloud's view of a pool, read from its resource groups (``core.cloud_view.CloudView``).
 
 This is how a connector learns which instances are the pool's machines: every group is read; a
-group that cannot be read is reported in ``errors`` and left out, and its machines then look
-unknown to the join (neither capacity nor removable), which keeps them safe.
+group that cannot be read is named in the reading's ``unreadable`` and left out, and its machines
+then look unknown to the join (neither capacity nor removable), which keeps them safe.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from clusterman.cloud.discovery import Discovery
 from clusterman.cloud.resource_group import LIVE_STATES
@@ -59,11 +60,24 @@ def _cloud_instance(i: Instance, group_id: str) -> CloudInstance:
     )
 
 
-class GroupsCloudView:
-    """A ``CloudViewSource`` over the pool's ``CloudGroup``s; remembers the last read's problems.
+@dataclass(frozen=True)
+class GroupsReading:
+    """One read of the pool's resource groups: what they hold, and what could not be read.
 
-    ``errors`` are the pool's groups that could not be found or read (the view may miss some of
-    its capacity); ``mistagged`` are groups whose tag names no pool (worth a word, nothing more).
+    ``unreadable`` are the pool's groups that could not be found or read (the view may miss some
+    of its capacity); ``mistagged`` are groups whose tag names no pool (worth a word, nothing more).
+    ``groups`` are the handles to act on.
+    """
+
+    view: CloudView
+    groups: tuple[CloudGroup, ...] = ()
+    unreadable: tuple[ResourceGroupError, ...] = ()
+    mistagged: tuple[ResourceGroupError, ...] = ()
+
+
+class GroupsCloudView:
+    """A ``CloudViewSource`` over the pool's ``CloudGroup``s.
+
     With ``discover``, the groups are found again before every read (as Clusterman does each run),
     so a new group is picked up and a deleted one dropped without a restart. When every group
     returns the very state object it returned last time (a simulated group that did not change),
@@ -73,22 +87,25 @@ class GroupsCloudView:
     def __init__(self, groups: Sequence[CloudGroup] = (), discover: Callable[[], Discovery] | None = None) -> None:
         self.groups = list(groups)
         self.discover = discover
-        self.errors: tuple[ResourceGroupError, ...] = ()
-        self.mistagged: tuple[ResourceGroupError, ...] = ()
         self._last: tuple[tuple[GroupState, ...], CloudView] | None = None
         self._made: Made = {}
 
     def cloud_view(self, now: float) -> CloudView:
+        return self.read(now).view
+
+    def read(self, now: float) -> GroupsReading:
         found_errors: tuple[ResourceGroupError, ...] = ()
+        mistagged: tuple[ResourceGroupError, ...] = ()
         if self.discover is not None:
             discovery = self.discover()
-            self.groups, found_errors, self.mistagged = list(discovery.groups), discovery.errors, discovery.mistagged
+            self.groups, found_errors, mistagged = list(discovery.groups), discovery.errors, discovery.mistagged
         readings = read_groups(self.groups)
-        self.errors = found_errors + readings.errors
+        unreadable = found_errors + readings.errors
         states = tuple(readings.states.values())
         last = self._last
         if last is not None and len(states) == len(last[0]) and all(map(operator.is_, states, last[0])):
-            return last[1]
-        view = cloud_view_of(readings, self._made)
-        self._last = (states, view)
-        return view
+            view = last[1]
+        else:
+            view = cloud_view_of(readings, self._made)
+            self._last = (states, view)
+        return GroupsReading(view, tuple(self.groups), unreadable, mistagged)

@@ -44,12 +44,14 @@ class ClusterConnector(abc.ABC):
     def scheduler_view(self, now: float) -> SchedulerView:
         """Read the scheduler; raise ConnectorError when it cannot be read."""
 
-    def snapshot(self, now: float) -> PoolSnapshot:
+    def snapshot(self, now: float, cloud: CloudViewSource | None = None) -> PoolSnapshot:
+        """The pool now; ``cloud`` is read for the join in place of the connector's own source."""
         view = self.scheduler_view(now)
-        if self.cloud is None:
+        source = cloud or self.cloud
+        if source is None:
             return PoolSnapshot(now, view.nodes, (), view.pending, view.stale)
-        cloud = self.cloud.cloud_view(now)
-        return PoolSnapshot(now, join(view.nodes, cloud, self._joined), cloud.groups, view.pending, view.stale)
+        seen = source.cloud_view(now)
+        return PoolSnapshot(now, join(view.nodes, seen, self._joined), seen.groups, view.pending, view.stale)
 
     def close(self) -> None:  # noqa: B027 - connectors that hold no connection need not override
         """Release connections; the connector may be used again afterwards (it reconnects)."""

@@ -595,11 +595,11 @@ class SimulatedConnector(ClusterConnector):
         self.scheduler.step(self._source.cloud_view(now), now)
         return SchedulerView(self.scheduler.nodes(), self.scheduler.pending())
 
-    def snapshot(self, now: float) -> PoolSnapshot:
+    def snapshot(self, now: float, cloud: CloudViewSource | None = None) -> PoolSnapshot:
         """The scheduler already carries the cloud's fields, so no join is needed (and none is paid).
         Asked again at the same time with nothing changed, it returns the same snapshot, so what
         readers cached on it (counts, indexes) is not worked out twice."""
-        view = self._source.cloud_view(now)
+        view = (cloud or self._source).cloud_view(now)
         self.scheduler.step(view, now)
         nodes, pending, last = self.scheduler.nodes(), self.scheduler.pending(), self._last
         if (
@@ -638,6 +638,6 @@ class LiveSimulatedConnector(SimulatedConnector):
     def scheduler_view(self, now: float) -> SchedulerView:
         return super().scheduler_view(self._pool_time(now))
 
-    def snapshot(self, now: float) -> PoolSnapshot:
-        taken = super().snapshot(self._pool_time(now))
+    def snapshot(self, now: float, cloud: CloudViewSource | None = None) -> PoolSnapshot:
+        taken = super().snapshot(self._pool_time(now), cloud)
         return taken if taken.taken_at == now else replace(taken, taken_at=now)

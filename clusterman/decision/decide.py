@@ -17,7 +17,6 @@ The autoscaler loop and the simulator call ``decide`` and apply the Decision; no
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from fractions import Fraction
 
 from clusterman.core.model import NO_TIME
@@ -39,6 +38,9 @@ from clusterman.decision.exact import ZERO
 from clusterman.decision.exact import exact
 from clusterman.decision.exact import show
 from clusterman.decision.exact import signed
+from clusterman.decision.holds import Hold
+from clusterman.decision.holds import HoldReason
+from clusterman.decision.holds import shown
 from clusterman.decision.limits import clamp
 from clusterman.decision.loss_guard import NodeMemory
 from clusterman.decision.node_choice import NodeActions
@@ -62,13 +64,13 @@ def decide(
     policy: ScalingPolicy,
     state: AutoscalerState,
     now: float,
-    hold_scale_down: str = "",
+    holds: tuple[Hold, ...] = (),
 ) -> Decision:
     """What the pool should look like at ``now`` (Unix seconds), and why.
 
     ``requests`` holds one request per app (its signal's answer, the default signal's, or
-    ``demand_from_snapshot`` for internal pools). ``hold_scale_down`` names a reason the caller
-    knows for not shrinking this run (e.g. a resource group it could not read). Raises
+    ``demand_from_snapshot`` for internal pools). ``holds`` are reasons the caller knows for not
+    shrinking this run (e.g. a resource group it could not read). Raises
     SnapshotError for a snapshot it cannot trust; the caller then keeps the pool as it is.
     """
     view = view_of(snapshot)
@@ -79,8 +81,7 @@ def decide(
     if view.ignored:
         notes.append(f"{view.ignored} nodes outside the pool's groups ignored")
     joined = _joined_ids(view) if policy.prevent_scale_down_after_capacity_loss else frozenset()
-    lost = _capacity_loss(joined, policy, state.memory)
-    blocked = lost or hold_scale_down
+    blocked = _capacity_loss(joined, policy, state.memory) or holds  # the loss is named alone
     breaker = state.breaker.observe(live_ready)
 
     held = _hold_reason(view, state.scale_lock, live_ready, now)
@@ -97,20 +98,20 @@ def decide(
     keeping = _keeping(view, state.disruption, now)
     plan = OFF
     if policy.consolidation.enabled:
-        busy = _in_flight(view, snapshot, proposal, blocked, keeping, policy, state.disruption, now)
+        busy = _in_flight(view, snapshot, proposal, blocked, keeping, policy, now)
         plan = consolidate(view, places, policy, proposal.asked, state.disruption, now, busy)
         if plan.gained:  # a node drained to be kept: its places come, and the pool shrinks no further now
             again = propose(view, util, policy, slot, places, plan.gained)
             proposal = again if again.target >= T else Proposal(T, f"{again.reason}; keep {show(T)}", again.asked)
         elif plan.removed:
             proposal = Proposal(T - plan.removed, proposal.reason, proposal.asked)
-    clamped = clamp(T, proposal.target, policy, blocked, Reason.CAPACITY_LOSS if lost else Reason.HELD)
+    clamped = clamp(T, proposal.target, policy, blocked)
     why = Reason.CONSOLIDATION if plan.removed else clamped.reason
     reason = proposal.reason
     if clamped.notes:
         reason += f"; limited by {', '.join(clamped.notes)} → {show(clamped.target)}"
     elif blocked:
-        notes.append(blocked)
+        notes.append(shown(blocked))
     notes += plan.lines()
     unchanged = clamped.target == T
     if plan.removed:
@@ -153,8 +154,6 @@ def decide(
     if achieved <= T and waiting > 0:
         notes.append(f"{show(waiting)} already requested, waiting to join")
     disruption = _disruption_after(view, state.disruption, plan, actions, policy.consolidation.enabled)
-    if achieved > T and policy.consolidation.enabled:
-        disruption = replace(disruption, grew_at=now)
     after = AutoscalerState(lock, breaker, _remember(snapshot, joined, state.memory, actions.terminate), disruption)
     # The arrow is the target's change, as the action, the target shown and the event: the rule
     # sized the ready capacity, so when that differs from the target both are named.
@@ -173,10 +172,9 @@ def _in_flight(
     view: PoolView,
     snapshot: PoolSnapshot,
     proposal: Proposal,
-    blocked: str,
+    blocked: tuple[Hold, ...],
     keeping: frozenset[str],
     policy: ScalingPolicy,
-    state: DisruptionState,
     now: float,
 ) -> str:
     """Why consolidation must not start anything this run ("" when the pool is settled)."""
@@ -189,14 +187,11 @@ def _in_flight(
         if n.id in keeping:
             return f"node {n.id} is being drained to be kept"
     if blocked:
-        return blocked
+        return shown(blocked)
     if joining:
         return f"{joining} nodes joining"
     if any(not t.daemon and not t.revocable for t in snapshot.pending):
         return "pods pending"
-    grew = now - state.grew_at
-    if state.grew_at != NO_TIME and grew < policy.consolidation.consolidate_after_seconds:
-        return f"the pool grew {grew:g}s ago < consolidate_after {policy.consolidation.consolidate_after_seconds:g}s"
     if proposal.asked is None:
         return "no utilisation to keep"
     if proposal.asked > T:
@@ -232,15 +227,16 @@ def _joined_ids(view: PoolView) -> frozenset[str]:
     return frozenset(n.id for n in (*view.ready, *view.tainted, *view.cordoned))
 
 
-def _capacity_loss(joined: frozenset[str], policy: ScalingPolicy, memory: NodeMemory) -> str:
-    """Why scale-down is blocked this run ("" when it is not)."""
+def _capacity_loss(joined: frozenset[str], policy: ScalingPolicy, memory: NodeMemory) -> tuple[Hold, ...]:
+    """Why scale-down is blocked this run (nothing when it is not)."""
     if not policy.prevent_scale_down_after_capacity_loss or not memory.joined:
-        return ""
+        return ()
     lost = memory.lost(joined)
     if lost <= policy.instance_loss_threshold:
-        return ""
+        return ()
     limit = policy.instance_loss_threshold
-    return f"no scale-down: {lost} nodes lost since the last run > instance_loss_threshold {limit}"
+    text = f"no scale-down: {lost} nodes lost since the last run > instance_loss_threshold {limit}"
+    return (Hold(HoldReason.CAPACITY_LOSS, text),)
 
 
 def _remember(

@@ -12,6 +12,9 @@ from fractions import Fraction
 
 from clusterman.decision.decision import Reason
 from clusterman.decision.exact import show
+from clusterman.decision.holds import Hold
+from clusterman.decision.holds import HoldReason
+from clusterman.decision.holds import shown
 from clusterman.decision.policy import ScalingPolicy
 
 
@@ -26,10 +29,9 @@ def clamp(
     current: Fraction,
     proposed: Fraction,
     policy: ScalingPolicy,
-    block_scale_down: str = "",
-    block_reason: Reason = Reason.CAPACITY_LOSS,
+    holds: tuple[Hold, ...] = (),
 ) -> Clamped:
-    """``block_scale_down`` names why scale-down is blocked this run ("" when it is not)."""
+    """``holds``: why scale-down is blocked this run (none when it is not)."""
     notes = []
     reasons = []
     delta = proposed - current
@@ -49,8 +51,9 @@ def clamp(
         delta = -policy.max_weight_to_remove
         notes.append(f"max_weight_to_remove {show(policy.max_weight_to_remove)}")
         reasons.append(Reason.STEP_LIMIT)
-    if block_scale_down and delta < 0:
+    if holds and delta < 0:
         delta = Fraction(0)
-        notes.append(block_scale_down)
-        reasons.append(block_reason)
+        notes.append(shown(holds))
+        lost = any(h.reason is HoldReason.CAPACITY_LOSS for h in holds)
+        reasons.append(Reason.CAPACITY_LOSS if lost else Reason.HELD)
     return Clamped(current + delta, tuple(notes), reasons[0] if reasons else Reason.UTILISATION)

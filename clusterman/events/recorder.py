@@ -215,6 +215,9 @@ class Recorder:
         self._publish(EventType.CONFIG, ChangeType.NONE, D.CONFIG_REJECTED, path, message=error)
         self.metrics.observe_config_reload(ok=False)
 
+    def run_took(self, seconds: float) -> None:
+        self.metrics.observe_run(seconds)
+
     def overrun(self, seconds: float, budget: float, what: str) -> None:
         """A run took ``seconds`` > its ``budget``; ``what`` says what it did (never act on older inputs)."""
         message = f"the run took {seconds:.1f} s > budget {budget:g} s: {what}"

@@ -4,8 +4,8 @@
             → after_terminate → set every group's absolute target
 
 Terminating lowers a group's target by the instances' weight, so the absolute targets are set
-last and nothing is lowered twice. Between the stages ``go_on`` is asked whether acting may go
-on (the autoscaler still holds the pool's lease); when it says no, the rest is left for the
+last and nothing is lowered twice. Between the stages the run's ``Permit`` is asked whether acting
+may go on (the autoscaler still holds the pool's lease); when it says no, the rest is left for the
 next holder, which decides afresh (every stage is safe to stop after). A failure is reported for
 its node or group and the rest goes on: one broken group never stops the others. In a dry run
 nothing changes and the report says what would have been done.
@@ -15,16 +15,10 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable
 from collections.abc import Mapping
-from dataclasses import dataclass
-from dataclasses import field
 
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import ResourceGroupError
-from clusterman.cloud.resource_group import TargetChange
-from clusterman.cloud.resource_group import Termination
-from clusterman.cluster.lifecycle import DrainResult
 from clusterman.cluster.lifecycle import DrainStatus
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import Outcome
@@ -34,25 +28,10 @@ from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.decision.decision import Decision
 from clusterman.decision.exact import number
+from clusterman.manager.permit import Permit
+from clusterman.manager.report import ApplyReport
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class ApplyReport:
-    """What was done (or, in a dry run, would be), per node and per group, and what failed."""
-
-    dry_run: bool
-    untainted: Results = field(default_factory=dict)
-    tainted: Results = field(default_factory=dict)
-    drains: dict[str, DrainResult] = field(default_factory=dict)
-    terminations: list[Termination] = field(default_factory=list)
-    targets: list[TargetChange] = field(default_factory=list)
-    errors: list[tuple[str, str]] = field(default_factory=list)  # (object id, message)
-
-    @property
-    def terminated(self) -> list[str]:
-        return [i for t in self.terminations for i in t.terminated]
 
 
 def apply(
@@ -61,13 +40,13 @@ def apply(
     groups: Mapping[str, CloudGroup],
     lifecycle: NodeLifecycle,
     now: float,
+    permit: Permit,
     dry_run: bool = False,
-    go_on: Callable[[], bool] = lambda: True,
 ) -> ApplyReport:
     report = ApplyReport(dry_run)
 
     def stop_before(stage: str) -> bool:
-        if go_on():
+        if permit.going_on() is None:
             return False
         report.errors.append(("lease", f"the pool's lease was lost while acting: stopped before {stage}"))
         return True

@@ -21,16 +21,13 @@ instead (``overrun``): nothing is ever done on inputs older than the budget.
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 import time
 from collections.abc import Callable
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Protocol
 
-from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
@@ -42,12 +39,12 @@ from clusterman.core.model import NodeSets
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.resources import Resources
-from clusterman.core.timestamps import format_time
 from clusterman.datastore.store import MetricsError
 from clusterman.decision.decide import decide
 from clusterman.decision.decision import Decision
 from clusterman.decision.decision import Reason
-from clusterman.decision.exact import number
+from clusterman.decision.holds import Hold
+from clusterman.decision.holds import HoldReason
 from clusterman.decision.policy import ScalingPolicy
 from clusterman.decision.pool_view import SnapshotError
 from clusterman.decision.state import AutoscalerState
@@ -55,12 +52,16 @@ from clusterman.events.exporter import ErrorSource
 from clusterman.events.exporter import NodeAction
 from clusterman.events.record import ChangeDetail
 from clusterman.events.recorder import Recorder
-from clusterman.manager.apply import ApplyReport
 from clusterman.manager.apply import apply
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.demand import Requests
+from clusterman.manager.permit import Permit
+from clusterman.manager.permit import Refusal
+from clusterman.manager.reading import read_pool
+from clusterman.manager.report import ApplyReport
+from clusterman.manager.report import Outcome
+from clusterman.manager.report import RunReport
 from clusterman.signals.outcomes import SignalOutcomes
-from clusterman.signals.outcomes import short_cause
 from clusterman.signals.protocol import SignalError
 from clusterman.state.carried import CorruptState
 from clusterman.state.lease import LeaseStatus
@@ -83,60 +84,6 @@ EVENT_REASON: Mapping[Reason, ChangeDetail] = {
     Reason.NO_GROUPS: ChangeDetail.DECISION_NO_GROUPS,
     Reason.CONSOLIDATION: ChangeDetail.DECISION_CONSOLIDATION,
 }
-
-
-class Outcome(enum.Enum):
-    ACTED = "acted"  # decided and applied (a decision to change nothing included)
-    PAUSED = "paused"
-    NO_SNAPSHOT = "no_snapshot"
-    NO_DEMAND = "no_demand"  # no metrics or no signal answer: the target is kept
-    NO_STATE = "no_state"  # the carried-over state could not be read: nothing is done
-    STANDBY = "standby"  # another autoscaler holds the pool's lease (or it cannot be read): nothing is done
-    OVERRUN = "overrun"  # the snapshot was older than the run's budget when acting: nothing is done
-
-
-@dataclass(frozen=True)
-class RunReport:
-    now: float
-    outcome: Outcome
-    message: str = ""
-    snapshot: PoolSnapshot | None = None
-    decision: Decision | None = None
-    applied: ApplyReport | None = None
-    requests: Requests | None = None
-    unreadable_groups: int = 0  # resource groups that could not be read: the target is not all known
-
-    def line(self) -> str:
-        """One line per run, for people watching the log or `make run`."""
-        stamp = format_time(self.now)
-        if self.decision is None:
-            return f"{stamp} {self.outcome.value}: {self.message}"
-        d = self.decision
-        demand = ", ".join(f"{k}={float(v):.1f}" for k, v in d.demand.items()) or "no opinion"
-        util = ", ".join(f"{k} {float(v):.0%}" for k, v in d.utilisation.items()) or "-"
-        errors = f" ({len(self.applied.errors)} errors)" if self.applied and self.applied.errors else ""
-        dry = " (dry run: nothing changed)" if self.applied and self.applied.dry_run else ""
-        held = f" ({self.outcome.value}: {self.message})" if self.outcome is not Outcome.ACTED else ""
-        return (
-            f"{stamp}{dry}{held} demand {demand}{self._fallbacks()} | utilisation {util} | {d.action.value} | "
-            f"{self._target_text(d)}{errors} | {d.explanation}"
-        )
-
-    def _fallbacks(self) -> str:
-        """Which apps the default signal answered for, and why, in a few words ("" when none)."""
-        fell_back = [e for e in self.requests.evaluations if e.is_fallback] if self.requests else []
-        if not fell_back:
-            return ""
-        return " (" + "; ".join(f"app {e.app} on the default signal: {short_cause(e)}" for e in fell_back) + ")"
-
-    def _target_text(self, d: Decision) -> str:
-        """The pool's target before and after, or what is known of it when groups could not be read."""
-        if not self.unreadable_groups:
-            return f"target {number(d.current_target)} -> {number(d.target_capacity)}"
-        unread = f"{self.unreadable_groups} resource group(s) could not be read"
-        if d.reason is Reason.NO_GROUPS:
-            return f"target unknown ({unread})"
-        return f"target of the readable groups {number(d.current_target)} -> {number(d.target_capacity)} ({unread})"
 
 
 class StateKeeper(Protocol):
@@ -194,37 +141,31 @@ class Cycle:
         self._last_target: float | None = None
         self.signal_outcomes = SignalOutcomes()  # for /healthz and ``clusterman status``
 
-    @property
-    def groups(self) -> dict[str, CloudGroup]:
-        return {g.id: g for g in self.cloud.groups}
-
     def run_once(self, now: float) -> RunReport:
-        started = self.clock()
-
-        def at() -> float:  # ``now`` moved on by the time this run has taken
-            return now + (self.clock() - started)
-
-        standby = self._claim(now)
+        permit = self._permit(now)
+        standby = self._claim(permit)
         if standby is not None:
             return standby
         paused = self._pause(now)
         if paused is not None:
             return paused
-        loaded = self._load(now)
-        if isinstance(loaded, RunReport):
-            return loaded
-        holds = [loaded] if loaded else []
-        read_at = self.clock()
         try:
-            snapshot = self.connector.snapshot(now)
+            holds = list(self._load())
+        except StateError as e:  # tried again next run
+            return self._no_change(
+                now, Outcome.NO_STATE, f"cannot read the autoscaler state: {e}", ErrorSource.INTERNAL
+            )
+        permit.reading()
+        try:
+            reading = read_pool(self.connector, self.cloud, now)
         except ConnectorError as e:
             return self._no_change(now, Outcome.NO_SNAPSHOT, f"cannot read the pool: {e}", ErrorSource.SCHEDULER)
-        for error in (*self.cloud.errors, *self.cloud.mistagged):
+        snapshot, unreadable = reading.snapshot, len(reading.unreadable)
+        for error in (*reading.unreadable, *reading.mistagged):
             self.recorder.error(ErrorSource.CLOUD, error.group, error.problem)
-        unreadable = len(self.cloud.errors)
         if not unreadable:
             self._last_target = snapshot.target_capacity
-        self._still_ours(at())  # a run that makes progress keeps its lease (one stuck in a call loses it)
+        permit.going_on()  # a run that makes progress keeps its lease; ``acting`` asks before it acts
         self._observe_pool(snapshot)
         self._record_joins(snapshot, now)
         if self.write_metrics is not None:
@@ -234,47 +175,34 @@ class Cycle:
                 message = f"cannot write the pool's metrics: {e}"
                 log.warning("%s: the signals read older data: no scale-down this run", message)
                 self.recorder.error(ErrorSource.INTERNAL, "metrics", message)
-                holds.append("the pool's metrics could not be written (signals read older data): no scale-down")
+                text = "the pool's metrics could not be written (signals read older data): no scale-down"
+                holds.append(Hold(HoldReason.METRICS_NOT_WRITTEN, text))
 
         try:
             requests = self.demand.requests(snapshot, int(now))
         except (SignalError, MetricsError) as e:
             self.signal_outcomes.no_answer(str(e), now)
             return self._no_change(now, Outcome.NO_DEMAND, f"no usable demand, target kept: {e}", None, snapshot)
-        self._still_ours(at())
+        permit.going_on()
         self._record_signals(requests)
         self.signal_outcomes.observe(requests.evaluations, now)
-        for stale in (snapshot.stale, requests.stale):
+        for reason, stale in ((HoldReason.SCHEDULER_STALE, snapshot.stale), (HoldReason.SIGNALS_STALE, requests.stale)):
             if stale:
                 log.warning("%s: no scale-down this run", stale)
-                holds.append(f"{stale}: no scale-down")
+                holds.append(Hold(reason, f"{stale}: no scale-down"))
 
         if unreadable:
-            holds.append(f"{unreadable} resource group(s) could not be read: no scale-down this run")
+            text = f"{unreadable} resource group(s) could not be read: no scale-down this run"
+            holds.append(Hold(HoldReason.GROUPS_UNREADABLE, text))
         try:
-            decision = decide(snapshot, requests.by_app, self.policy, self.state, now, "; ".join(holds))
+            decision = decide(snapshot, requests.by_app, self.policy, self.state, now, tuple(holds))
         except SnapshotError as e:
             return self._no_change(now, Outcome.NO_SNAPSHOT, f"snapshot refused: {e}", ErrorSource.SCHEDULER, snapshot)
 
-        not_now = self._may_not_act(at(), self.clock() - read_at)
-        if not_now is not None:
-            outcome, message = not_now
-            log.warning("%s", message)
-            report = RunReport(now, outcome, message, snapshot, decision, None, requests, unreadable)
-            self.recorder.decision(
-                ChangeDetail.DECISION_STANDBY if outcome is Outcome.STANDBY else ChangeDetail.DECISION_OVERRUN,
-                0.0,
-                target=snapshot.target_capacity if not unreadable else math.nan,
-                demand={k: float(v) for k, v in decision.demand.items()},
-                capacity={k: float(v) for k, v in decision.capacity.items()},
-                utilisation={k: float(v) for k, v in decision.utilisation.items()},
-                setpoint=float(self.policy.setpoint),
-                explanation=f"{message}; it would have done: {decision.explanation}",
-            )
-            return report
-        applied = apply(
-            decision, snapshot, self.groups, self.lifecycle, now, self.dry_run, go_on=lambda: self._still_ours(at())
-        )
+        refusal = permit.acting()
+        if refusal is not None:
+            return self._refused(now, refusal, snapshot, decision, requests, unreadable)
+        applied = apply(decision, snapshot, reading.groups_by_id, self.lifecycle, now, permit, self.dry_run)
         self._record(decision, applied, snapshot)
         if not self.dry_run:  # a dry run must not take a scale lock for a change it did not make
             self._record_state_changes(self.state, decision.state, now)
@@ -311,11 +239,21 @@ class Cycle:
         self.recorder.metrics.set_lease(status.held)
         return status
 
-    def _claim(self, now: float) -> RunReport | None:
-        status = self.keep_lease(now)
-        if status is None or status.held:
+    def _permit(self, now: float) -> Permit:
+        """This run's permit: the one place that says whether it may act (a dry run changes nothing,
+        so only the budget limits it)."""
+        return Permit(
+            now,
+            lease=None if self.dry_run else self.lease,
+            keep=self.keep_lease,
+            budget_seconds=self.budget_seconds,
+            clock=self.clock,
+        )
+
+    def _claim(self, permit: Permit) -> RunReport | None:
+        refusal = permit.claim()
+        if refusal is None:
             return None
-        message = f"not acting: the pool's lease {status.describe()}"
         self.recorder.decision(
             ChangeDetail.DECISION_STANDBY,
             0.0,
@@ -324,34 +262,34 @@ class Cycle:
             capacity={},
             utilisation={},
             setpoint=float(self.policy.setpoint),
-            explanation=message,
+            explanation=refusal.message,
         )
-        if status.error:
-            self.recorder.error(ErrorSource.INTERNAL, "lease", message)
-        return RunReport(now, Outcome.STANDBY, message)
+        if refusal.lease_error:
+            self.recorder.error(ErrorSource.INTERNAL, "lease", refusal.message)
+        return RunReport(permit.now, refusal.outcome, refusal.message)
 
-    def _may_not_act(self, now: float, input_age: float) -> tuple[Outcome, str] | None:
-        """Why this run must not act now: its snapshot is older than the budget, or the lease is lost."""
-        if self.budget_seconds is not None and input_age > self.budget_seconds:
-            return Outcome.OVERRUN, (
-                f"the snapshot is {input_age:.1f} s old > budget {self.budget_seconds:g} s: "
-                "nothing changed, the next run reads afresh"
-            )
-        if self.lease is not None and not self.dry_run:
-            status = self.keep_lease(now, hand_over=False)
-            if status is not None and not status.held:
-                return Outcome.STANDBY, f"not acting: the pool's lease {status.describe()}"
-        return None
-
-    def _still_ours(self, now: float) -> bool:
-        """Whether acting may go on: the lease is ours for two thirds of its TTL yet, or renewed now."""
-        if self.lease is None or self.dry_run:
-            return True
-        last = self.lease.last
-        if last is not None and last.held and last.expires_at - now > self.lease.ttl_seconds * 2 / 3:
-            return True
-        status = self.keep_lease(now, hand_over=False)
-        return status is not None and status.held
+    def _refused(
+        self,
+        now: float,
+        refusal: Refusal,
+        snapshot: PoolSnapshot,
+        decision: Decision,
+        requests: Requests,
+        unreadable: int,
+    ) -> RunReport:
+        """The run decided but may not act: what it would have done is recorded, nothing changes."""
+        log.warning("%s", refusal.message)
+        self.recorder.decision(
+            ChangeDetail.DECISION_STANDBY if refusal.outcome is Outcome.STANDBY else ChangeDetail.DECISION_OVERRUN,
+            0.0,
+            target=snapshot.target_capacity if not unreadable else math.nan,
+            demand={k: float(v) for k, v in decision.demand.items()},
+            capacity={k: float(v) for k, v in decision.capacity.items()},
+            utilisation={k: float(v) for k, v in decision.utilisation.items()},
+            setpoint=float(self.policy.setpoint),
+            explanation=f"{refusal.message}; it would have done: {decision.explanation}",
+        )
+        return RunReport(now, refusal.outcome, refusal.message, snapshot, decision, None, requests, unreadable)
 
     def release_lease(self) -> None:
         """At a clean stop: give the lease up so another autoscaler need not wait for its TTL."""
@@ -364,22 +302,20 @@ class Cycle:
 
     # --- the state kept across restarts -------------------------------------------------------
 
-    def _load(self, now: float) -> RunReport | str:
-        """Load the kept state once: a report to end the run with, or why this run may not scale down."""
+    def _load(self) -> tuple[Hold, ...]:
+        """Load the kept state once; a state that was not valid holds scale-down this run. Raises
+        StateError when it cannot be read."""
         if self._loaded or self.keeper is None:
-            return ""
-        hold = ""
+            return ()
+        holds: tuple[Hold, ...] = ()
         try:
             self.state = self._kept = self.keeper.load()
         except CorruptState as e:
             self.recorder.error(ErrorSource.INTERNAL, "autoscaler_state", f"{e}: starting afresh")
-            hold = "the stored autoscaler state was not valid: no scale-down this run"
-        except StateError as e:  # tried again next run
-            return self._no_change(
-                now, Outcome.NO_STATE, f"cannot read the autoscaler state: {e}", ErrorSource.INTERNAL
-            )
+            text = "the stored autoscaler state was not valid: no scale-down this run"
+            holds = (Hold(HoldReason.STATE_NOT_VALID, text),)
         self._loaded = True
-        return hold
+        return holds
 
     def _save(self, now: float) -> None:
         """Keep the state if it changed; a failure is reported and the save tried again next run."""
@@ -451,13 +387,13 @@ class Cycle:
     def _current_target(self, now: float) -> float:
         """The pool's target read now (a paused pool still has one), else the last one known."""
         try:
-            view = self.cloud.cloud_view(now)
+            reading = self.cloud.read(now)
         except Exception as e:  # the cloud adapters raise their own errors: report the last known target
             log.warning("cannot read the pool's target while paused: %s", e)
             return self._known_target()
-        if self.cloud.errors:
+        if reading.unreadable:
             return self._known_target()
-        self._last_target = sum(g.target_capacity for g in view.groups if not g.stale)
+        self._last_target = sum(g.target_capacity for g in reading.view.groups if not g.stale)
         return self._last_target
 
     # --- recording ----------------------------------------------------------------------------

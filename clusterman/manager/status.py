@@ -316,7 +316,8 @@ def gather(
     scheduler_timeout_seconds: float = SCHEDULER_TIMEOUT_SECONDS,
 ) -> PoolStatus:
     identity = setup.identity
-    view = cloud.cloud_view(now)
+    groups = cloud.read(now)
+    view = groups.view
     snapshot = read("nodes", lambda: _snapshot(setup, view, now, scheduler_timeout_seconds))
     told = _told(events, identity, decisions)
     utilisation, signals = told.utilisation, told.signals
@@ -331,8 +332,8 @@ def gather(
         pause=read("pause", lambda: pause_status(store, identity, now)),
         lease=read("lease", lambda: lease_view(store, identity, now)),
         groups=tuple(sorted(view.groups, key=lambda g: g.id)),
-        group_errors=tuple(str(e) for e in cloud.errors),
-        mistagged=tuple(str(e) for e in cloud.mistagged),
+        group_errors=tuple(str(e) for e in groups.unreadable),
+        mistagged=tuple(str(e) for e in groups.mistagged),
         nodes=snapshot if isinstance(snapshot, Unavailable) else node_counts(snapshot),
         utilisation=utilisation,
         kept=kept,

@@ -49,10 +49,10 @@ from clusterman.events.recorder import Recorder
 from clusterman.events.ring import EventRing
 from clusterman.manager.connectors import simulated_connector
 from clusterman.manager.cycle import Cycle
-from clusterman.manager.cycle import Outcome
-from clusterman.manager.cycle import RunReport
 from clusterman.manager.demand import DemandSource
 from clusterman.manager.demand import InternalDemand
+from clusterman.manager.report import Outcome
+from clusterman.manager.report import RunReport
 from clusterman.manager.setup import PoolSetup
 from clusterman.simulator.clock import SimClock
 from clusterman.simulator.clock import Steps

@@ -1,0 +1,93 @@
+"""What one run did, as a value: how it ended, what it read, decided and changed.
+
+The loop prints ``line()`` for people; the simulator and the tests read the fields.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from dataclasses import field
+
+from clusterman.cloud.resource_group import TargetChange
+from clusterman.cloud.resource_group import Termination
+from clusterman.cluster.lifecycle import DrainResult
+from clusterman.cluster.lifecycle import Results
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.timestamps import format_time
+from clusterman.decision.decision import Decision
+from clusterman.decision.decision import Reason
+from clusterman.decision.exact import number
+from clusterman.manager.demand import Requests
+from clusterman.signals.outcomes import short_cause
+
+
+@dataclass
+class ApplyReport:
+    """What was done (or, in a dry run, would be), per node and per group, and what failed."""
+
+    dry_run: bool
+    untainted: Results = field(default_factory=dict)
+    tainted: Results = field(default_factory=dict)
+    drains: dict[str, DrainResult] = field(default_factory=dict)
+    terminations: list[Termination] = field(default_factory=list)
+    targets: list[TargetChange] = field(default_factory=list)
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (object id, message)
+
+    @property
+    def terminated(self) -> list[str]:
+        return [i for t in self.terminations for i in t.terminated]
+
+
+class Outcome(enum.Enum):
+    ACTED = "acted"  # decided and applied (a decision to change nothing included)
+    PAUSED = "paused"
+    NO_SNAPSHOT = "no_snapshot"
+    NO_DEMAND = "no_demand"  # no metrics or no signal answer: the target is kept
+    NO_STATE = "no_state"  # the carried-over state could not be read: nothing is done
+    STANDBY = "standby"  # another autoscaler holds the pool's lease (or it cannot be read): nothing is done
+    OVERRUN = "overrun"  # the snapshot was older than the run's budget when acting: nothing is done
+
+
+@dataclass(frozen=True)
+class RunReport:
+    now: float
+    outcome: Outcome
+    message: str = ""
+    snapshot: PoolSnapshot | None = None
+    decision: Decision | None = None
+    applied: ApplyReport | None = None
+    requests: Requests | None = None
+    unreadable_groups: int = 0  # resource groups that could not be read: the target is not all known
+
+    def line(self) -> str:
+        """One line per run, for people watching the log or `make run`."""
+        stamp = format_time(self.now)
+        if self.decision is None:
+            return f"{stamp} {self.outcome.value}: {self.message}"
+        d = self.decision
+        demand = ", ".join(f"{k}={float(v):.1f}" for k, v in d.demand.items()) or "no opinion"
+        util = ", ".join(f"{k} {float(v):.0%}" for k, v in d.utilisation.items()) or "-"
+        errors = f" ({len(self.applied.errors)} errors)" if self.applied and self.applied.errors else ""
+        dry = " (dry run: nothing changed)" if self.applied and self.applied.dry_run else ""
+        held = f" ({self.outcome.value}: {self.message})" if self.outcome is not Outcome.ACTED else ""
+        return (
+            f"{stamp}{dry}{held} demand {demand}{self._fallbacks()} | utilisation {util} | {d.action.value} | "
+            f"{self._target_text(d)}{errors} | {d.explanation}"
+        )
+
+    def _fallbacks(self) -> str:
+        """Which apps the default signal answered for, and why, in a few words ("" when none)."""
+        fell_back = [e for e in self.requests.evaluations if e.is_fallback] if self.requests else []
+        if not fell_back:
+            return ""
+        return " (" + "; ".join(f"app {e.app} on the default signal: {short_cause(e)}" for e in fell_back) + ")"
+
+    def _target_text(self, d: Decision) -> str:
+        """The pool's target before and after, or what is known of it when groups could not be read."""
+        if not self.unreadable_groups:
+            return f"target {number(d.current_target)} -> {number(d.target_capacity)}"
+        unread = f"{self.unreadable_groups} resource group(s) could not be read"
+        if d.reason is Reason.NO_GROUPS:
+            return f"target unknown ({unread})"
+        return f"target of the readable groups {number(d.current_target)} -> {number(d.target_capacity)} ({unread})"
