@@ -38,16 +38,20 @@ NOW = 1_700_000_000.0
 SHAPES = [Resources(cpus=c, mem=m) for c, m in ((0.1, 256), (0.25, 512), (0.5, 1024), (0.05, 128))]
 
 
-def build(nodes: int, share: float) -> PoolSnapshot:
-    """Pods fill ``share`` of each node's CPUs (0.9: a scale-up at 70%; 0.2: a scale-down); every
-    tenth node a little less, so that the emptiest nodes are worth consolidating."""
+def build(nodes: int, share: float, fragmented: bool = False) -> PoolSnapshot:
+    """Pods fill ``share`` of each node's CPUs (0.9: a scale-up at 70%; 0.2: a scale-down).
+    ``fragmented``: every tenth node a third as full, and one 8-CPU pod on node 1, so that only the
+    tenth nodes hold a free 8-CPU place and draining one makes a second (consolidation keeps it)."""
     members = []
     for i in range(nodes):
-        cpus_each = 16 * (share if i % 10 else share / 3) / PODS_PER_NODE
+        part = share / 3 if fragmented and i % 10 == 0 else share / 12 if fragmented and i == 1 else share
+        cpus_each = 16 * part / PODS_PER_NODE
         tasks = tuple(
             Task(f"p{i}-{k}", Resources(cpus=cpus_each, mem=SHAPES[k % 4].mem), batch=k % 7 == 0)
             for k in range(PODS_PER_NODE)
         )
+        if fragmented and i == 1:
+            tasks = (*tasks, Task(f"p{i}-big", Resources(cpus=8, mem=1024)))
         members.append(
             Node(f"n{i}", NodeState.READY, Resources(cpus=16, mem=65536), group_id=f"g{i % 3}",
                  launched_at=NOW - 86400 + i, tasks=tasks)
@@ -84,18 +88,19 @@ def run(quick: bool) -> dict[str, Any]:
         max_weight_to_add=exact(1_000_000),
         max_weight_to_remove=exact(1_000_000),
     )
-    packing = replace(policy, slot_reserve=3, slot_reserve_band=1)
-    consolidating = replace(packing, consolidation=ConsolidationPolicy(enabled=True, consolidate_after_seconds=0))
     results: dict[str, Any] = {"pods_per_node": PODS_PER_NODE, "sizes": {}}
     previous: dict[str, float] = {}
     for size in sizes:
+        # one place short of the reserve: without consolidation the target rises by a node
+        packing = replace(policy, slot_reserve=size // 10 + 1)
+        consolidating = replace(packing, consolidation=ConsolidationPolicy(enabled=True, consolidate_after_seconds=0))
         row: dict[str, Any] = {"nodes": size, "pods": size * PODS_PER_NODE}
         for case, share, pol, held in (
             ("scale_up", 0.9, policy, False),
             ("scale_down", 0.2, policy, False),
             ("consolidation", 0.6, consolidating, True),
         ):
-            snapshot = build(size, share)
+            snapshot = build(size, share, fragmented=case == "consolidation")
             gc.collect()
             base = best_of(functools.partial(baseline, snapshot), repeat)
             took = best_of(functools.partial(decision, snapshot, pol, held), repeat)

@@ -3,18 +3,21 @@
 Each trace is replayed by ``clusterman simulate``'s engine on one simulated group of m5.2xlarge
 (8 CPUs), instances joining 180 ± 30 s after launch, limits that never bind, draining on, demand
 run as pods of 0.5, 1, 2 and 4 CPUs that leave at random and live four hours on average (so
-scale-down meets fragmented nodes), for four configurations:
-  old        the previous default: MostRecentResources (look-ahead 5 minutes over 10-minute
-             windows), setpoint 0.7, margin 5%
+scale-down meets fragmented nodes), for five configurations:
+  old        the default before ForecastHeadroom: MostRecentResources (look-ahead 5 minutes over
+             10-minute windows), setpoint 0.7, margin 5%
   new        the shipped default: ``config/clusterman.yaml`` as it is
+  consolidating  the shipped default with consolidation on (docs/scaling.md, "Consolidation")
   escalator  no signal (``internal: true``: running + pending pods, as Escalator counts them) with
              Escalator's thresholds, tuned on these traces (``ESCALATOR``)
-  perfect    the shipped decision settings with a signal that knows the trace's future
-             (``bench/_perfect_forecast.py``): the cost of the decision itself, without forecast error
+  perfect    the shipped decision settings, consolidation on, with a signal that knows the trace's
+             future (``bench/_perfect_forecast.py``): the cost of the decision itself, without
+             forecast error
 Per trace and configuration: cost ÷ the oracle's (``simulator/costs.py``: exactly the instances the
 demand needs each minute, launched one join delay ahead), unmet CPU-minutes, minutes with any
-shortfall, and target changes per day. With ``CLUSTERMAN_BENCH_PLOTS=DIR`` the new default's run
-of each trace is drawn as ``DIR/scoreboard-<trace>.png``.
+shortfall, target changes per day, pods evicted per day (each one restarts) and nodes consolidated
+per day. With ``CLUSTERMAN_BENCH_PLOTS=DIR`` the new default's run of each trace is drawn as
+``DIR/scoreboard-<trace>.png``.
 
 The signal's own cost is measured too: one run of the default signal over a window of 1,500
 points of each of its metrics, next to MostRecentResources over the same window.
@@ -42,6 +45,7 @@ from bench._timing import median_of
 from bench._traces import TRACES
 from bench._traces import trace
 from clusterman.config.loader import load_main_config
+from clusterman.core.config import CONSOLIDATION_PLACEMENTS
 from clusterman.core.config import PLACEMENTS
 from clusterman.core.config import MainConfig
 from clusterman.core.config import MetricType
@@ -88,7 +92,7 @@ OLD_SIGNAL: dict[str, Any] = {
     "parameters": [{"lookahead_minutes": 5}],
     "required_metrics": [{"name": name, "type": "system_metrics", "minute_range": 10} for name in OLD_METRICS],
 }
-OLD_AUTOSCALING = {"setpoint": 0.7, "target_capacity_margin": 0.05}
+OLD_AUTOSCALING: dict[str, Any] = {"setpoint": 0.7, "target_capacity_margin": 0.05, "consolidation": {"enabled": False}}
 # Escalator's knobs, tuned on these traces (2 days each): of seven settings tried (scale up above
 # 80-90%, taint bands 65-80% / 45-60%, removal rates 1-2 and 3-8 nodes a minute), the one with the
 # lowest worst cost (1.18 x oracle) whose unmet demand stayed within a fifth of the least found.
@@ -100,9 +104,11 @@ ESCALATOR: dict[str, Any] = {
     "fast_node_removal_rate": 6,
     "soft_delete_grace_period": "1m",
     "hard_delete_grace_period": "10m",
+    "consolidation": {"enabled": False},
 }
-VARIANTS = ("old", "new", "escalator", "perfect")
-TUNABLE = ("new", "perfect")  # the variants --set applies to
+VARIANTS = ("old", "new", "consolidating", "escalator", "perfect")
+TUNABLE = ("new", "consolidating", "perfect")  # the variants --set applies to
+CONSOLIDATING = ("consolidating", "perfect")  # the variants run with consolidation on
 # the simulated scheduler's placements the old and new defaults are also scored under (docs/simulator.md)
 OTHER_PLACEMENTS = ("most_allocated", "least_allocated")
 INTEGER_CONSOLIDATION_KEYS = ("drains_per_run", "evictions_per_hour")
@@ -113,6 +119,8 @@ def main_config(workdir: Path, variant: str, overrides: dict[str, Any] | None = 
     """The main file for a variant: the shipped one, or with the old default signal and settings;
     ``overrides`` (new and perfect) set signal parameters or ``autoscaling`` keys."""
     raw = yaml.safe_load(MAIN.read_text())
+    if variant in CONSOLIDATING:
+        raw["autoscaling"]["consolidation"] = {**raw["autoscaling"].get("consolidation", {}), "enabled": True}
     if variant in TUNABLE and overrides:
         for key, value in overrides.items():
             if key.startswith("consolidation."):
@@ -143,9 +151,14 @@ def pool_file(
     placement: str = "first_fit",
 ) -> Path:
     """The pool file; ``signal``: the pool's own ``autoscale_signal``, if any; ``placement``: the
-    simulated scheduler's (``docs/simulator.md``)."""
+    simulated scheduler's (``docs/simulator.md``), which consolidation is told, as an operator
+    would; a scheduler that spreads pods undoes any packing, so there it is off (docs/scaling.md)."""
     simulation = {**POOL["simulation"], "initial_capacity": initial, "placement": placement}
     pool: dict[str, Any] = {**POOL, "simulation": simulation}
+    if placement in CONSOLIDATION_PLACEMENTS:
+        pool["autoscaling"] = {"consolidation": {"placement": placement}}
+    else:
+        pool["autoscaling"] = {"consolidation": {"enabled": False}}
     if variant == "escalator":
         pool["autoscale_signal"] = {"internal": True, "period_minutes": 1}
         pool["autoscaling"] = ESCALATOR

@@ -66,9 +66,11 @@ class PoolHarness:
         tasks: int = 0,
         task_cpus: float = 1.0,
         autoscaling: dict[str, Any] | None = None,
+        draining: bool = False,
         **limits: Any,
     ) -> str:
-        """Write clusterman.yaml and the pool file; returns the main file's path."""
+        """Write clusterman.yaml and the pool file (``draining``: draining_enabled, which consolidation
+        needs); returns the main file's path."""
         cluster: dict[str, Any] = {"aws_region": "us-west-2"}
         if self.kubeconfig:
             cluster["kubeconfig_path"] = self.kubeconfig
@@ -92,6 +94,8 @@ class PoolHarness:
             "autoscale_signal": {"internal": True, "period_minutes": 1},
             "autoscaling": {"setpoint": 0.7, "target_capacity_margin": 0.05, **(autoscaling or {})},
         }
+        if draining:
+            pool["draining_enabled"] = True
         if self.scheduler == "simulated":
             work = [{"count": tasks, "cpus": task_cpus}] if tasks else []
             pool["simulation"] = {"node_resources": {"cpus": 2, "mem": 8000}, "join_delay_seconds": 0, "tasks": work}
@@ -168,7 +172,7 @@ class PoolHarness:
                 "metadata": {
                     "name": name,
                     "namespace": "default",
-                    "ownerReferences": [{"kind": "ReplicaSet", "name": "rs"}],
+                    "ownerReferences": [{"kind": "ReplicaSet", "name": "rs", "controller": True}],
                 },
                 "spec": spec,
                 "status": status,

@@ -35,6 +35,7 @@ def test_fleet_follows_its_targets_and_terminates_exactly_the_chosen(world, moto
     assert (state.group.kind, state.group.target_capacity, state.group.fulfilled_capacity) == ("sfr", 4, 4)
     assert (state.group.min_capacity, state.group.stale) == (0, False)
     assert state.group.node_resources == Resources(cpus=1, mem=4096 * 1.048576)  # m5.large over weight 2
+    assert [(o.instance_type, o.weight, o.resources.cpus) for o in state.group.offers] == [("m5.large", 2.0, 2)]
     assert {(i.weight, i.spot, i.availability_zone) for i in state.instances} == {(2.0, True, "us-west-2a")}
     assert sorted(i.id for i in state.instances) == world.fleet_members(fleet_id)
 

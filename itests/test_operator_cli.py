@@ -74,7 +74,7 @@ def test_status_shows_groups_nodes_utilisation_and_the_autoscalers_last_decision
         assert doc["consolidation"] == {"enabled": False, "text": "consolidation: off"}
 
         # with consolidation on, the budget it has used: nothing yet
-        config = pool.configure(tasks=10, autoscaling={"consolidation": {"enabled": True}})
+        config = pool.configure(tasks=10, draining=True, autoscaling={"consolidation": {"enabled": True}})
         status, out, err = cli(capsys, config, "status", *pool_args, "--events-url", url)
         assert status == 0, err
         want = "consolidation budget: 0 of 1 nodes disrupted at once, 0 of 60 evictions in the last hour"

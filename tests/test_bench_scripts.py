@@ -43,6 +43,18 @@ def test_the_scoreboard_replays_the_shipped_decision_with_the_perfect_forecast(t
     assert spread["cost_vs_oracle"] > new["cost_vs_oracle"]
 
 
+def test_the_scoreboard_scores_consolidation_beside_the_shipped_default(tmp_path):
+    from bench import scoreboard
+    from clusterman.config.loader import load_main_config
+
+    def consolidates(variant: str) -> bool:
+        return load_main_config(scoreboard.main_config(tmp_path, variant)).autoscaling.consolidation.enabled
+
+    shipped = load_main_config(scoreboard.MAIN).autoscaling.consolidation.enabled
+    assert consolidates("new") is shipped
+    assert consolidates("consolidating") and consolidates("perfect") and not consolidates("old")
+
+
 def test_every_module_make_bench_runs_is_a_benchmark():
     # python -m bench runs every module of bench/ not starting with "_": a helper named like a
     # benchmark stops `make bench` halfway (bench/_perfect_forecast.py once did)

@@ -174,10 +174,11 @@ def test_a_node_is_drained_only_once_it_has_been_a_candidate_for_consolidate_aft
     assert chosen(plan(pool(*FRAGMENTED), asked=3, pol=pol, state=waited)) == [("remove", "n2")]
 
 
-def test_nothing_starts_while_the_pool_is_in_flight_but_candidates_are_followed():
-    c = plan(pool(*FRAGMENTED), asked=3, busy="pods pending")
+def test_nothing_is_looked_at_while_the_pool_is_in_flight():
+    followed = DisruptionState(since=(("n2", NOW - 60),))
+    c = plan(pool(*FRAGMENTED), asked=3, busy="pods pending", state=followed)
     assert chosen(c) == [] and c.note == "pods pending"
-    assert c.state.candidate_since("n2") == NOW
+    assert c.state == followed  # what the last runs found stays as it was
 
 
 def test_off_by_default():
@@ -326,6 +327,18 @@ def test_a_removal_lowers_its_group_target_and_taints_the_node_it_chose():
     assert d.as_json()["consolidation"]["chosen"][0]["moves"] == {"n2p0-1": "n0", "n2p1-1": "n0"}
 
 
+def test_nothing_is_drained_within_consolidate_after_of_a_scale_up():
+    members = pool(*FRAGMENTED)
+    pol = replace(scaling(reserve=2, consolidate_after_seconds=600.0), setpoint=Fraction(7, 10))
+    grown = decide_on(members, 30, pol)  # 30 CPUs at 70% ask for more nodes
+    assert grown.action.value == "scale_up" and grown.state.disruption.grew_at == NOW
+    waited = replace(grown.state, disruption=replace(grown.state.disruption, since=(("n2", NOW - 900),)))
+    soon = decide_on(members, 14, pol, waited, NOW + 300)
+    assert soon.taint == () and "the pool grew 300s ago < consolidate_after 600s" in soon.consolidation.note
+    later = decide_on(members, 14, pol, waited, NOW + 600)
+    assert later.taint == ("n2",)
+
+
 def test_a_node_drained_to_be_kept_comes_back_once_empty_and_not_before():
     from clusterman.decision import AutoscalerState
 
@@ -355,7 +368,9 @@ def test_the_state_it_keeps_survives_a_restart():
     from clusterman.decision import AutoscalerState
 
     state = AutoscalerState(
-        disruption=DisruptionState(since=(("a", NOW - 5),), evictions=((NOW - 9, 3),), keeping=(("b", NOW),))
+        disruption=DisruptionState(
+            since=(("a", NOW - 5),), evictions=((NOW - 9, 3),), keeping=(("b", NOW),), grew_at=NOW - 30
+        )
     )
     assert AutoscalerState.from_json(state.as_json()) == state
     old = state.as_json()
@@ -471,3 +486,33 @@ def test_a_run_records_the_consolidation_as_events_and_counters():
     text = metrics.exposition().decode()
     assert 'clusterman_consolidated_nodes_total{choice="remove",cluster="c",pool="p"} 1.0' in text
     assert 'clusterman_evictions_total{cluster="c",pool="p"} 1.0' in text
+
+
+def test_the_plan_says_when_a_smaller_instance_type_would_hold_a_nodes_pods():
+    from clusterman.core.model import Offer
+    from tests.scaling_builders import group
+
+    offers = (
+        Offer("m5.2xlarge", 2, Resources(cpus=8, mem=32000)),
+        Offer("m5.xlarge", 1, Resources(cpus=4, mem=16000)),
+        Offer("m5.large", 0.5, Resources(cpus=2, mem=8000)),
+    )
+    members = [
+        replace(n, weight=2, instance_type="m5.2xlarge", allocatable=Resources(cpus=7.5, mem=30000))
+        for n in pool((4, 2), (4, 2), (2, 1), (4,))
+    ]
+    view = view_of(snapshot(members, [group("g1", 8, offers=offers)]))
+    places = Places(view, largest_in(view))
+    c = consolidate(view, places, scaling(reserve=4), Fraction(8), DisruptionState(), NOW)
+    # n2 runs 3 CPUs: an m5.xlarge gives its pods 4 × 7.5 / 8 = 3.75 CPUs; an m5.large 1.88, too few
+    assert (
+        c.replace
+        == "n2 (m5.2xlarge, 2 units): its 2 pods would fit on a m5.xlarge (1 units): replacing it would save 1 units"
+    )
+    assert c.as_json()["replace"] == c.replace
+    # no smaller type offered: nothing to say
+    one = view_of(snapshot(members, [group("g1", 8, offers=offers[:1])]))
+    assert (
+        consolidate(one, Places(one, largest_in(one)), scaling(reserve=4), Fraction(8), DisruptionState(), NOW).replace
+        == ""
+    )

@@ -160,3 +160,15 @@ def test_a_period_that_scores_barely_better_is_not_used(monkeypatch):
     assert signal.refresh(values, 60.0, T0).period == 0
     scores[360] = 97.0
     assert signal.refresh(values, 60.0, T0).period == 360
+
+
+def test_a_steady_fall_may_be_followed_and_a_step_down_is_not():
+    # the early release off, to see the hold alone: 2 CPUs a minute for 20 minutes, 360 now
+    base, held = noisy(400, 400, 4), {"release_headrooms": 100}
+    fading = [*base, *[400 - 2.0 * k for k in range(1, 21)]]
+    assert ask(ForecastHeadroom("c", "p", held), fading) >= 395  # the level of 20 minutes ago
+    followed = ask(ForecastHeadroom("c", "p", {**held, "follow_falls": 1}), fading)
+    assert 360 <= followed < 370  # about the level now, and the headroom
+    # the same 40 CPUs lost in one step: no steady fall, the hold stays
+    step = [*base, *[400.0] * 10, *[360.0] * 10]
+    assert ask(ForecastHeadroom("c", "p", {**held, "follow_falls": 1}), step) >= 395

@@ -125,3 +125,32 @@ def test_taint_threshold_above_a_setpoint_from_the_main_file():
              "slow_node_removal_rate": 1, "fast_node_removal_rate": 2}  # fmt: skip
     with pytest.raises(ConfigError, match=r"autoscaling\.taint_upper_capacity_threshold: must be below the setpoint"):
         load(taint, defaults={"setpoint": 0.7})
+
+
+def test_consolidation_keys_come_one_by_one_from_the_pool_file_else_the_main_file():
+    main = {"consolidation": {"enabled": True, "placement": "most_allocated", "evictions_per_hour": 30}}
+    pol = load({"consolidation": {"consolidate_after": "5m", "evictions_per_hour": 10}}, defaults=main).consolidation
+    assert (pol.enabled, pol.placement, pol.consolidate_after_seconds, pol.evictions_per_hour) == (
+        True, "most_allocated", 300.0, 10
+    )  # fmt: skip
+    assert (pol.max_disrupted_share, pol.drains_per_run, pol.evict_local_storage) == (Fraction(1, 10), 1, False)
+    assert not load().consolidation.enabled  # off unless a file says so
+    with pytest.raises(ConfigError, match=r"consolidation\.placement: must be one of first_fit, most_allocated"):
+        load({"consolidation": {"placement": "least_allocated"}})
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "draining", "on"),
+    [("kubernetes", True, True), ("simulated", True, True), ("kubernetes", False, False), ("mesos", True, False)],
+)
+def test_consolidation_stays_off_where_pods_cannot_move_by_a_drain(tmp_path, scheduler, draining, on):
+    from clusterman.core.config import MainConfig
+    from clusterman.core.config import PoolConfig
+    from clusterman.core.config import PoolIdentity
+    from clusterman.core.config import Scheduler
+    from clusterman.manager.setup import PoolSetup
+
+    main = parse(MainConfig, {"autoscaling": {"consolidation": {"enabled": True}}}, "clusterman.yaml")
+    pool = parse(PoolConfig, {"scaling_limits": LIMITS, "draining_enabled": draining}, "web.pool")
+    setup = PoolSetup(main, PoolIdentity("c", "web", Scheduler(scheduler)), pool)
+    assert setup.policy.consolidation.enabled is on

@@ -14,7 +14,7 @@ EXAMPLES = EXAMPLE.findall(DOC.read_text())
 
 
 def test_the_doc_has_its_examples():
-    assert len(EXAMPLES) == 7
+    assert len(EXAMPLES) == 8
 
 
 @pytest.mark.parametrize(("document", "explanation"), EXAMPLES, ids=[f"example{i}" for i in range(len(EXAMPLES))])

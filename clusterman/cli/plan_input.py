@@ -28,6 +28,7 @@ from clusterman.core.config_schema import positive
 from clusterman.core.model import NO_TIME
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
+from clusterman.core.model import Offer
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.model import ResourceGroup
 from clusterman.core.model import Task
@@ -63,7 +64,8 @@ class PlanInput:
 
 TOP_KEYS = ("now", "config", "groups", "nodes", "pods", "demand", "requests", "state")
 GROUP_KEYS = ("id", "target_capacity", "min_capacity", "max_capacity", "stale", "fulfilled_capacity",
-              "node_resources", "kind")  # fmt: skip
+              "node_resources", "kind", "offers")  # fmt: skip
+OFFER_KEYS = ("instance_type", "weight", "resources")
 NODE_KEYS = ("id", "group", "weight", "state", "allocatable", "reserved", "launched_at", "tainted_at",
              "instance_id", "instance_type", "market")  # fmt: skip
 POD_KEYS = ("id", "requests", "node", "app", "daemon", "revocable", "from_reservation", "safe_to_evict", "batch",
@@ -240,6 +242,18 @@ def _group(r: _Reader, spec: Any, path: str, nodes: list[Node]) -> ResourceGroup
         stale=r.flag(m.get("stale", False), f"{path}.stale"),
         kind=str(m.get("kind", "simulated")),
         node_resources=r.resources(m.get("node_resources", {}), f"{path}.node_resources"),
+        offers=tuple(
+            _offer(r, o, f"{path}.offers[{k}]") for k, o in enumerate(r.items(m.get("offers", []), f"{path}.offers"))
+        ),
+    )
+
+
+def _offer(r: _Reader, spec: Any, path: str) -> Offer:
+    m = r.mapping(spec, path, OFFER_KEYS)
+    return Offer(
+        instance_type=r.string(m.get("instance_type"), f"{path}.instance_type"),
+        weight=r.number(m.get("weight", 1), f"{path}.weight", positive),
+        resources=r.resources(m.get("resources", {}), f"{path}.resources"),
     )
 
 

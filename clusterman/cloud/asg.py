@@ -30,6 +30,7 @@ from clusterman.cloud.ec2_instances import InstanceTypeCatalog
 from clusterman.cloud.ec2_instances import describe_instances
 from clusterman.cloud.ec2_instances import instance_from_ec2
 from clusterman.cloud.ec2_instances import is_true
+from clusterman.cloud.ec2_instances import per_unit
 from clusterman.cloud.ec2_instances import tags_of
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import GroupState
@@ -43,8 +44,8 @@ from clusterman.cloud.resource_group import plan_termination
 from clusterman.cloud.resource_group import settled
 from clusterman.cloud.resource_group import tag_names_pool
 from clusterman.cloud.resource_group import whole_units
+from clusterman.core.model import Offer
 from clusterman.core.model import ResourceGroup
-from clusterman.core.resources import Resources
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class AutoScalingGroup(CloudGroup):
     def read(self) -> GroupState:
         raw = self._describe()
         instances = self._instances(raw)
-        return GroupState(self._value(raw, instances, self._unit_resources(raw)), instances)
+        return GroupState(self._value(raw, instances, self._offers(raw)), instances)
 
     def set_target_capacity(self, new_target: float, dry_run: bool = False) -> TargetChange:
         raw = self._describe()
@@ -192,7 +193,7 @@ class AutoScalingGroup(CloudGroup):
             instances.append(replace(inst, state=state))
         return tuple(instances)
 
-    def _value(self, raw: dict[str, Any], instances: tuple[Instance, ...], unit: Resources) -> ResourceGroup:
+    def _value(self, raw: dict[str, Any], instances: tuple[Instance, ...], offers: tuple[Offer, ...]) -> ResourceGroup:
         stale = raw.get("Status") == DELETING or is_true(tags_of(raw).get(STALE_TAG))
         return ResourceGroup(
             id=self.id,
@@ -202,15 +203,16 @@ class AutoScalingGroup(CloudGroup):
             max_capacity=float(raw["MaxSize"]),
             stale=stale,
             kind=self.kind,
-            node_resources=unit,
+            node_resources=per_unit(offers),
+            offers=offers,
         )
 
-    def _unit_resources(self, raw: dict[str, Any]) -> Resources:
+    def _offers(self, raw: dict[str, Any]) -> tuple[Offer, ...]:
         options = list(override_weights(raw).items())
         if not options:
             instance_type = self._launch_instance_type(raw)
             options = [(instance_type, 1.0)] if instance_type else []
-        return self._types.per_unit(self.label, options)
+        return self._types.offers(self.label, options)
 
     def _launch_instance_type(self, raw: dict[str, Any]) -> str:
         """The instance type the group launches when it has no overrides ("" when unknown)."""

@@ -19,6 +19,7 @@ from clusterman.cloud.resource_group import Instance
 from clusterman.cloud.resource_group import InstanceState
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.core.model import NO_TIME
+from clusterman.core.model import Offer
 from clusterman.core.resources import Resources
 
 log = logging.getLogger(__name__)
@@ -110,19 +111,23 @@ class InstanceTypeCatalog:
                         self._known[raw["InstanceType"]] = resources_of_type(raw)
         return {t: self._known[t] for t in wanted if t in self._known}
 
-    def per_unit(self, label: str, options: Iterable[tuple[str, float]]) -> Resources:
-        """Resources of one capacity unit: each type's hardware over its weight, the smallest of each.
-
-        Unknown (all zero) when the types cannot be looked up: the group still works, only the
-        size of a unit is not known. This is hardware, an upper bound of what a scheduler offers.
-        """
+    def offers(self, label: str, options: Iterable[tuple[str, float]]) -> tuple[Offer, ...]:
+        """The group's instance types with their weights and hardware (all zero when the types cannot
+        be looked up: the group still works, only their size is not known)."""
         options = [(t, w) for t, w in options if t and w > 0]
         try:
             known = self.resources(label, (t for t, _ in options))
         except ResourceGroupError as e:
-            log.warning("size of a capacity unit unknown: %s", e)
-            return Resources()
-        per_unit = [known[t] * (1.0 / w) for t, w in options if t in known]
-        if not per_unit:
-            return Resources()
-        return Resources(*(min(values) for values in zip(*per_unit, strict=True)))
+            log.warning("size of the group's instance types unknown: %s", e)
+            known = {}
+        return tuple(Offer(t, w, known.get(t, Resources())) for t, w in options)
+
+
+def per_unit(offers: Iterable[Offer]) -> Resources:
+    """Resources of one capacity unit: each type's hardware over its weight, the smallest of each;
+    unknown (all zero) when no type's size is. This is hardware, an upper bound of what a scheduler
+    offers."""
+    sizes = [o.resources * (1.0 / o.weight) for o in offers if any(o.resources)]
+    if not sizes:
+        return Resources()
+    return Resources(*(min(values) for values in zip(*sizes, strict=True)))

@@ -43,6 +43,7 @@ from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import SimulationConfig
 from clusterman.core.config_schema import ConfigError
+from clusterman.core.model import Offer
 from clusterman.core.model import ResourceGroup
 from clusterman.core.resources import Resources
 
@@ -204,6 +205,7 @@ class SimulatedGroup(CloudGroup):
             stale=self.stale,
             kind=self.kind,
             node_resources=Resources(*(min(values) for values in zip(*per_unit, strict=True))),
+            offers=tuple(Offer(m.instance_type, m.weight, m.resources) for m in self.markets),
         )
 
 

@@ -33,6 +33,7 @@ from clusterman.cloud.clients import AwsClients
 from clusterman.cloud.ec2_instances import InstanceTypeCatalog
 from clusterman.cloud.ec2_instances import describe_instances
 from clusterman.cloud.ec2_instances import instance_from_ec2
+from clusterman.cloud.ec2_instances import per_unit
 from clusterman.cloud.ec2_instances import unix_seconds
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import GroupState
@@ -47,8 +48,8 @@ from clusterman.cloud.resource_group import settled
 from clusterman.cloud.resource_group import tag_names_pool
 from clusterman.cloud.resource_group import whole_units
 from clusterman.core.model import NO_TIME
+from clusterman.core.model import Offer
 from clusterman.core.model import ResourceGroup
-from clusterman.core.resources import Resources
 
 log = logging.getLogger(__name__)
 
@@ -137,8 +138,8 @@ class SpotFleetGroup(CloudGroup):
     def read(self) -> GroupState:
         raw = self._describe()
         instances = self._instances(raw)
-        unit = self._types.per_unit(self.label, ((s.instance_type, s.weight) for s in launch_specs(raw)))
-        return GroupState(self._value(raw, instances, unit), instances)
+        offers = self._types.offers(self.label, ((s.instance_type, s.weight) for s in launch_specs(raw)))
+        return GroupState(self._value(raw, instances, offers), instances)
 
     def set_target_capacity(self, new_target: float, dry_run: bool = False) -> TargetChange:
         raw = self._describe()
@@ -239,7 +240,7 @@ class SpotFleetGroup(CloudGroup):
     def _stale(self, raw: dict[str, Any]) -> bool:
         return self._status(raw) in STALE_STATES
 
-    def _value(self, raw: dict[str, Any], instances: tuple[Instance, ...], unit: Resources) -> ResourceGroup:
+    def _value(self, raw: dict[str, Any], instances: tuple[Instance, ...], offers: tuple[Offer, ...]) -> ResourceGroup:
         stale = self._stale(raw)
         return ResourceGroup(
             id=self.id,
@@ -248,7 +249,8 @@ class SpotFleetGroup(CloudGroup):
             min_capacity=0.0,
             stale=stale,
             kind=self.kind,
-            node_resources=unit,
+            node_resources=per_unit(offers),
+            offers=offers,
         )
 
 

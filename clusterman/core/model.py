@@ -215,6 +215,16 @@ _SUMMED = frozenset(("tasks", "allocatable", "reserved", "usage", "vector"))
 
 
 @dataclass(frozen=True, slots=True)
+class Offer:
+    """One kind of instance a group launches: its type, the capacity units one counts for (a Spot
+    Fleet's or a mixed instances policy's weight), and its hardware (all zero when not known)."""
+
+    instance_type: str
+    weight: float
+    resources: Resources = Resources()
+
+
+@dataclass(frozen=True, slots=True)
 class ResourceGroup:
     """An Auto Scaling group, a Spot Fleet request, or a simulated group, in capacity units."""
 
@@ -226,6 +236,7 @@ class ResourceGroup:
     stale: bool = False  # being replaced (e.g. a cancelled fleet): drain it to 0
     kind: str = "simulated"
     node_resources: Resources = Resources()  # allocatable of one weight unit, when known
+    offers: tuple[Offer, ...] = ()  # the instance types it launches, when known
 
 
 _JOINED = frozenset((NodeState.READY, NodeState.TAINTED, NodeState.CORDONED))

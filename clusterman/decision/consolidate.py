@@ -14,7 +14,8 @@ nodes as the pool's scheduler will place them (placement.py), and one of them ch
           reserve counts the places it will have instead of asking for a new node
 A node is looked at only when every pod on it may move (no safe-to-evict=false or do-not-disrupt
 pod, none without a controller, none with local storage unless ``evict_local_storage``), and it
-is chosen only once it has qualified in every run for ``consolidate_after`` and the budget allows:
+is chosen only once it has been a candidate for ``consolidate_after`` (in every run that looked),
+no scale-up came within as long, and the budget allows:
 ``drains_per_run`` nodes, ``evictions_per_hour`` pods, ``max_disrupted_share`` of the nodes
 tainted at once. A disruption budget that refuses an eviction (Kubernetes' PodDisruptionBudget)
 is the drain's "not now", as for any drain.
@@ -38,6 +39,7 @@ from clusterman.decision.disruption import DisruptionState
 from clusterman.decision.exact import MICRO
 from clusterman.decision.exact import ZERO
 from clusterman.decision.exact import exact
+from clusterman.decision.exact import micro
 from clusterman.decision.exact import number
 from clusterman.decision.exact import show
 from clusterman.decision.fit import describe
@@ -159,6 +161,7 @@ class Consolidation:
     chosen: tuple[Chosen, ...] = ()
     note: str = ""  # why nothing was chosen ("" when consolidation is off)
     budget: Budget | None = None
+    replace: str = ""  # a node whose pods a smaller instance type of the groups would hold, and the saving
     slot: str = ""  # the slot described, for the lines
     state: DisruptionState = field(default_factory=DisruptionState)
 
@@ -180,6 +183,7 @@ class Consolidation:
         return {
             "chosen": [c.as_json() for c in self.chosen],
             "note": self.note,
+            "replace": self.replace or None,
             "budget": self.budget.as_json(),
         }
 
@@ -198,25 +202,32 @@ def consolidate(
 ) -> Consolidation:
     """``places``: the ready nodes' free slots (None without a slot reserve: no slot, no places);
     ``asked``: the target utilisation alone asks for (None: no opinion, nothing is removed);
-    ``busy``: why the pool is in flight ("" when it is not): the candidates are still followed,
-    nothing is chosen."""
+    ``busy``: why the pool is in flight ("" when it is not): then nothing is looked at, and what
+    the last runs found stays as it was."""
     policy = scaling.consolidation
     if not policy.enabled:
         return OFF
-    wanted = places.wanted(scaling.slot_reserve, scaling.slot_reserve_fraction) if places is not None else 0
-    band = scaling.slot_reserve_band
-    floor = max(asked, scaling.min_capacity) if asked is not None else None
     budget = Budget.of(policy, len(view.ready), len(view.tainted), state, now)
     slot_text = describe(places.slot) if places is not None else ""
-    candidates = _candidates(view, policy)
-    prediction = Prediction(view.ready, policy.placement, places.slot if places is not None else None)
+    if busy:
+        return Consolidation((), busy, budget, "", slot_text, state)
+    wanted = places.wanted(scaling.slot_reserve, scaling.slot_reserve_fraction) if places is not None else 0
+    keep = wanted + scaling.slot_reserve_band
+    limits = _Limits(view, asked, scaling)
     have = places.total if places is not None else 0  # on the ready nodes: capacity joining is in flight
+    blocked = _removal_blocked(view, places, limits, keep, scaling)
+    candidates = _candidates(view, policy)
+    if not candidates or (not limits.may_remove() and have >= wanted and not blocked):
+        # no node can go and no place is missing: nothing to look at (what the last runs found stays)
+        replace = next((r for n in candidates if (r := smaller_instance(view, n))), "")
+        return Consolidation((), "no node to consolidate", budget, replace, slot_text, state)
+    prediction = Prediction(view.ready, policy.placement, places.slot if places is not None else None)
     for leaving in view.tainted:  # work still on leaving nodes needs a home first
         homes = prediction.place(leaving)
-        if isinstance(homes, Moves):
-            have -= homes.lost
-        else:
-            busy = busy or f"the pods of leaving node {leaving.id} fit on no ready node"
+        if not isinstance(homes, Moves):
+            why = f"the pods of leaving node {leaving.id} fit on no ready node"
+            return Consolidation((), why, budget, "", slot_text, state)
+        have -= homes.lost
     index = {n.id: k for k, n in enumerate(view.ready)}
     empties = sorted((n for n in view.ready if not n.usage.tasks), key=lambda n: (-n.launched_at, n.id))
     qualified: list[str] = []
@@ -224,32 +235,27 @@ def consolidate(
     drained: dict[str, int] = {}
     notes: list[str] = []
     for node in candidates:
-        if chosen and node.id in prediction.received():
+        received = prediction.received() if chosen else set()
+        if node.id in received:
             continue  # it takes pods of a node chosen before: it stays
         moves = prediction.place(node)
         if not isinstance(moves, Moves):
             notes.append(f"{node.id} stays: {moves}")
             continue
         qualified.append(node.id)  # a candidate: its pods fit elsewhere
-        own = places.places[index[node.id]] if places is not None else 0
-        left = have - own - moves.lost  # the places once the node is gone
-        still_empty = [e for e in empties if e.id not in prediction.received()][: max(budget.nodes_left() - 1, 0)]
-        with_empties = _removal(view, node, left, still_empty, chosen, floor, wanted + band, places, scaling)
-        choice = None
-        if with_empties is not None:
-            choice = Choice.REMOVE
-        elif (
-            left + _full(node, places) > have
-            and left >= min(wanted, 1)  # a large pod arriving while it drains still finds a place
-            and (have < wanted or _removal_blocked(view, places, floor, wanted + band, chosen, scaling))
-        ):
+        left = have - (places.places[index[node.id]] if places is not None else 0) - moves.lost
+        received = prediction.received()  # with this node's pods: an empty node that takes one is not empty
+        room = [e for e in empties if e.id not in received][: max(budget.nodes_left() - 1, 0)]
+        along = _removal(node, left, room, keep, places, limits)
+        choice = Choice.REMOVE if along is not None else None
+        if choice is None and _keeps(left + _full(node, places), left, have, wanted, blocked):
             choice = Choice.KEEP
         if choice is None:
             prediction.undo(moves)
             continue
         since = state.candidate_since(node.id)
         waited = 0.0 if since is None else now - since
-        why = busy or budget.refuses(len(moves.moves), 1 + len(with_empties or ()))
+        why = budget.refuses(len(moves.moves), 1 + len(along or ()))
         if not why and waited < policy.consolidate_after_seconds:
             why = f"{node.id} a candidate for {waited:g}s < consolidate_after {policy.consolidate_after_seconds:g}s"
         if why:
@@ -257,10 +263,13 @@ def consolidate(
             prediction.undo(moves)
             continue
         targets = tuple((m.pod, prediction.nodes[m.to].id) for m in moves.moves)
-        along = with_empties or []
+        along = along or []
         after = left - sum(_full(e, places) for e in along) if choice is Choice.REMOVE else left + _full(node, places)
         chosen.append(Chosen(choice, node.id, node.group_id, exact(node.weight), targets, have, after))
         chosen += [Chosen(choice, e.id, e.group_id, exact(e.weight), (), after, after) for e in along]
+        if choice is Choice.REMOVE:
+            limits.take([node, *along])
+            blocked = _removal_blocked(view, places, limits, keep, scaling)
         empties = [e for e in empties if e not in along]
         for gone in (node, *along):
             prediction.drop(gone.id)
@@ -269,90 +278,117 @@ def consolidate(
         budget = budget.spent(len(moves.moves), 1 + len(along))
     kept = [c.node for c in chosen if c.choice is Choice.KEEP]
     next_state = state.after(now, qualified, drained, kept)
-    note = "" if chosen else busy or (notes[0] if notes else "no node to consolidate")
-    return Consolidation(tuple(chosen), note, budget, slot_text, next_state)
+    note = "" if chosen else notes[0] if notes else "no node to consolidate"
+    taken = {c.node for c in chosen}
+    replace = next((r for n in candidates if n.id not in taken and (r := smaller_instance(view, n))), "")
+    return Consolidation(tuple(chosen), note, budget, replace, slot_text, next_state)
+
+
+class _Limits:
+    """What removals may take this run, in millionths of a weight unit: the pool keeps what
+    utilisation asks for (and ``min_capacity``), each group its own minimum, the run removes at
+    most ``max_weight_to_remove``, and a removal smaller than ``target_capacity_margin`` of the
+    target is no removal, as for any scale-down."""
+
+    def __init__(self, view: PoolView, asked: Fraction | None, scaling: ScalingPolicy) -> None:
+        self.most = -1  # nothing may go without an opinion on the demand
+        if asked is not None:
+            floor = max(asked, scaling.min_capacity)
+            self.most = min(micro(view.target - floor), micro(scaling.max_weight_to_remove))
+        self.least = max(micro(scaling.target_capacity_margin * view.target), 1)
+        self.groups = {
+            g.id: -1 if g.stale else micro(exact(g.target_capacity) - exact(g.min_capacity))
+            for g in view.groups.values()
+        }
+        self.taken = 0
+        self.by_group: dict[str, int] = {}
+
+    def may_remove(self) -> bool:
+        """Could any node go (the margin allowing)?"""
+        return self.most - self.taken >= self.least
+
+    def allows(self, nodes: list[Node]) -> bool:
+        total, by_group = self.taken, dict(self.by_group)
+        for n in nodes:
+            w = micro(n.weight)
+            total += w
+            by_group[n.group_id] = by_group.get(n.group_id, 0) + w
+        return total <= self.most and all(w <= self.groups.get(g, -1) for g, w in by_group.items())
+
+    def enough(self, nodes: list[Node]) -> bool:
+        """The removal of ``nodes`` (with those taken before) passes the margin."""
+        return self.taken + sum(micro(n.weight) for n in nodes) >= self.least
+
+    def take(self, nodes: list[Node]) -> None:
+        for n in nodes:
+            w = micro(n.weight)
+            self.taken += w
+            self.by_group[n.group_id] = self.by_group.get(n.group_id, 0) + w
+
+
+def smaller_instance(view: PoolView, node: Node) -> str:
+    """Would a smaller instance type the pool's live groups launch (fewer weight units: a Spot
+    Fleet's or a mixed instances policy's weights) hold the node's pods? The first such, by weight,
+    said with the saving; "" when none. Only said: acting on it is a replacement, not a removal.
+    A type's hardware counts as much as the node's own type gives its pods (its allocatable over its
+    hardware), when that type's hardware is known."""
+    offers = [o for g in view.live_groups for o in g.offers if 0 < o.weight < node.weight and any(o.resources)]
+    if not offers:
+        return ""
+    own = next((o for g in view.groups.values() for o in g.offers if o.instance_type == node.instance_type), None)
+    kept = [
+        node.allocatable[r] / own.resources[r] if own is not None and own.resources[r] > 0 else 1.0
+        for r in RESOURCE_NAMES
+    ]
+    u = node.usage
+    need = u.allocated_reserved + u.allocated_unreserved
+    fits = [o for o in offers if all(o.resources[r] * k >= need[r] for r, k in zip(RESOURCE_NAMES, kept, strict=True))]
+    if not fits:
+        return ""
+    best = min(fits, key=lambda o: (o.weight, o.instance_type))
+    saving = exact(node.weight) - exact(best.weight)
+    was = f"{node.instance_type}, " if node.instance_type else ""
+    return (
+        f"{node.id} ({was}{node.weight:g} units): its {u.tasks} pods would fit on a {best.instance_type} "
+        f"({best.weight:g} units): replacing it would save {show(saving)} units"
+    )
 
 
 def _removal(
-    view: PoolView,
-    node: Node,
-    left: int,
-    empties: list[Node],
-    chosen: list[Chosen],
-    floor: Fraction | None,
-    keep: int,
-    places: Places | None,
-    scaling: ScalingPolicy,
+    node: Node, left: int, empties: list[Node], keep: int, places: Places | None, limits: _Limits
 ) -> list[Node] | None:
     """May ``node`` be removed, its pods moved, leaving ``left`` places? With it as many empty nodes
-    as the capacity utilisation asks for (``floor``), the ``keep`` places (reserve and band) and
-    the limits allow: the empty nodes it takes along (often none); None when it may not. A removal
-    smaller than ``target_capacity_margin`` of the target is no removal, as for any scale-down."""
-    if floor is None or left < keep:
+    as the ``keep`` places (reserve and band) and the limits allow: the empty nodes it takes along
+    (often none); None when it may not."""
+    if left < keep or not limits.allows([node]):
         return None
     taken: list[Node] = []
-    if not _may_remove(view, [node], chosen, floor, scaling):
-        return None
     for empty in empties:
-        if left - _full(empty, places) >= keep and _may_remove(view, [node, *taken, empty], chosen, floor, scaling):
+        if left - _full(empty, places) >= keep and limits.allows([node, *taken, empty]):
             taken.append(empty)
             left -= _full(empty, places)
-    removed = sum((exact(n.weight) for n in (node, *taken)), ZERO) + _removed(chosen)
-    return taken if _beyond_margin(view.target, removed, scaling.target_capacity_margin) else None
+    return taken if limits.enough([node, *taken]) else None
 
 
-def _removal_blocked(
-    view: PoolView,
-    places: Places | None,
-    floor: Fraction | None,
-    keep: int,
-    chosen: list[Chosen],
-    scaling: ScalingPolicy,
-) -> bool:
+def _keeps(after: int, left: int, have: int, wanted: int, blocked: bool) -> bool:
+    """Drain a node to keep it: emptied, it makes more places than its pods take (``after`` >
+    ``have``), a place stays free while it drains (a large pod arriving then still finds one), and
+    the pool has fewer places than the reserve, or a scale-down waits only for whole places."""
+    return after > have and left >= min(wanted, 1) and (have < wanted or blocked)
+
+
+def _removal_blocked(view: PoolView, places: Places | None, limits: _Limits, keep: int, scaling: ScalingPolicy) -> bool:
     """Utilisation asks for a scale-down the margin allows, and the free room left after the
     smallest such scale-down would hold the ``keep`` places if it were whole: the places are
     missing only because the room is split, so making them lets the pool shrink."""
-    if floor is None or places is None:
+    if places is None or not limits.may_remove():
         return False
-    T, margin = view.target, scaling.target_capacity_margin
-    excess = T - _removed(chosen) - floor
-    if not _beyond_margin(T, excess, margin):
-        return False
-    step = max(Fraction(1), Fraction(math.ceil(margin * T)))
+    step = max(Fraction(1), Fraction(math.ceil(scaling.target_capacity_margin * view.target)))
     return all(
         places.free(d) - step * view.capacity[name] / view.ready_total >= keep * places.slot[d] / MICRO
         for d, name in enumerate(RESOURCE_NAMES)
         if places.slot[d] > 0
     )
-
-
-def _beyond_margin(target: Fraction, removed: Fraction, margin: Fraction) -> bool:
-    return removed > 0 and (target <= 0 or removed / target >= margin)
-
-
-def _removed(chosen: list[Chosen]) -> Fraction:
-    return sum((c.weight for c in chosen if c.choice is Choice.REMOVE), ZERO)
-
-
-def _may_remove(
-    view: PoolView, nodes: list[Node], chosen: list[Chosen], floor: Fraction, scaling: ScalingPolicy
-) -> bool:
-    """The pool keeps at least ``floor`` (what utilisation asks for, and the pool's minimum), each
-    group its own minimum, and the run removes at most ``max_weight_to_remove``."""
-    by_group: dict[str, Fraction] = {}
-    for c in chosen:
-        if c.choice is Choice.REMOVE:
-            by_group[c.group] = by_group.get(c.group, ZERO) + c.weight
-    for n in nodes:
-        by_group[n.group_id] = by_group.get(n.group_id, ZERO) + exact(n.weight)
-    total = sum(by_group.values(), ZERO)
-    if view.target - total < floor or total > scaling.max_weight_to_remove:
-        return False
-    for group_id, weight in by_group.items():
-        group = view.groups[group_id]
-        if group.stale or exact(group.target_capacity) - weight < exact(group.min_capacity):
-            return False
-    return True
 
 
 def _candidates(view: PoolView, policy: ConsolidationPolicy) -> list[Node]:

@@ -17,6 +17,7 @@ The autoscaler loop and the simulator call ``decide`` and apply the Decision; no
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from fractions import Fraction
 
 from clusterman.core.model import NO_TIME
@@ -98,7 +99,7 @@ def decide(
     keeping = _keeping(view, state.disruption, now)
     plan = OFF
     if policy.consolidation.enabled:
-        busy = _in_flight(view, snapshot, proposal, blocked, keeping, policy, now)
+        busy = _in_flight(view, snapshot, proposal, blocked, keeping, policy, state.disruption, now)
         plan = consolidate(view, places, policy, proposal.asked, state.disruption, now, busy)
         if plan.gained:  # a node drained to be kept: its places come, and the pool shrinks no further now
             again = propose(view, util, policy, slot, places, plan.gained)
@@ -154,6 +155,8 @@ def decide(
     if achieved <= T and waiting > 0:
         notes.append(f"{show(waiting)} already requested, waiting to join")
     disruption = _disruption_after(view, state.disruption, plan, actions, policy.consolidation.enabled)
+    if achieved > T and policy.consolidation.enabled:
+        disruption = replace(disruption, grew_at=now)
     after = AutoscalerState(lock, breaker, _remember(snapshot, joined, state.memory, actions.terminate), disruption)
     # The arrow is the target's change, as the action, the target shown and the event: the rule
     # sized the ready capacity, so when that differs from the target both are named.
@@ -175,6 +178,7 @@ def _in_flight(
     blocked: tuple[Hold, ...],
     keeping: frozenset[str],
     policy: ScalingPolicy,
+    state: DisruptionState,
     now: float,
 ) -> str:
     """Why consolidation must not start anything this run ("" when the pool is settled)."""
@@ -192,6 +196,9 @@ def _in_flight(
         return f"{joining} nodes joining"
     if any(not t.daemon and not t.revocable for t in snapshot.pending):
         return "pods pending"
+    grew = now - state.grew_at
+    if state.grew_at != NO_TIME and grew < policy.consolidation.consolidate_after_seconds:
+        return f"the pool grew {grew:g}s ago < consolidate_after {policy.consolidation.consolidate_after_seconds:g}s"
     if proposal.asked is None:
         return "no utilisation to keep"
     if proposal.asked > T:

@@ -6,6 +6,8 @@ Remembered in the ``AutoscalerState`` (and so in the state store: a restart keep
              once it has been one in every run for ``consolidate_after``
   evictions  (time, pods) for each node consolidation drained, over the last hour
   keeping    per node drained to be kept, when: it is untainted once its pods are gone
+  grew_at    when a decision last raised the pool's target: nothing is drained for
+             ``consolidate_after`` after it (demand that rose may go on rising)
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from clusterman.core.model import NO_TIME
+
 HOUR = 3600.0
 
 
@@ -24,6 +28,7 @@ class DisruptionState:
     since: tuple[tuple[str, float], ...] = ()
     evictions: tuple[tuple[float, int], ...] = ()
     keeping: tuple[tuple[str, float], ...] = ()
+    grew_at: float = NO_TIME
 
     def evicted(self, now: float) -> int:
         """Pods consolidation evicted within the last hour."""
@@ -51,18 +56,20 @@ class DisruptionState:
         evictions += tuple((now, pods) for pods in drained.values() if pods)
         keeping = dict(self.keeping)
         keeping.update((n, now) for n in kept)
-        return DisruptionState(fresh, evictions, tuple(sorted(keeping.items())))
+        return DisruptionState(fresh, evictions, tuple(sorted(keeping.items())), self.grew_at)
 
     def after_release(self, released: Iterable[str]) -> DisruptionState:
         """The same, without the kept nodes ``released`` (untainted, terminated or gone)."""
         gone = set(released)
-        return DisruptionState(self.since, self.evictions, tuple((n, t) for n, t in self.keeping if n not in gone))
+        keeping = tuple((n, t) for n, t in self.keeping if n not in gone)
+        return DisruptionState(self.since, self.evictions, keeping, self.grew_at)
 
     def as_json(self) -> dict[str, Any]:
         return {
             "since": {n: t for n, t in self.since},
             "evictions": [[at, pods] for at, pods in self.evictions],
             "keeping": {n: t for n, t in self.keeping},
+            "grew_at": None if self.grew_at == NO_TIME else self.grew_at,
         }
 
     @staticmethod
@@ -78,10 +85,14 @@ class DisruptionState:
             isinstance(e, list) and len(e) == 2 and _number(e[0]) and _number(e[1]) for e in evictions
         ):
             raise ValueError(f"disruption.evictions: expected a list of [time, pods], got {evictions!r}")
+        grew = data.get("grew_at")
+        if grew is not None and not _number(grew):
+            raise ValueError(f"disruption.grew_at: expected a time or null, got {grew!r}")
         return DisruptionState(
             _times(data, "since"),
             tuple((float(at), int(pods)) for at, pods in evictions),
             _times(data, "keeping"),
+            NO_TIME if grew is None else float(grew),
         )
 
 

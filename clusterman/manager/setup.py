@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 from clusterman.config.loader import load_pool_config
@@ -10,6 +11,7 @@ from clusterman.config.loader import pool_config_path
 from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
+from clusterman.core.config import Scheduler
 from clusterman.decision.policy import ScalingPolicy
 
 
@@ -21,9 +23,19 @@ class PoolSetup:
 
     @property
     def policy(self) -> ScalingPolicy:
-        return ScalingPolicy.from_config(
+        policy = ScalingPolicy.from_config(
             self.pool.scaling_limits, self.pool.autoscaling, self.main.autoscaling, f"{self.identity} config"
         )
+        if policy.consolidation.enabled and not self.consolidates:
+            policy = replace(policy, consolidation=replace(policy.consolidation, enabled=False))
+        return policy
+
+    @property
+    def consolidates(self) -> bool:
+        """Consolidation moves pods by draining nodes: a pool that does not drain (Clusterman's
+        ``draining_enabled: false``) would kill them, and Mesos has no eviction a disruption budget
+        can refuse (docs/scaling.md, "Consolidation"): for those it stays off, whatever the config."""
+        return self.pool.draining_enabled and self.identity.scheduler is not Scheduler.MESOS
 
     @property
     def period_seconds(self) -> float:

@@ -7,7 +7,9 @@ plus one run, the time a request takes to become capacity):
   base(t)    = d(t) + max(season(t), ramp(t))
   held(t)    = max of base over the last ``hold_minutes``        (up at once, down only after a hold),
                or over the last ``release_minutes`` when that is more than ``release_headrooms`` lower
-               (a fall far beyond the noise, such as a batch wave's end, is let go early)
+               (a fall far beyond the noise, such as a batch wave's end, is let go early); with
+               ``follow_falls`` (off by default), after a steady fall the window's bases moved down
+               the fall to now (``steady_fall``)
   request    = max(d(now), held(now) + max(headroom, min_spare × held(now))) + stuck_factor × stuck
 
   stuck      = pending work while the demand is no more than was asked for a horizon or more ago
@@ -75,6 +77,8 @@ DEFAULTS: dict[str, float] = {
     "min_correlation": 0.3,
     "seasonal": 1.0,
     "min_spare": 0.0,
+    "follow_falls": 0.0,
+    "fall_evenness": 0.15,
 }
 BUCKET = 5  # points per bucket when looking for a period
 SLACK = 4  # points of slack around the period
@@ -185,6 +189,10 @@ class ForecastHeadroom(BaseSignal):
         first = max(0, i - rule.hold + 1)
         fell = max(d[first : i + 1]) - max(d[max(first, i - rule.release + 1) : i + 1])
         held = release(max(bases), max(bases[-rule.release :]), fell, rule.release_by * max(model.headroom, 0.0))
+        if self.p("follow_falls") > 0:
+            followed = steady_fall(d[first : i + 1], bases, rule.floor, self.p("fall_evenness"))
+            if followed is not None:
+                held = min(held, max(followed, level))
         stuck = self.stuck(resource, d, bases[: -rule.horizon], model, now)
         spare = max(model.headroom, held * self.p("min_spare"))
         return max(level, held + spare) + self.p("stuck_factor") * stuck
@@ -299,6 +307,24 @@ def release(held: float, recent: float, fell: float, threshold: float) -> float:
     batch wave over, a crowd gone). A wave asked for ahead of time that comes late is kept for the
     whole hold: demand that has not come has not fallen."""
     return recent if held - recent > threshold and fell > threshold else held
+
+
+def steady_fall(values: list[float], bases: list[float], floor: float, evenness: float) -> float | None:
+    """The hold that follows a steady fall: each base of the window moved down the fall to now, the
+    largest of them; None when the window did not fall steadily. Steady: the means of the window's
+    four quarters fall from one to the next, each step at least ``evenness`` of the whole fall,
+    and the whole fall is more than ``floor`` (the noise): a wave fading or an evening's decline,
+    not a step down after a burst (one quarter takes the whole fall)."""
+    n = len(values)
+    if n < 8 or len(bases) != n:
+        return None
+    cuts = [round(k * n / 4) for k in range(5)]
+    means = [math.fsum(values[a:b]) / (b - a) for a, b in itertools.pairwise(cuts)]
+    fall = means[0] - means[-1]
+    if fall <= floor or min(a - b for a, b in itertools.pairwise(means)) < evenness * fall:
+        return None
+    per_point = fall / (n * 3 / 4)  # the quarters' centres are three quarters of the window apart
+    return max(base - per_point * (n - 1 - x) for x, base in enumerate(bases))
 
 
 def future_max(values: list[float], h: int) -> list[float]:
