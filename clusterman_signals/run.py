@@ -1,21 +1,26 @@
 """Serve one signal on its abstract Unix socket: ``python -m clusterman_signals.run NS NAME APP``.
 
-Several clients at once, one thread each (the autoscaler, ``clusterman signal evaluate``, a
-health check), so that an idle, slow or hostile peer never blocks another. Every message has a
-deadline from its first byte: the init ``--init-seconds`` from the connection, an evaluation's
-length and payload ``--message-seconds`` from the length's first byte, and our reply as long; a
-peer that trickles a byte at a time is dropped then, however steadily it trickles. A client idle
-between evaluations for ``--idle-seconds`` is dropped too. Beyond ``--max-clients`` a newcomer
-takes the slot of the connection idle longest, else of the one whose message started first (a
-slow client), never of one whose evaluation is under way; the tree's own uid (the autoscaler)
-outranks the other allowed uids, which together hold at most one slot less than the limit, so the
-autoscaler always finds one. Per connection: an unframed init JSON object, then any number of
-evaluations, each a 4-byte length, ACK, the metrics JSON, ACK (or NACK when it is malformed), and
-the JSON reply. A signal that cannot be loaded, or whose ``value()`` raises, is answered with
-``{"Error": ...}`` (one that could not be imported is imported again, at most every
-``--reload-seconds``) and its traceback logged once per distinct error (``--traceback-seconds``,
-``tracebacks.py``); a ``value()`` that runs past ``--max-eval-seconds`` makes the process exit, so
-that its supervisor restarts it. ``value()`` calls are serialised: signals need not be thread-safe.
+Several clients are served at once, one thread each (the autoscaler, ``clusterman signal
+evaluate``, a health check), so that an idle, slow or hostile peer never blocks another.
+
+Per connection: an unframed init JSON object, then any number of evaluations. Each is a 4-byte
+length, ACK, the metrics JSON, ACK (NACK when it is malformed), and the JSON reply.
+
+Limits:
+- every message has a deadline from its first byte: the init ``--init-seconds`` from the
+  connection, an evaluation's length and payload ``--message-seconds``, and our reply as long. A
+  peer that trickles a byte at a time is dropped then;
+- a client idle between evaluations for ``--idle-seconds`` is dropped;
+- beyond ``--max-clients`` a newcomer takes the slot of the connection idle longest, else of the
+  one whose message started first, never of one whose evaluation is under way. The tree's own uid
+  (the autoscaler) outranks the other allowed uids, which hold at most one slot less than the
+  limit, so the autoscaler always finds one.
+
+A signal that cannot be loaded, or whose ``value()`` raises, is answered with ``{"Error": ...}``.
+One that could not be imported is imported again, at most every ``--reload-seconds``. Its
+traceback is logged once per distinct error (``--traceback-seconds``, ``tracebacks.py``). A
+``value()`` that runs past ``--max-eval-seconds`` makes the process exit, so that its supervisor
+restarts it. ``value()`` calls are serialised: signals need not be thread-safe.
 """
 
 from __future__ import annotations

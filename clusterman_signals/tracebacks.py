@@ -1,9 +1,9 @@
 """A failing signal's traceback, for its author: the file and line where it broke.
 
-The runner answers a failure with one line (``{"Error": ...}``) and keeps serving; the traceback
+The runner answers a failure with one line (``{"Error": ...}``) and keeps serving. The traceback
 goes to its log once per distinct error (its type and the lines it passed through) per
-``every_seconds``, since a broken signal fails the same way at every run, and to a client that
-asks for it in its init message (``clusterman signal evaluate``). Standard library only.
+``every_seconds``: a broken signal fails the same way at every run. A client that asks in its init
+message gets it too (``clusterman signal evaluate``). Standard library only.
 """
 
 from __future__ import annotations

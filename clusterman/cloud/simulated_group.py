@@ -1,14 +1,16 @@
 """A simulated resource group: cloud-side instances for the simulator and the local stack.
 
-It behaves like an Auto Scaling group whose instances are protected from scale-in: instances of
-the initial target are running from the start; raising the target launches instances at once
-(``pending``), each ``running`` after a join delay (plus seeded jitter); lowering the target
-terminates nothing; ``terminate_instances`` removes exactly the chosen instances and lowers the
-target by their weight, never below the minimum (below it, the group replaces them).
+It behaves like an Auto Scaling group whose instances are protected from scale-in:
+- the instances of the initial target are running from the start;
+- raising the target launches instances at once (``pending``); each is ``running`` after a join
+  delay plus seeded jitter;
+- lowering the target terminates nothing;
+- ``terminate_instances`` removes exactly the chosen instances and lowers the target by their
+  weight, never below the minimum (below it, the group replaces them).
 
-Pure apart from the clock, which is passed in (the simulator's clock, or ``time.time``), and a
-random generator seeded from ``seed`` and the group id: the same calls at the same times give the
-same instances, ids and join times in every process. Simulated *nodes* (the scheduler's view)
+It is pure but for the clock, which is passed in, and a random generator seeded from ``seed`` and
+the group id. So the same calls at the same times give the same instances, ids and join times in
+every process. Simulated *nodes* (the scheduler's view)
 belong to ``clusterman.cluster.simulated_scheduler``; this module only knows instances.
 
 A read costs what changed since the last one: the group's state is rebuilt only after a launch, a

@@ -1,21 +1,22 @@
 """A metrics file for ``clusterman signal evaluate``: read once, checked in C, sent as it is.
 
-The file is ``{"metrics": {name: [[ts, value], ...]}, "timestamp": T}`` or the bare mapping. It is
-parsed strictly (no NaN or Infinity) with the garbage collector paused, each series is checked
-with whole-list operations (types, finiteness, time order) rather than a Python loop per point,
-and the bytes go onto the wire unchanged when they already are a valid payload: the file itself,
-the bare mapping spliced between ``{"metrics":`` and the timestamp, or the file with only its
-trailing timestamp replaced. Only a series out of time order (sorted here, with a note) makes us
-encode the payload again. ``guess`` predicts the payload from the bytes alone, so that it can be
-sent before the check, which then runs while the runner parses the same bytes (and a wrong guess
-is sent again, corrected). Every error is one line naming the file.
+The file is ``{"metrics": {name: [[ts, value], ...]}, "timestamp": T}`` or the bare mapping. It
+is parsed strictly (no NaN or Infinity) with the garbage collector paused. Each series is checked
+with whole-list operations (types, finiteness, time order), not a Python loop per point.
 
-A large file is checked without building a list per point (``_check_without_points``): each
-series' brackets and commas are compared with the shape ``[[n,n],...]`` as bytes, and its numbers
-are parsed as one flat JSON array (strictly, as the runner will); the rest of the file is parsed
-with each series replaced by a placeholder. Anything that check does not vouch for (a series out
-of order, a string holding ``[[``, an escape, an odd number) goes through the full parse, which
-names the error; both accept the same files and give the same payload.
+When the bytes already are a valid payload, they go onto the wire unchanged: the file itself, the
+bare mapping spliced between ``{"metrics":`` and the timestamp, or the file with its trailing
+timestamp replaced. Only a series out of time order (sorted here, with a note) is encoded again.
+``guess`` predicts the payload from the bytes alone, so it is sent before the check, which runs
+while the runner parses the same bytes. A wrong guess is sent again, corrected. Every error is one
+line naming the file.
+
+A large file is checked without building a list per point (``_check_without_points``). Each
+series' brackets and commas are compared as bytes with the shape ``[[n,n],...]``, and its numbers
+are parsed as one flat JSON array, strictly, as the runner will. The rest of the file is parsed
+with each series replaced by a placeholder. What that check cannot vouch for (a series out of
+order, a string holding ``[[``, an escape, an odd number) goes through the full parse, which names
+the error. Both accept the same files and give the same payload.
 """
 
 from __future__ import annotations

@@ -1,16 +1,20 @@
 """Unpack a signal tarball without letting it write anywhere but its own directory.
 
-Every member is checked before anything is written, and the first bad one refuses the whole
-archive with a message naming it: absolute paths, ``..`` components, anything outside the
-expected top-level directories, device files and FIFOs, hard links to names the archive does not
-hold, and symbolic links that are absolute or contain ``..`` (a relative link without ``..``
-can only point below its own directory, however links chain). The members are read one at a
-time and counted as they come: more than ``max_members`` entries, or files adding up to more than
-``max_bytes``, refuse the archive before the rest is even read (300,000 empty files cost the
-fetcher 57 s and 247 MB; 1.9 GiB of zeros filled the pod's volume). tarfile's ``data`` filter then
-extracts, as a second guard that also drops set-uid bits and ownership. Last, the gzip stream is
-read to its end, so its CRC-32 and length are checked: tarfile stops at the archive's end marker,
-and a corrupt stream whose published checksum matched was extracted in part without a word.
+Every member is checked before anything is written. The first bad one refuses the whole
+archive, with a message naming it. Refused:
+- absolute paths, ``..`` components, anything outside the expected top-level directories;
+- device files and FIFOs;
+- hard links to names the archive does not hold;
+- symbolic links that are absolute or contain ``..``. A relative link without ``..`` can only
+  point below its own directory, however links chain.
+
+The members are read one at a time and counted as they come. More than ``max_members`` entries,
+or files adding up to more than ``max_bytes``, refuse the archive before the rest is read: a
+tarball must not exhaust the fetcher's memory or the volume.
+
+tarfile's ``data`` filter then extracts, as a second guard that also drops set-uid bits and
+ownership. Last, the gzip stream is read to its end, so its CRC-32 and length are checked:
+tarfile stops at the archive's end marker and would not notice a corrupt tail.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Cost and shortfall, minute by minute, and the oracle a run's cost is measured against.
 
-Each simulated minute the ledger charges every instance the groups hold after the autoscaler's
-run (launched and not terminated; joined or not: EC2 bills from launch, so an instance terminated
-before it joined still costs its minutes) at its market's price (``prices.PriceBook``), and notes:
+Each simulated minute, after the autoscaler's run, the ledger charges every instance the groups
+hold at its market's price (``prices.PriceBook``). An instance counts from launch to termination,
+joined or not, since EC2 bills from launch. The ledger also notes:
   paid CPUs       the CPUs of those instances
   joined CPUs     the allocatable CPUs of nodes that joined the scheduler (ready or tainted)
   allocated CPUs  what running tasks asked for
