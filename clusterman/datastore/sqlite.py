@@ -1,9 +1,8 @@
 """The embedded metrics store: one SQLite file under the state directory.
 
 Two tables: ``series`` names each (metric type, key) once and gives it a small integer id;
-``points`` holds (series, timestamp, value), clustered on its primary key, so a window read is one
-range scan and an insert touches a compact B-tree (ids, not 60-byte keys, in every entry: about a
-third of the file and twice the insert rate of keying points by their text). A number is stored as
+``points`` holds (series, timestamp, value), clustered on its primary key. So a window read is one
+range scan, and an insert touches a compact B-tree: small ids in every entry, not 60-byte keys. A number is stored as
 a REAL, a mapping (``fulfilled_capacity`` per market) as its JSON text.
 
 Concurrency: the file is in WAL mode, so one writer (the collector) and several readers (the
@@ -12,10 +11,10 @@ every ``read_many`` is one consistent snapshot. Ids are looked up inside each wr
 never cached, so nothing goes stale between processes. A writer that finds the file locked waits up
 to ``busy_timeout_seconds`` and then raises ``MetricsError``, as does every other SQLite failure.
 
-Retention: a write never deletes. ``prune(now)`` removes, series by series (each delete one
-primary-key range, one short transaction), the points older than ``now`` minus the retention,
-``now`` being the wall clock, never the data's newest timestamp: a point from the future (or in
-milliseconds) is refused by ``write`` and could not have pushed everything else out anyway.
+Retention: a write never deletes. ``prune(now)`` removes the points older than ``now`` minus the
+retention, series by series, each delete one primary-key range in one short transaction. ``now``
+is the wall clock, never the data's newest timestamp, so one point from the future cannot push
+everything else out. ``write`` refuses such points anyway.
 """
 
 from __future__ import annotations

@@ -7,16 +7,16 @@ write: it succeeds only when nobody holds the lease, the holder's lease expired,
 holds it already. The payload names the holder (host, pid, start time) and ``expires_at``.
 
 The holder renews it while its loop is alive (between runs and right before acting), with a TTL
-shorter than the run period; a loop that stops (``kill -9``, ``SIGSTOP``, a hang) stops renewing,
+shorter than the run period. A loop that stops (``kill -9``, ``SIGSTOP``, a hang) stops renewing,
 and another autoscaler takes over once the TTL has run out. Every holder's clock must agree
 within a small part of the TTL (NTP): expiry is compared with the claimant's clock.
 
 An operator's command that changes the pool (``clusterman manage``) takes the same lease for its
-action. As the autoscaler holds it all the time, the command first writes a request (state
-``autoscaler_lease_request``, same entity, with the requester and a deadline); the autoscaler
-hands the lease over at its next renewal between runs (never during a run: a run that started
-finishes), stays in standby while the request or the requester's lease lives, and takes the
-lease back when the command releases it or its TTL runs out.
+action. The autoscaler holds it all the time, so the command first writes a request (state
+``autoscaler_lease_request``, same entity, with the requester and a deadline). The autoscaler
+hands the lease over at its next renewal between runs, never during a run. It stays in standby
+while the request or the requester's lease lives. It takes the lease back when the command
+releases it or its TTL runs out.
 """
 
 from __future__ import annotations
