@@ -30,14 +30,14 @@ from typing import Any
 from typing import Final
 
 from bench._timing import best_of
+from clusterman.events.event import ChangeDetail as D
+from clusterman.events.event import ChangeType
+from clusterman.events.event import Event
+from clusterman.events.event import EventRecord
+from clusterman.events.event import EventType
+from clusterman.events.event import Resource
+from clusterman.events.event import resource
 from clusterman.events.publisher import EventPublisher
-from clusterman.events.record import ChangeDetail as D
-from clusterman.events.record import ChangeType
-from clusterman.events.record import Event
-from clusterman.events.record import EventRecord
-from clusterman.events.record import EventType
-from clusterman.events.record import Resource
-from clusterman.events.record import resource
 from clusterman.events.ring import EventRing
 
 GOAL_BYTES_PER_EVENT: Final = 48

@@ -16,9 +16,9 @@ from itertools import islice
 from typing import Any
 
 from bench._timing import best_of
+from clusterman.cloud.groups_view import GroupsCloudView
 from clusterman.cloud.simulated_group import SimulatedGroup
 from clusterman.cloud.simulated_group import SimulatedMarket
-from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.simulated_scheduler import DemandTrace
 from clusterman.cluster.simulated_scheduler import SimulatedConnector
 from clusterman.cluster.simulated_scheduler import SimulatedScheduler

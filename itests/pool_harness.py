@@ -23,11 +23,11 @@ from clusterman.config.loader import load_pool_config
 from clusterman.config.loader import parse_scheduler
 from clusterman.core.config import EventsConfig
 from clusterman.core.config import PoolIdentity
-from clusterman.events.record import EventRecord
+from clusterman.events.event import EventRecord
 from clusterman.events.service import EventService
-from clusterman.manager.cycle import Cycle
-from clusterman.manager.setup import PoolSetup
-from clusterman.manager.wiring import build_cycle
+from clusterman.run.cycle import Cycle
+from clusterman.wiring.build import build_cycle
+from clusterman.wiring.setup import PoolSetup
 from itests.aws_world import TAG_KEY
 from itests.aws_world import ZONE
 from itests.aws_world import World

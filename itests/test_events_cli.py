@@ -13,14 +13,14 @@ from clusterman.core.config import EventsConfig
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
 from clusterman.events.client import EventClient
+from clusterman.events.event import ChangeDetail
+from clusterman.events.event import ChangeType
+from clusterman.events.event import Event
+from clusterman.events.event import EventType
 from clusterman.events.exporter import NodeAction
-from clusterman.events.record import ChangeDetail
-from clusterman.events.record import ChangeType
-from clusterman.events.record import Event
-from clusterman.events.record import EventType
 from clusterman.events.service import EventService
 from clusterman.local.moto_server import free_port
-from clusterman.manager.status import last_decisions
+from clusterman.wiring.pool_status import last_decisions
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ from clusterman.core.config import EventsConfig
 from clusterman.events.client import EventClient
 from clusterman.events.client import Heartbeat
 from clusterman.events.client import StreamEnded
+from clusterman.events.event import ChangeDetail
+from clusterman.events.event import ChangeType
+from clusterman.events.event import Event
+from clusterman.events.event import EventType
 from clusterman.events.http import ConnectionLimits
-from clusterman.events.record import ChangeDetail
-from clusterman.events.record import ChangeType
-from clusterman.events.record import Event
-from clusterman.events.record import EventType
 from clusterman.events.service import EventService
 
 

@@ -12,9 +12,9 @@ from clusterman.core.config import EventsConfig
 from clusterman.core.model import NodeState
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
+from clusterman.events.event import ChangeDetail
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.exporter import NodeAction
-from clusterman.events.record import ChangeDetail
 from clusterman.events.service import EventService
 from itests.prometheus_server import PrometheusServer
 

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from clusterman.local.moto_server import FAKE_CREDENTIALS
-from clusterman.manager.report import Outcome
+from clusterman.run.report import Outcome
 from itests.aws_proxy import Fault
 from itests.aws_proxy import FaultyProxy
 from itests.aws_world import World

@@ -9,8 +9,8 @@ from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.events.publisher import EventPublisher
 from clusterman.events.recorder import Recorder
 from clusterman.events.ring import EventRing
-from clusterman.manager.report import Outcome
-from clusterman.manager.report import RunReport
+from clusterman.run.report import Outcome
+from clusterman.run.report import RunReport
 
 
 def test_splay_is_stable_and_spreads_pools():

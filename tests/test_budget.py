@@ -1,9 +1,9 @@
 """The run budget's shares fit the adapters that spend them."""
 
 from clusterman.cluster import kubernetes
-from clusterman.manager.budget import SCHEDULER_ATTEMPTS
-from clusterman.manager.budget import SCHEDULER_TIMEOUT_SECONDS
-from clusterman.manager.budget import scheduler_timeout
+from clusterman.run.budget import SCHEDULER_ATTEMPTS
+from clusterman.run.budget import SCHEDULER_TIMEOUT_SECONDS
+from clusterman.run.budget import scheduler_timeout
 
 
 def test_every_attempt_of_a_kubernetes_call_fits_in_the_budget():

@@ -1,5 +1,7 @@
 """Reading a pool's resource groups into the cloud view a connector joins with its nodes."""
 
+from clusterman.cloud.groups_view import GroupsCloudView
+from clusterman.cloud.groups_view import cloud_view_of
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import GroupReadings
 from clusterman.cloud.resource_group import GroupState
@@ -8,8 +10,6 @@ from clusterman.cloud.resource_group import InstanceState
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.simulated_group import SimulatedGroup
 from clusterman.cloud.simulated_group import SimulatedMarket
-from clusterman.cloud.view import GroupsCloudView
-from clusterman.cloud.view import cloud_view_of
 from clusterman.core.model import ResourceGroup
 
 

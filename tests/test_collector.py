@@ -11,7 +11,7 @@ from clusterman.core.model import PoolSnapshot
 from clusterman.core.model import ResourceGroup
 from clusterman.core.model import Task
 from clusterman.core.resources import Resources
-from clusterman.datastore.collector import collect
+from clusterman.datastore.pool_metrics import collect
 from clusterman.datastore.store import InMemoryStore
 
 SYSTEM, METADATA = MetricType.SYSTEM_METRICS, MetricType.METADATA

@@ -398,9 +398,9 @@ class SimulatedPool:
     )
 
     def __init__(self, rule: str) -> None:
+        from clusterman.cloud.groups_view import GroupsCloudView
         from clusterman.cloud.simulated_group import SimulatedGroup
         from clusterman.cloud.simulated_group import SimulatedMarket
-        from clusterman.cloud.view import GroupsCloudView
         from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
         from clusterman.cluster.simulated_scheduler import SimulatedConnector
         from clusterman.cluster.simulated_scheduler import SimulatedScheduler
@@ -437,8 +437,8 @@ def test_the_simulated_scheduler_puts_evicted_pods_where_the_plan_said(rule, ont
     where the plan said: first fit on the first node with room, MostAllocated on the fullest."""
     from clusterman.decision import AutoscalerState
     from clusterman.decision import decide
-    from clusterman.manager.apply import apply
-    from clusterman.manager.permit import Permit
+    from clusterman.run.apply import apply
+    from clusterman.run.permit import Permit
     from tests.scaling_builders import request
 
     pool = SimulatedPool(rule)
@@ -457,8 +457,8 @@ def test_a_run_records_the_consolidation_as_events_and_counters():
     from clusterman.events.publisher import EventPublisher
     from clusterman.events.recorder import Recorder
     from clusterman.events.ring import EventRing
-    from clusterman.manager.cycle import Cycle
-    from clusterman.manager.demand import InternalDemand
+    from clusterman.run.cycle import Cycle
+    from clusterman.run.demand_source import InternalDemand
 
     pool = SimulatedPool("first_fit")
     ring = EventRing(1000)

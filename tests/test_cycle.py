@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from clusterman.cloud.groups_view import GroupsCloudView
 from clusterman.cloud.simulated_group import SimulatedGroup
 from clusterman.cloud.simulated_group import SimulatedMarket
-from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
 from clusterman.cluster.simulated_scheduler import SimulatedConnector
 from clusterman.cluster.simulated_scheduler import SimulatedScheduler
@@ -23,9 +23,9 @@ from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.events.publisher import EventPublisher
 from clusterman.events.recorder import Recorder
 from clusterman.events.ring import EventRing
-from clusterman.manager.cycle import Cycle
-from clusterman.manager.demand import InternalDemand
-from clusterman.manager.report import Outcome
+from clusterman.run.cycle import Cycle
+from clusterman.run.demand_source import InternalDemand
+from clusterman.run.report import Outcome
 from clusterman.state.carried import AUTOSCALER_STATE
 from clusterman.state.carried import StoredState
 from clusterman.state.pause import PauseStatus
@@ -212,7 +212,7 @@ def test_an_unreachable_metrics_store_keeps_the_target_with_the_real_signal_path
     from clusterman.core.config import Scheduler
     from clusterman.core.config import SignalConfig
     from clusterman.datastore.sqlite import SqliteStore
-    from clusterman.manager.demand import SignalDemand
+    from clusterman.run.demand_source import SignalDemand
     from clusterman.signals.evaluator import SignalEvaluator
     from clusterman.signals.specs import SignalSpec
 

@@ -3,13 +3,13 @@ import time
 
 import pytest
 
+from clusterman.events.event import ChangeDetail
+from clusterman.events.event import ChangeType
+from clusterman.events.event import Event
+from clusterman.events.event import EventType
 from clusterman.events.publisher import Closed
 from clusterman.events.publisher import EventPublisher
 from clusterman.events.publisher import Overflowed
-from clusterman.events.record import ChangeDetail
-from clusterman.events.record import ChangeType
-from clusterman.events.record import Event
-from clusterman.events.record import EventType
 from clusterman.events.ring import EventRing
 
 

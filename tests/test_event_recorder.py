@@ -6,13 +6,13 @@ from clusterman.core.model import NodeState
 from clusterman.core.resources import NO_OPINION
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
+from clusterman.events.event import ChangeDetail
+from clusterman.events.event import ChangeType
+from clusterman.events.event import EventType
 from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.exporter import NodeAction
 from clusterman.events.publisher import EventPublisher
-from clusterman.events.record import ChangeDetail
-from clusterman.events.record import ChangeType
-from clusterman.events.record import EventType
 from clusterman.events.recorder import Recorder
 from clusterman.events.ring import EventRing
 

@@ -3,15 +3,15 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from clusterman.events.record import MAX_MESSAGE_CHARS
-from clusterman.events.record import RESOURCE_KEYS
-from clusterman.events.record import ChangeDetail
-from clusterman.events.record import ChangeType
-from clusterman.events.record import Event
-from clusterman.events.record import EventRecord
-from clusterman.events.record import EventType
-from clusterman.events.record import record_from_json
-from clusterman.events.record import resource
+from clusterman.events.event import MAX_MESSAGE_CHARS
+from clusterman.events.event import RESOURCE_KEYS
+from clusterman.events.event import ChangeDetail
+from clusterman.events.event import ChangeType
+from clusterman.events.event import Event
+from clusterman.events.event import EventRecord
+from clusterman.events.event import EventType
+from clusterman.events.event import record_from_json
+from clusterman.events.event import resource
 from clusterman.events.ring import EventRing
 
 

@@ -3,10 +3,10 @@ import pytest
 from clusterman.config import ConfigError
 from clusterman.config import load_main_config
 from clusterman.core.config import EventsConfig
-from clusterman.events.record import ChangeDetail
-from clusterman.events.record import ChangeType
-from clusterman.events.record import Event
-from clusterman.events.record import EventType
+from clusterman.events.event import ChangeDetail
+from clusterman.events.event import ChangeType
+from clusterman.events.event import Event
+from clusterman.events.event import EventType
 from clusterman.events.service import EventService
 
 

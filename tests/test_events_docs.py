@@ -10,8 +10,8 @@ from clusterman.core.model import Node
 from clusterman.core.model import NodeState as SchedulerNodeState
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
-from clusterman.events.record import ChangeDetail
-from clusterman.events.record import EventType
+from clusterman.events.event import ChangeDetail
+from clusterman.events.event import EventType
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "events.md"
 

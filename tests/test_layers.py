@@ -35,11 +35,29 @@ LAYER_OF_PREFIX: dict[str, str] = {
     "clusterman.errors": CORE,
     # Programs: they wire adapters to the core.
     "clusterman.__main__": PROGRAM,
-    "clusterman.cli": PROGRAM,
-    "clusterman.batch": PROGRAM,
-    "clusterman.manager": PROGRAM,
+    "clusterman.cli": PROGRAM,  # the ``clusterman`` command
+    "clusterman.batch": PROGRAM,  # every other program's main, and the setup they share
+    "clusterman.run": PROGRAM,  # one autoscaling run
+    "clusterman.wiring": PROGRAM,  # adapters built from srv-configs
     "clusterman.simulator": PROGRAM,
     "clusterman.local": PROGRAM,
+}
+
+# Where a program starts. A module with a main is a program in one of these packages, and the
+# setup every program shares has one module each.
+MAIN_HOMES = ("clusterman.__main__", "clusterman.batch", "clusterman.cli", "clusterman.local")
+SETUP_HOME = {
+    "logging.basicConfig": "clusterman.batch.arguments",
+    "signal.signal": "clusterman.batch.stopping",
+}
+
+# Paths that supervisord configs written by earlier versions run: each runs its program by name
+# (``runpy``), so the adapter package it sits in imports no program. tests/test_program_paths.py
+# starts each.
+ALIASES: dict[str, str] = {
+    "clusterman.tree.fetch_signal": "clusterman.batch.fetch_signal",
+    "clusterman.tree.run_signal": "clusterman.batch.run_signal",
+    "clusterman.tree.parent_death": "clusterman.batch.parent_death",
 }
 
 # The core may import the standard library only, and none of its I/O modules.
@@ -265,9 +283,43 @@ def package_cycles() -> dict[str, str]:
     return found
 
 
+def _has_main(module: ast.Module) -> bool:
+    """A top-level ``def main`` or an ``if __name__ == "__main__":`` block."""
+    for node in module.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "main":
+            return True
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def _calls(module: ast.Module) -> set[str]:
+    """Dotted names called anywhere in a module (``logging.basicConfig``, ``signal.signal``)."""
+    return {ast.unparse(n.func) for n in ast.walk(module) if isinstance(n, ast.Call)}
+
+
+def placement_violations() -> set[str]:
+    """Modules placed against their layer: a main outside the programs' homes, shared program setup
+    outside its one module, an alias that does more than run its program."""
+    found = set()
+    for name, path in MODULES.items():
+        if layer_of(name) == SDK:
+            continue
+        module = ast.parse(path.read_text(), str(path))
+        if name in ALIASES:
+            if f'run_module("{ALIASES[name]}"' not in path.read_text() or any(ours(i.target) for i in IMPORTS[name]):
+                found.add(f"{name} is an alias: it runs {ALIASES[name]} by name and imports nothing of ours")
+        elif _has_main(module) and not any(name == h or name.startswith(h + ".") for h in MAIN_HOMES):
+            found.add(f"{name} has a main outside the programs' homes ({', '.join(MAIN_HOMES)})")
+        for call in _calls(module) & SETUP_HOME.keys():
+            if name != SETUP_HOME[call]:
+                found.add(f"{name} calls {call}: program setup is {SETUP_HOME[call]}")
+    return found
+
+
 def all_violations() -> dict[str, str]:
     """Each violation's stable key (no line numbers, so KNOWN survives edits) and its evidence."""
-    found = {v: v for v in layer_violations() | core_closure_violations()}
+    found = {v: v for v in layer_violations() | core_closure_violations() | placement_violations()}
     return found | package_cycles()
 
 
@@ -320,14 +372,44 @@ def test_the_checker_catches_a_broken_rule(tmp_path: Path) -> None:
 def test_a_fold_outside_the_core_is_reported(tmp_path: Path) -> None:
     path = tmp_path / "probe.py"
     path.write_text("from clusterman.core.fold import NodeFold\n")
-    MODULES["clusterman.manager.probe"] = path
-    IMPORTS["clusterman.manager.probe"] = imports_of("clusterman.manager.probe")
+    MODULES["clusterman.run.probe"] = path
+    IMPORTS["clusterman.run.probe"] = imports_of("clusterman.run.probe")
     try:
-        broken = {v for v in layer_violations() if v.startswith("clusterman.manager.probe")}
+        broken = {v for v in layer_violations() if v.startswith("clusterman.run.probe")}
     finally:
-        del MODULES["clusterman.manager.probe"]
-        del IMPORTS["clusterman.manager.probe"]
+        del MODULES["clusterman.run.probe"]
+        del IMPORTS["clusterman.run.probe"]
     assert broken == {
-        "clusterman.manager.probe imports clusterman.core.fold"
-        " (the chunk memo stays in the core; read per-snapshot values)"
+        "clusterman.run.probe imports clusterman.core.fold (the chunk memo stays in the core; read per-snapshot values)"
     }
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "expected"),
+    [
+        ("clusterman.tree.probe", "import sys\ndef main():\n    return 0\n", "has a main outside"),
+        ("clusterman.cloud.probe", "import logging\nlogging.basicConfig()\n", "calls logging.basicConfig"),
+        ("clusterman.run.probe", "import signal\nsignal.signal(signal.SIGTERM, print)\n", "calls signal.signal"),
+    ],
+)
+def test_a_module_placed_against_its_layer_is_reported(name: str, source: str, expected: str, tmp_path: Path) -> None:
+    path = tmp_path / "probe.py"
+    path.write_text(source)
+    MODULES[name] = path
+    IMPORTS[name] = imports_of(name)
+    try:
+        broken = {v for v in placement_violations() if v.startswith(name)}
+    finally:
+        del MODULES[name]
+        del IMPORTS[name]
+    assert len(broken) == 1 and expected in broken.pop()
+
+
+def test_every_package_of_clusterman_has_a_layer_on_purpose() -> None:
+    """A new package is an adapter unless the table says otherwise: the table names every program."""
+    packages = {package_of(name) for name in MODULES if name.startswith("clusterman.")}
+    programs = {p for p in packages if layer_of(p) == PROGRAM}
+    assert programs == {
+        "clusterman.__main__", "clusterman.batch", "clusterman.cli", "clusterman.local", "clusterman.run",
+        "clusterman.simulator", "clusterman.wiring",
+    }  # fmt: skip

@@ -19,7 +19,7 @@ from clusterman.datastore.factory import open_store
 from clusterman.datastore.prometheus import PrometheusStore
 from clusterman.datastore.sqlite import SqliteStore
 from clusterman.datastore.store import MetricsError
-from clusterman.manager.budget import metrics_timeout
+from clusterman.run.budget import metrics_timeout
 
 REPO = Path(__file__).resolve().parents[1]
 LIMITS = "scaling_limits: {min_capacity: 1, max_capacity: 10, max_weight_to_add: 5, max_weight_to_remove: 5}\n"

@@ -4,9 +4,9 @@ import copy
 
 import pytest
 
+from clusterman.cloud.groups_view import GroupsCloudView
 from clusterman.cloud.simulated_group import SimulatedGroup
 from clusterman.cloud.simulated_group import SimulatedMarket
-from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEY
 from clusterman.cluster.kubernetes_lifecycle import KubernetesLifecycle
 from clusterman.cluster.kubernetes_lifecycle import blocking_pods
@@ -39,9 +39,9 @@ from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import ConfigError
 from clusterman.core.model import NodeState
 from clusterman.core.resources import Resources
-from clusterman.manager.budget import scheduler_timeout
-from clusterman.manager.connectors import connector_for_pool
-from clusterman.manager.lifecycles import lifecycle_for_pool
+from clusterman.run.budget import scheduler_timeout
+from clusterman.wiring.connectors import connector_for_pool
+from clusterman.wiring.lifecycles import lifecycle_for_pool
 
 CORDON = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": "2024-05-02T07:00:00Z"}
 OURS = {"key": SCALE_DOWN_TAINT_KEY, "value": "1714640000", "effect": "NoSchedule"}

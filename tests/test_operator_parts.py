@@ -8,8 +8,8 @@ from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
 from clusterman.errors import UserError
 from clusterman.events.exporter import AutoscalerMetrics
-from clusterman.manager.manual import parse_target
-from clusterman.manager.status import decided_utilisation
+from clusterman.run.manual import parse_target
+from clusterman.wiring.pool_status import decided_utilisation
 from tests.scaling_builders import policy
 
 WEB = PoolIdentity("norcal", "web", Scheduler.KUBERNETES)

@@ -1,4 +1,4 @@
-"""The options every program takes, declared once (``clusterman.manager.arguments``), with the names,
+"""The options every program takes, declared once (``clusterman.batch.arguments``), with the names,
 defaults and environment variables the deployments and supervisord.conf start them with."""
 
 import argparse
@@ -9,10 +9,10 @@ import pytest
 from clusterman.batch import autoscaler
 from clusterman.batch import autoscaler_bootstrap
 from clusterman.batch import metrics_collector
+from clusterman.batch.arguments import add_program_arguments
+from clusterman.batch.arguments import configure_logging
 from clusterman.cli import main as cli
 from clusterman.config.loader import default_env_config_path
-from clusterman.manager.arguments import add_program_arguments
-from clusterman.manager.arguments import configure_logging
 
 # program -> (its parser, the default log level, whether it reads pool files from a directory, a minimal argv)
 PROGRAMS = {

@@ -18,10 +18,10 @@ from clusterman.core.resources import ResourceRequest
 from clusterman.datastore.store import InMemoryStore
 from clusterman.datastore.store import MetricsError
 from clusterman.datastore.store import system_key
-from clusterman.manager.demand import INTERNAL_APP
-from clusterman.manager.demand import InternalDemand
-from clusterman.manager.demand import SignalDemand
-from clusterman.manager.report import Outcome
+from clusterman.run.demand_source import INTERNAL_APP
+from clusterman.run.demand_source import InternalDemand
+from clusterman.run.demand_source import SignalDemand
+from clusterman.run.report import Outcome
 from clusterman.signals.evaluator import SignalEvaluator
 from clusterman.signals.specs import DEFAULT_APP
 from clusterman.signals.specs import SignalSpec

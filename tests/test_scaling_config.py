@@ -148,7 +148,7 @@ def test_consolidation_stays_off_where_pods_cannot_move_by_a_drain(tmp_path, sch
     from clusterman.core.config import PoolConfig
     from clusterman.core.config import PoolIdentity
     from clusterman.core.config import Scheduler
-    from clusterman.manager.setup import PoolSetup
+    from clusterman.wiring.setup import PoolSetup
 
     main = parse(MainConfig, {"autoscaling": {"consolidation": {"enabled": True}}}, "clusterman.yaml")
     pool = parse(PoolConfig, {"scaling_limits": LIMITS, "draining_enabled": draining}, "web.pool")

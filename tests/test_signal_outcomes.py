@@ -1,14 +1,14 @@
 """Each app's signal as of the last run (for /healthz and ``status``), and the run line's fallback."""
 
 from clusterman.core.resources import ResourceRequest
-from clusterman.manager.demand import Requests
-from clusterman.manager.report import Outcome
-from clusterman.manager.report import RunReport
-from clusterman.manager.status import measured
+from clusterman.run.demand_source import Requests
+from clusterman.run.report import Outcome
+from clusterman.run.report import RunReport
 from clusterman.signals.evaluator import Evaluation
 from clusterman.signals.outcomes import ALL_APPS
 from clusterman.signals.outcomes import SignalOutcome
 from clusterman.signals.outcomes import SignalOutcomes
+from clusterman.wiring.pool_status import measured
 from tests.scaling_builders import nodes
 from tests.scaling_builders import policy
 from tests.scaling_builders import request

@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from clusterman.cloud.groups_view import GroupsCloudView
 from clusterman.cloud.simulated_group import SimulatedGroup
 from clusterman.cloud.simulated_group import SimulatedMarket
-from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.simulated_scheduler import DemandTrace
 from clusterman.cluster.simulated_scheduler import LiveSimulatedConnector
 from clusterman.cluster.simulated_scheduler import SimulatedConnector

@@ -14,9 +14,9 @@ from clusterman.cli.main import main
 from clusterman.config.loader import load_main_config
 from clusterman.core.config import MetricType
 from clusterman.datastore.datafile import write_metrics_file
+from clusterman.decision.autoscaler_state import AutoscalerState
 from clusterman.decision.decide import decide
-from clusterman.decision.state import AutoscalerState
-from clusterman.manager.report import Outcome
+from clusterman.run.report import Outcome
 from clusterman.simulator.inputs import Request
 from clusterman.simulator.inputs import load_scenario
 from clusterman.simulator.simulation import simulate

@@ -11,7 +11,7 @@ import pytest
 
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
-from clusterman.decision.state import AutoscalerState
+from clusterman.decision.autoscaler_state import AutoscalerState
 from clusterman.state.carried import AUTOSCALER_STATE
 from clusterman.state.carried import CorruptState
 from clusterman.state.carried import StoredState

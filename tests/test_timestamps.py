@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterman.batch.arguments import time_argument
 from clusterman.cluster.kubernetes import unix_time
 from clusterman.core.config import MetricType
 from clusterman.core.timestamps import format_time
@@ -15,7 +16,6 @@ from clusterman.core.timestamps import parse_time
 from clusterman.datastore.datafile import parse_metrics
 from clusterman.datastore.generate import whole_unix_seconds as design_time
 from clusterman.errors import Reported
-from clusterman.manager.arguments import time_argument
 from clusterman.simulator.inputs import _time as simulator_time
 from clusterman.state.pause import parse_until
 
@@ -147,7 +147,7 @@ STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
 
 
 def test_log_records_are_stamped_alike_by_clusterman_and_the_signal_sdk():
-    from clusterman.manager.arguments import UtcFormatter
+    from clusterman.batch.arguments import UtcFormatter
     from clusterman_signals.run import UtcFormatter as SdkFormatter
 
     record = __import__("logging").LogRecord("x", 20, __file__, 1, "hello", None, None)
@@ -162,9 +162,9 @@ def test_make_run_tells_run_lines_from_log_records(tmp_path):
     both are found by the printed forms above, so a change of form cannot lose them silently."""
     import logging
 
+    from clusterman.batch.arguments import UtcFormatter
     from clusterman.local.stack import bootstrap_error
     from clusterman.local.stack import is_decision_line
-    from clusterman.manager.arguments import UtcFormatter
 
     record = logging.LogRecord("clusterman.batch", logging.ERROR, __file__, 1, "no pool file", None, None)
     logged = UtcFormatter("%(asctime)s %(name)s %(levelname)s %(message)s").format(record)

@@ -1,10 +1,10 @@
 import threading
 import time
 
-from clusterman.tree.status import StatusFeed
-from clusterman.tree.status import StatusWriter
-from clusterman.tree.status import follow_tree
-from clusterman.tree.status import read_outcomes
+from clusterman.tree.status_file import StatusFeed
+from clusterman.tree.status_file import StatusWriter
+from clusterman.tree.status_file import follow_tree
+from clusterman.tree.status_file import read_outcomes
 
 
 class Recorded:

@@ -27,6 +27,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from clusterman.batch.arguments import add_pool_arguments
+from clusterman.batch.arguments import add_program_arguments
+from clusterman.batch.arguments import configure_logging
+from clusterman.batch.arguments import resolve_pool
 from clusterman.batch.stopping import stop_on_signals
 from clusterman.core.timestamps import format_time
 from clusterman.errors import Reported
@@ -34,14 +38,9 @@ from clusterman.errors import UserError
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.recorder import Recorder
 from clusterman.events.service import EventService
-from clusterman.manager.arguments import add_pool_arguments
-from clusterman.manager.arguments import add_program_arguments
-from clusterman.manager.arguments import configure_logging
-from clusterman.manager.arguments import resolve_pool
-from clusterman.manager.cycle import Cycle
-from clusterman.manager.report import Outcome
-from clusterman.manager.report import RunReport
-from clusterman.manager.wiring import build_cycle
+from clusterman.run.cycle import Cycle
+from clusterman.run.report import Outcome
+from clusterman.run.report import RunReport
 from clusterman.state.lease import Holder
 from clusterman.state.lease import LeaseStatus
 from clusterman.tree.liveness import Heartbeat
@@ -50,7 +49,8 @@ from clusterman.tree.liveness import Unwritable
 from clusterman.tree.liveness import bootstrap_unwritable
 from clusterman.tree.liveness import process_stalled_for
 from clusterman.tree.liveness import watch_problem
-from clusterman.tree.status import follow_tree
+from clusterman.tree.status_file import follow_tree
+from clusterman.wiring.build import build_cycle
 
 HEARTBEAT_ENV = "CMAN_HEARTBEAT_FILE"
 

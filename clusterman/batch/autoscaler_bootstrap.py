@@ -48,6 +48,8 @@ import yaml
 
 from clusterman.aws.session import AwsCredentialsError
 from clusterman.aws.session import read_access_key_file
+from clusterman.batch.arguments import add_program_arguments
+from clusterman.batch.arguments import configure_logging
 from clusterman.batch.stopping import stop_on_signals
 from clusterman.config.loader import load_main_config
 from clusterman.config.loader import load_pool_config
@@ -58,8 +60,6 @@ from clusterman.core.config import PoolIdentity
 from clusterman.core.config_schema import ConfigError
 from clusterman.core.timestamps import format_time
 from clusterman.data import supervisor_config
-from clusterman.manager.arguments import add_program_arguments
-from clusterman.manager.arguments import configure_logging
 from clusterman.signals.artifacts import default_codename
 from clusterman.signals.artifacts import installed_copy
 from clusterman.signals.client import parse_uids
@@ -89,7 +89,7 @@ from clusterman.tree.snapshot import keep_last_good
 from clusterman.tree.snapshot import last_good_home
 from clusterman.tree.snapshot import read_last_good
 from clusterman.tree.snapshot import take_snapshot
-from clusterman.tree.status import StatusWriter
+from clusterman.tree.status_file import StatusWriter
 from clusterman.tree.supervisor import Supervisor
 from clusterman.tree.supervisor import SupervisorError
 from clusterman.tree.watch import Fingerprint

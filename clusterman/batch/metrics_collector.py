@@ -1,7 +1,7 @@
 """``python -m clusterman.batch.metrics_collector``: write every pool's system metrics on a timer.
 
 Every ``batches.cluster_metrics.run_interval_seconds`` it takes each pool's snapshot from its
-cluster connector and writes ``clusterman.datastore.collector.collect``'s points to the metrics
+cluster connector and writes ``clusterman.datastore.pool_metrics.collect``'s points to the metrics
 store. A pool that fails (scheduler unreachable, store down, a bug) is logged and skipped; the next
 run tries again: one failing run never ends the loop. ``--once`` runs once and exits 1 if any pool
 failed. ``clusterman collect-metrics`` is the same program.
@@ -27,8 +27,11 @@ from collections.abc import Iterable
 from collections.abc import Sequence
 from pathlib import Path
 
+from clusterman.batch.arguments import add_program_arguments
+from clusterman.batch.arguments import configure_logging
+from clusterman.batch.arguments import reader_left
 from clusterman.batch.stopping import stop_on_signals
-from clusterman.cloud.view import GroupsCloudView
+from clusterman.cloud.groups_view import GroupsCloudView
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
 from clusterman.config.loader import list_pools
@@ -40,25 +43,22 @@ from clusterman.core.config import MetricType
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import ConfigError
-from clusterman.datastore.collector import collect
 from clusterman.datastore.factory import open_store as open_configured_store
+from clusterman.datastore.pool_metrics import collect
 from clusterman.datastore.store import InMemoryStore
 from clusterman.datastore.store import MetricsError
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import Point
 from clusterman.datastore.store import RetentionPass
 from clusterman.datastore.store import Series
-from clusterman.manager.arguments import add_program_arguments
-from clusterman.manager.arguments import configure_logging
-from clusterman.manager.arguments import reader_left
-from clusterman.manager.budget import metrics_timeout
-from clusterman.manager.budget import scheduler_timeout
-from clusterman.manager.connectors import connector_for_pool
-from clusterman.manager.setup import PoolSetup
-from clusterman.manager.wiring import cloud_for
+from clusterman.run.budget import metrics_timeout
+from clusterman.run.budget import scheduler_timeout
 from clusterman.tree.liveness import Heartbeat
 from clusterman.tree.liveness import LivenessRules
 from clusterman.tree.liveness import heartbeat_problem
+from clusterman.wiring.build import cloud_for
+from clusterman.wiring.connectors import connector_for_pool
+from clusterman.wiring.setup import PoolSetup
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ import json
 import sys
 from collections.abc import Iterable
 
+from clusterman.batch.arguments import add_timeout_argument
 from clusterman.config.loader import load_main_config
 from clusterman.core.timestamps import format_time
 from clusterman.errors import UserError
@@ -21,9 +22,8 @@ from clusterman.events.client import EventClient
 from clusterman.events.client import Heartbeat
 from clusterman.events.client import StreamEnded
 from clusterman.events.client import api_url
-from clusterman.events.record import EventRecord
-from clusterman.events.record import EventType
-from clusterman.manager.arguments import add_timeout_argument
+from clusterman.events.event import EventRecord
+from clusterman.events.event import EventType
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

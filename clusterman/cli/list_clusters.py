@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from clusterman.batch.arguments import cluster_config_directory
+from clusterman.batch.arguments import load_main
 from clusterman.config.loader import list_clusters
-from clusterman.manager.arguments import cluster_config_directory
-from clusterman.manager.arguments import load_main
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

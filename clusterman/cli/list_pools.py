@@ -10,13 +10,13 @@ import argparse
 import json
 import os
 
+from clusterman.batch.arguments import cluster_config_directory
+from clusterman.batch.arguments import load_main
 from clusterman.config.loader import list_clusters
 from clusterman.config.loader import list_pools
 from clusterman.config.loader import parse_scheduler
 from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import ConfigError
-from clusterman.manager.arguments import cluster_config_directory
-from clusterman.manager.arguments import load_main
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from typing import Final
 
 import clusterman.cli
+from clusterman.batch.arguments import add_program_arguments
+from clusterman.batch.arguments import configure_logging
+from clusterman.batch.arguments import reader_left
 from clusterman.errors import Reported
-from clusterman.manager.arguments import add_program_arguments
-from clusterman.manager.arguments import configure_logging
-from clusterman.manager.arguments import reader_left
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """``clusterman manage --target-capacity N|min|max``: set a pool's target by hand.
 
-Limited exactly as the autoscaler limits its own decisions (``clusterman.manager.manual``) and
+Limited exactly as the autoscaler limits its own decisions (``clusterman.run.manual``) and
 spread over the pool's resource groups. Asks before changing anything unless ``--yes``; ``--dry-run``
 prints what would change.
 
@@ -22,19 +22,18 @@ import threading
 import time
 from collections.abc import Callable
 
+from clusterman.batch.arguments import add_pool_arguments
+from clusterman.batch.arguments import add_timeout_argument
+from clusterman.batch.arguments import resolve_pool
 from clusterman.core.config import PoolIdentity
 from clusterman.core.durations import parse_duration
 from clusterman.core.timestamps import format_time
 from clusterman.decision.exact import show
 from clusterman.errors import reading_input
-from clusterman.manager.arguments import add_pool_arguments
-from clusterman.manager.arguments import add_timeout_argument
-from clusterman.manager.arguments import resolve_pool
-from clusterman.manager.manual import ManualTarget
-from clusterman.manager.manual import ManualTargetError
-from clusterman.manager.manual import parse_target
-from clusterman.manager.manual import set_pool_target
-from clusterman.manager.wiring import discovery_for
+from clusterman.run.manual import ManualTarget
+from clusterman.run.manual import ManualTargetError
+from clusterman.run.manual import parse_target
+from clusterman.run.manual import set_pool_target
 from clusterman.state.factory import open_state_store
 from clusterman.state.lease import Holder
 from clusterman.state.lease import PoolLease
@@ -45,6 +44,7 @@ from clusterman.state.pause import pause_status
 from clusterman.state.store import NO_EXPIRY
 from clusterman.state.store import StateError
 from clusterman.state.store import StateStore
+from clusterman.wiring.build import discovery_for
 
 # manage's lease lives this long and is renewed every third of it while the change is made: a
 # manage killed (kill -9) or stopped blocks the autoscaler this long at most, however long the change takes

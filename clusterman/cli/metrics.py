@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from clusterman.batch.arguments import time_argument
 from clusterman.config.loader import load_main_config
 from clusterman.config.loader import load_pool_config
 from clusterman.config.loader import parse_scheduler
@@ -30,7 +31,6 @@ from clusterman.datastore.store import Point
 from clusterman.datastore.store import Value
 from clusterman.datastore.store import split_key
 from clusterman.errors import reading_input
-from clusterman.manager.arguments import time_argument
 
 WRITE_CHUNK = 10_000
 TYPES = [t.value for t in MetricType]

@@ -37,6 +37,7 @@ from clusterman.core.resources import RESOURCE_NAMES
 from clusterman.core.resources import Amount
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
+from clusterman.decision.autoscaler_state import AutoscalerState
 from clusterman.decision.breaker import Breaker
 from clusterman.decision.demand import INTERNAL_APP
 from clusterman.decision.demand import demand_from_snapshot
@@ -44,7 +45,6 @@ from clusterman.decision.disruption import DisruptionState
 from clusterman.decision.loss_guard import NodeMemory
 from clusterman.decision.policy import ScalingPolicy
 from clusterman.decision.scale_lock import ScaleLock
-from clusterman.decision.state import AutoscalerState
 from clusterman.errors import UserError
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from clusterman.manager.arguments import add_timeout_argument
-from clusterman.manager.arguments import load_main
+from clusterman.batch.arguments import add_timeout_argument
+from clusterman.batch.arguments import load_main
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

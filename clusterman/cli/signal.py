@@ -16,10 +16,10 @@ from typing import IO
 from typing import Any
 
 import clusterman_signals
+from clusterman.batch.arguments import add_timeout_argument
+from clusterman.batch.arguments import time_argument
 from clusterman.errors import UserError
 from clusterman.errors import reading_input
-from clusterman.manager.arguments import add_timeout_argument
-from clusterman.manager.arguments import time_argument
 from clusterman.signals import metrics_file
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient

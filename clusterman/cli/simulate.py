@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from clusterman.manager.arguments import load_main
+from clusterman.batch.arguments import load_main
 from clusterman.simulator.compare import load_summary
 from clusterman.simulator.compare import side_by_side
 from clusterman.simulator.inputs import Request

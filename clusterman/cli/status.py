@@ -13,24 +13,24 @@ import argparse
 import json
 import time
 
+from clusterman.batch.arguments import add_pool_arguments
+from clusterman.batch.arguments import add_timeout_argument
+from clusterman.batch.arguments import resolve_identity
 from clusterman.core.timestamps import format_time
 from clusterman.errors import Reported
 from clusterman.events.client import EventClient
 from clusterman.events.client import api_url
-from clusterman.manager.arguments import add_pool_arguments
-from clusterman.manager.arguments import add_timeout_argument
-from clusterman.manager.arguments import resolve_identity
-from clusterman.manager.budget import scheduler_timeout
-from clusterman.manager.demand import DemandSource
-from clusterman.manager.status import PoolStatus
-from clusterman.manager.status import Unavailable
-from clusterman.manager.status import describe_kept
-from clusterman.manager.status import gather
-from clusterman.manager.status import gather_refused
-from clusterman.manager.status import percent_line
-from clusterman.manager.wiring import cloud_for
-from clusterman.manager.wiring import demand_for
+from clusterman.run.budget import scheduler_timeout
+from clusterman.run.demand_source import DemandSource
 from clusterman.state.factory import open_state_store
+from clusterman.wiring.build import cloud_for
+from clusterman.wiring.build import demand_for
+from clusterman.wiring.pool_status import PoolStatus
+from clusterman.wiring.pool_status import Unavailable
+from clusterman.wiring.pool_status import describe_kept
+from clusterman.wiring.pool_status import gather
+from clusterman.wiring.pool_status import gather_refused
+from clusterman.wiring.pool_status import percent_line
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import time
 
+from clusterman.batch.arguments import add_pool_arguments
+from clusterman.batch.arguments import add_timeout_argument
+from clusterman.batch.arguments import resolve_identity
 from clusterman.errors import reading_input
-from clusterman.manager.arguments import add_pool_arguments
-from clusterman.manager.arguments import add_timeout_argument
-from clusterman.manager.arguments import resolve_identity
 from clusterman.state.factory import open_state_store
 from clusterman.state.pause import parse_until
 from clusterman.state.pause import pause

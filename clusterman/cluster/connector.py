@@ -1,10 +1,10 @@
 """The cluster connector interface: one pool's state, read from its scheduler, as a PoolSnapshot.
 
 Connectors are adapters: constructors take plain values and never touch the network; the first
-``snapshot`` connects. A connector is read-only: tainting, draining and terminating belong to the
-pool manager. When a ``CloudViewSource`` is given, the scheduler's nodes are joined to the cloud's
-instances (``cloud_view.join``); without one, the snapshot has no groups and nodes keep the state
-the scheduler reports (see docs/cluster.md).
+``snapshot`` connects. A connector is read-only: tainting and draining belong to the node lifecycle
+(``cluster/lifecycle.py``), terminating to the resource groups. When a ``CloudViewSource`` is
+given, the scheduler's nodes are joined to the cloud's instances (``cloud_view.join``); without
+one, the snapshot has no groups and nodes keep the state the scheduler reports (docs/cluster.md).
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # the kubernetes extra (kubernetes, msgspec): imported where 
 
 log = logging.getLogger(__name__)
 
-# The taint our pool manager puts on a node it is removing; the value is the Unix time it did so.
+# The taint the autoscaler puts on a node it is removing; the value is the Unix time it did so.
 SCALE_DOWN_TAINT_KEY = "clusterman.com/scale-down"
 # Taints that mean "being removed by an autoscaler": ours, Escalator's (value: Unix seconds), and
 # Yelp Clusterman's drain taint (value: Unix seconds), so pools taken over from either keep going.

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from clusterman.decision.decision import Reason
 from clusterman.decision.exact import show
 from clusterman.decision.holds import Hold
 from clusterman.decision.holds import HoldReason
 from clusterman.decision.holds import shown
 from clusterman.decision.policy import ScalingPolicy
+from clusterman.decision.result import Reason
 
 
 @dataclass(frozen=True)

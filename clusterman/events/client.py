@@ -18,11 +18,11 @@ from typing import cast
 
 from clusterman.core.config import EventsConfig
 from clusterman.errors import OperationalError
+from clusterman.events.event import EventRecord
+from clusterman.events.event import EventType
+from clusterman.events.event import record_from_json
 from clusterman.events.http import BATCH_PATH
 from clusterman.events.http import STREAM_PATH
-from clusterman.events.record import EventRecord
-from clusterman.events.record import EventType
-from clusterman.events.record import record_from_json
 
 
 class EventAPIError(OperationalError):

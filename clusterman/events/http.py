@@ -37,13 +37,13 @@ from typing import Final
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from clusterman.events.event import EventRecord
+from clusterman.events.event import EventType
 from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.events.publisher import Closed
 from clusterman.events.publisher import EventPublisher
 from clusterman.events.publisher import Overflowed
 from clusterman.events.publisher import Subscription
-from clusterman.events.record import EventRecord
-from clusterman.events.record import EventType
 
 log = logging.getLogger(__name__)
 

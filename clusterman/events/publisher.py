@@ -18,8 +18,8 @@ import threading
 from dataclasses import dataclass
 from typing import Final
 
-from clusterman.events.record import Event
-from clusterman.events.record import EventRecord
+from clusterman.events.event import Event
+from clusterman.events.event import EventRecord
 from clusterman.events.ring import EventRing
 
 log = logging.getLogger(__name__)

@@ -14,17 +14,17 @@ from typing import Final
 
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
+from clusterman.events.event import NO_RESOURCE
+from clusterman.events.event import ChangeDetail as D
+from clusterman.events.event import ChangeType
+from clusterman.events.event import Event
+from clusterman.events.event import EventType
+from clusterman.events.event import Resource
+from clusterman.events.event import resource
 from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.exporter import NodeAction
 from clusterman.events.publisher import EventPublisher
-from clusterman.events.record import NO_RESOURCE
-from clusterman.events.record import ChangeDetail as D
-from clusterman.events.record import ChangeType
-from clusterman.events.record import Event
-from clusterman.events.record import EventType
-from clusterman.events.record import Resource
-from clusterman.events.record import resource
 
 _NODE_DETAIL: Final = {
     NodeAction.JOIN: (D.NODE_JOIN, ChangeType.ADD),

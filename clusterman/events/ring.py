@@ -45,14 +45,14 @@ from typing import NamedTuple
 from clusterman.events.amounts import BLOCK
 from clusterman.events.amounts import AmountQueue
 from clusterman.events.amounts import zeros as _zeros
+from clusterman.events.event import MAX_RESOURCE_KEYS
+from clusterman.events.event import RESOURCE_KEYS
+from clusterman.events.event import ChangeDetail
+from clusterman.events.event import ChangeType
+from clusterman.events.event import Event
+from clusterman.events.event import EventRecord
+from clusterman.events.event import EventType
 from clusterman.events.interner import Interner
-from clusterman.events.record import MAX_RESOURCE_KEYS
-from clusterman.events.record import RESOURCE_KEYS
-from clusterman.events.record import ChangeDetail
-from clusterman.events.record import ChangeType
-from clusterman.events.record import Event
-from clusterman.events.record import EventRecord
-from clusterman.events.record import EventType
 
 _KEY_BIT: Final = {key: 1 << i for i, key in enumerate(RESOURCE_KEYS)}
 _WIDER: Final = ("B", "H", "I", "Q")

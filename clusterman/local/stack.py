@@ -41,6 +41,7 @@ import boto3
 import yaml
 
 import clusterman_signals
+from clusterman.batch.arguments import duration_argument
 from clusterman.batch.stopping import stop_on_signals
 from clusterman.config.loader import read_yaml
 from clusterman.core.timestamps import PRINTED_MILLISECONDS
@@ -54,7 +55,6 @@ from clusterman.local.rundir import StackBusy
 from clusterman.local.rundir import claim
 from clusterman.local.rundir import claim_new
 from clusterman.local.rundir import socket_prefix
-from clusterman.manager.arguments import duration_argument
 from clusterman.signals.artifacts import ArtifactLocation
 from clusterman.signals.artifacts import build_artifact
 from clusterman.signals.artifacts import upload_artifact

@@ -4,7 +4,7 @@ Each application gets one request: from its own signal, or, when that signal can
 answers badly or does not answer in time, from the default signal (the failure is logged and
 counted). A pool with no application signals is scaled on the default signal alone.
 
-The signals of one run share ``signal_seconds`` (half the run's budget, see ``manager/budget.py``),
+The signals of one run share ``signal_seconds`` (half the run's budget, see ``run/budget.py``),
 and a quarter of it is kept for the default signal until it has answered: a stopped or hung
 runner costs its app the fallback, not the run. (Each wait had the whole budget, twice with the
 reconnect, so one hung app signal made every run overrun and hold: the pool was not scaled at

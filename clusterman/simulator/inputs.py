@@ -35,8 +35,6 @@ from clusterman.datastore.datafile import MetricsData
 from clusterman.datastore.datafile import read_metrics_file
 from clusterman.datastore.store import split_key
 from clusterman.errors import UserError
-from clusterman.manager.setup import PoolSetup
-from clusterman.manager.trace_workload import trace_series
 from clusterman.signals.specs import default_signal_spec
 from clusterman.simulator.clock import STEP_SECONDS
 from clusterman.simulator.clock import Steps
@@ -44,6 +42,8 @@ from clusterman.simulator.signals import SignalMode
 from clusterman.simulator.simulation import Scenario
 from clusterman.simulator.workload import demand_keys
 from clusterman.simulator.workload import demand_points
+from clusterman.wiring.setup import PoolSetup
+from clusterman.wiring.trace_workload import trace_series
 
 
 class SimulationInputError(UserError):

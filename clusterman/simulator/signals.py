@@ -23,8 +23,7 @@ import uuid
 from clusterman.core.config import MetricType
 from clusterman.core.config import PoolIdentity
 from clusterman.datastore.store import MetricsStore
-from clusterman.manager.demand import SignalDemand
-from clusterman.manager.setup import PoolSetup
+from clusterman.run.demand_source import SignalDemand
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient
 from clusterman.signals.evaluator import Signal
@@ -33,6 +32,7 @@ from clusterman.signals.in_process import InProcessSignal
 from clusterman.signals.specs import SignalSpec
 from clusterman.signals.specs import app_signal_specs
 from clusterman.signals.specs import default_signal_spec
+from clusterman.wiring.setup import PoolSetup
 
 
 class SignalMode(enum.Enum):

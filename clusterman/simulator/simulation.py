@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
 
+from clusterman.cloud.groups_view import GroupsCloudView
 from clusterman.cloud.simulated_group import SimulatedGroup
 from clusterman.cloud.simulated_group import groups_from_config
-from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import WithoutDraining
 from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
@@ -39,21 +39,19 @@ from clusterman.core.config import MetricType
 from clusterman.core.config import PoolIdentity
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.resources import Resources
-from clusterman.datastore.collector import collect
 from clusterman.datastore.datafile import MetricsData
+from clusterman.datastore.pool_metrics import collect
 from clusterman.datastore.store import InMemoryStore
 from clusterman.datastore.store import split_key
-from clusterman.decision.decision import Action
+from clusterman.decision.result import Action
 from clusterman.events.publisher import EventPublisher
 from clusterman.events.recorder import Recorder
 from clusterman.events.ring import EventRing
-from clusterman.manager.connectors import simulated_connector
-from clusterman.manager.cycle import Cycle
-from clusterman.manager.demand import DemandSource
-from clusterman.manager.demand import InternalDemand
-from clusterman.manager.report import Outcome
-from clusterman.manager.report import RunReport
-from clusterman.manager.setup import PoolSetup
+from clusterman.run.cycle import Cycle
+from clusterman.run.demand_source import DemandSource
+from clusterman.run.demand_source import InternalDemand
+from clusterman.run.report import Outcome
+from clusterman.run.report import RunReport
 from clusterman.simulator.clock import SimClock
 from clusterman.simulator.clock import Steps
 from clusterman.simulator.costs import Ledger
@@ -67,6 +65,8 @@ from clusterman.simulator.signals import RunnerProcesses
 from clusterman.simulator.signals import SignalMode
 from clusterman.simulator.signals import collected_names
 from clusterman.simulator.signals import signal_demand
+from clusterman.wiring.connectors import simulated_connector
+from clusterman.wiring.setup import PoolSetup
 
 EVENT_QUEUE = 10_000  # events kept from a run (the recorder's publisher is never drained)
 

@@ -9,7 +9,7 @@ request joined) or a capacity loss it just saw (and shrink the pool right after 
 from __future__ import annotations
 
 from clusterman.core.config import PoolIdentity
-from clusterman.decision.state import AutoscalerState
+from clusterman.decision.autoscaler_state import AutoscalerState
 from clusterman.state.pause import entity
 from clusterman.state.store import DamagedItem
 from clusterman.state.store import StateError

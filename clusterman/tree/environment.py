@@ -175,3 +175,8 @@ def signal_processes(env: Mapping[str, str]) -> list[SignalProcess]:
     if not count.isdigit():
         raise TreeEnvironmentError(f"$CMAN_NUM_SIGNALS must be a number, got {count!r}")
     return [signal_process(env, n) for n in range(int(count))]
+
+
+def runner_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """A signal runner's environment: this one, without what would let it import this checkout."""
+    return {k: v for k, v in env.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}

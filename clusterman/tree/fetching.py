@@ -25,14 +25,14 @@ from types import MappingProxyType
 from clusterman.data import supervisor_config
 from clusterman.tree.environment import SignalProcess
 from clusterman.tree.environment import TreePlan
-from clusterman.tree.fetch_signal import EXIT_INSTALLED_COPY
+from clusterman.tree.environment import runner_environment
 from clusterman.tree.process_tree import Stopped
 from clusterman.tree.process_tree import TreeError
-from clusterman.tree.run_signal import runner_environment
 
 HELPERS = supervisor_config().parent  # the helper scripts sit beside supervisord.conf (package data)
 FETCHER = HELPERS / "fetch_clusterman_signal"
 POLL_SECONDS = 0.05
+EXIT_INSTALLED_COPY = 3  # a fetch's exit: S3 gave no verified copy, the installed one is used
 LOOKUP_SECONDS = 60.0
 
 # Run by each version's own interpreter (-I): the same lookup as clusterman_signals.run.

@@ -40,7 +40,7 @@ from dataclasses import field
 from dataclasses import replace
 from pathlib import Path
 
-from clusterman.tree.status import write_atomically
+from clusterman.tree.status_file import write_atomically
 
 log = logging.getLogger(__name__)
 

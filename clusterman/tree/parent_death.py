@@ -1,7 +1,7 @@
 """Every program of the tree dies with its parent: an orphan must never keep calling the cloud.
 
 ``prctl(PR_SET_PDEATHSIG)`` survives ``exec``, so the helper programs set it at start-up before
-they replace themselves with the real program. ``python -m clusterman.tree.parent_death NAME
+they replace themselves with the real program. ``python -m clusterman.batch.parent_death NAME
 COMMAND...`` does that for any command (supervisord's ``autoscaler`` program runs through it),
 and also notes each start in ``$CMAN_SUPERVISOR_DIR/starts-NAME`` so that the bootstrap can count
 starts itself: supervisord cannot see a crash loop of a program that starts slower than
@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import runpy
 import signal
-import sys
 import time
 from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
-PROG = "parent_death"
 
 
 def die_with_parent(parent: int, signum: int = signal.SIGTERM) -> None:
@@ -62,25 +61,5 @@ def read_starts(supervisor_dir: Path, name: str) -> list[tuple[float, float]]:
     return starts
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) < 2:
-        print(f"usage: python -m clusterman.tree.{PROG} NAME COMMAND [ARG...]", file=sys.stderr)
-        return 2
-    name, command = args[0], args[1:]
-    parent = os.getppid()
-    die_with_parent(parent, signal.SIGKILL)  # supervisord is gone: nothing is left to stop us in order
-    try:
-        note_start(os.environ.get("CMAN_SUPERVISOR_DIR"), name)
-    except OSError as e:  # a full disk must not stop the program: the crash-loop count misses a start
-        print(f"{PROG}: cannot note this start of {name}: {e.strerror or e}", file=sys.stderr, flush=True)
-    try:
-        os.execvp(command[0], command)
-    except OSError as e:
-        print(f"{PROG}: cannot run {command[0]}: {e.strerror}", file=sys.stderr)
-        return 127
-    return 127  # not reached
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the path supervisord configs written by earlier versions name
+    runpy.run_module("clusterman.batch.parent_death", run_name="__main__", alter_sys=True)

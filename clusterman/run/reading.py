@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from clusterman.cloud.groups_view import GroupsCloudView
+from clusterman.cloud.groups_view import GroupsReading
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import ResourceGroupError
-from clusterman.cloud.view import GroupsCloudView
-from clusterman.cloud.view import GroupsReading
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.core.cloud_view import CloudView
 from clusterman.core.model import PoolSnapshot

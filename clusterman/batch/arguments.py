@@ -21,8 +21,8 @@ from clusterman.core.timestamps import parse_time
 
 if TYPE_CHECKING:
     from clusterman.core.config import MainConfig
-    from clusterman.manager.setup import PoolSetup
-    from clusterman.manager.setup import PoolTarget
+    from clusterman.wiring.setup import PoolSetup
+    from clusterman.wiring.setup import PoolTarget
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
@@ -145,7 +145,7 @@ def resolve_identity(args: argparse.Namespace) -> PoolTarget:
     from clusterman.config.loader import parse_scheduler
     from clusterman.core.config import PoolIdentity
     from clusterman.core.config_schema import ConfigError
-    from clusterman.manager.setup import PoolTarget
+    from clusterman.wiring.setup import PoolTarget
 
     if not args.cluster or not args.pool:
         raise ConfigError("arguments", "", "--cluster and --pool are required (or $CMAN_CLUSTER and $CMAN_POOL)")

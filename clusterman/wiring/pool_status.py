@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from clusterman.cloud.view import GroupsCloudView
+from clusterman.cloud.groups_view import GroupsCloudView
 from clusterman.core.cloud_view import CloudView
 from clusterman.core.config import PoolIdentity
 from clusterman.core.model import NO_TIME
@@ -27,22 +27,20 @@ from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.model import ResourceGroup
 from clusterman.core.timestamps import format_time
+from clusterman.decision.autoscaler_state import AutoscalerState
 from clusterman.decision.consolidate import Budget
 from clusterman.decision.demand import total_request
 from clusterman.decision.pool_view import view_of
-from clusterman.decision.state import AutoscalerState
 from clusterman.decision.utilisation import measure
 from clusterman.errors import Reported
 from clusterman.errors import UserError
 from clusterman.events.client import EventAPIError
 from clusterman.events.client import EventClient
+from clusterman.events.event import EventRecord
+from clusterman.events.event import EventType
 from clusterman.events.exporter import NAMESPACE
-from clusterman.events.record import EventRecord
-from clusterman.events.record import EventType
-from clusterman.manager.budget import SCHEDULER_TIMEOUT_SECONDS
-from clusterman.manager.connectors import connector_for_pool
-from clusterman.manager.demand import DemandSource
-from clusterman.manager.setup import PoolSetup
+from clusterman.run.budget import SCHEDULER_TIMEOUT_SECONDS
+from clusterman.run.demand_source import DemandSource
 from clusterman.signals.outcomes import SignalOutcome
 from clusterman.signals.outcomes import SignalOutcomes
 from clusterman.state.carried import StoredState
@@ -51,6 +49,8 @@ from clusterman.state.lease import read_lease
 from clusterman.state.pause import PauseStatus
 from clusterman.state.pause import pause_status
 from clusterman.state.store import StateStore
+from clusterman.wiring.connectors import connector_for_pool
+from clusterman.wiring.setup import PoolSetup
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from clusterman.cluster.lifecycle import DrainResult
 from clusterman.cluster.lifecycle import Results
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.timestamps import format_time
-from clusterman.decision.decision import Decision
-from clusterman.decision.decision import Reason
 from clusterman.decision.exact import number
-from clusterman.manager.demand import Requests
+from clusterman.decision.result import Decision
+from clusterman.decision.result import Reason
+from clusterman.run.demand_source import Requests
 from clusterman.signals.outcomes import short_cause
 
 

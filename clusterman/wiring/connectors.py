@@ -13,12 +13,12 @@ from collections.abc import Callable
 from collections.abc import Iterable
 from pathlib import Path
 
+from clusterman.cloud.groups_view import GroupsCloudView
 from clusterman.cloud.simulated_group import SimulatedGroup
 from clusterman.cloud.simulated_group import SimulatedMarket
 from clusterman.cloud.simulated_group import default_task
 from clusterman.cloud.simulated_group import groups_from_config
 from clusterman.cloud.simulated_group import markets_from_config
-from clusterman.cloud.view import GroupsCloudView
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.kubernetes import SAFE_TO_EVICT_ANNOTATION
 from clusterman.cluster.kubernetes import KubernetesConnector
@@ -45,8 +45,8 @@ from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import ConfigError
 from clusterman.core.model import ResourceGroup
 from clusterman.core.resources import Resources
-from clusterman.manager.budget import SCHEDULER_TIMEOUT_SECONDS
-from clusterman.manager.trace_workload import load_trace
+from clusterman.run.budget import SCHEDULER_TIMEOUT_SECONDS
+from clusterman.wiring.trace_workload import load_trace
 
 
 def connector_for_pool(

@@ -8,11 +8,11 @@ from dataclasses import field
 from fractions import Fraction
 from typing import Any
 
+from clusterman.decision.autoscaler_state import AutoscalerState
 from clusterman.decision.consolidate import OFF
 from clusterman.decision.consolidate import Consolidation
 from clusterman.decision.exact import ZERO
 from clusterman.decision.exact import number
-from clusterman.decision.state import AutoscalerState
 
 
 class Action(enum.Enum):

@@ -18,10 +18,10 @@ from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
-from clusterman.manager.budget import SCHEDULER_TIMEOUT_SECONDS
-from clusterman.manager.connectors import kubeconfig_path
-from clusterman.manager.connectors import mesos_master
-from clusterman.manager.connectors import safe_to_evict_keys
+from clusterman.run.budget import SCHEDULER_TIMEOUT_SECONDS
+from clusterman.wiring.connectors import kubeconfig_path
+from clusterman.wiring.connectors import mesos_master
+from clusterman.wiring.connectors import safe_to_evict_keys
 
 
 def lifecycle_for_pool(

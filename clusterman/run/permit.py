@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clusterman.manager.report import Outcome
+from clusterman.run.report import Outcome
 from clusterman.state.lease import LeaseStatus
 from clusterman.state.lease import PoolLease
 

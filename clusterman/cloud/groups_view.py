@@ -1,4 +1,4 @@
-"""The cloud's view of a pool, read from its resource groups (``core.cloud_view.CloudView``).
+"""Reading a pool's resource groups, each run: the ``core.cloud_view.CloudView`` they make, and what failed.
 
 This is how a connector learns which instances are the pool's machines: every group is read; a
 group that cannot be read is named in the reading's ``unreadable`` and left out, and its machines

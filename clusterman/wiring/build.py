@@ -14,24 +14,21 @@ from clusterman.aws.session import AwsSettings
 from clusterman.cloud.clients import AwsClients
 from clusterman.cloud.discovery import Discovery
 from clusterman.cloud.discovery import discover_groups
+from clusterman.cloud.groups_view import GroupsCloudView
 from clusterman.cloud.simulated_group import SimulatedCloud
-from clusterman.cloud.view import GroupsCloudView
 from clusterman.core.model import PoolSnapshot
-from clusterman.datastore.collector import collect
 from clusterman.datastore.factory import open_store
+from clusterman.datastore.pool_metrics import collect
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import RetentionPass
 from clusterman.events.recorder import Recorder
-from clusterman.manager.budget import metrics_timeout
-from clusterman.manager.budget import scheduler_timeout
-from clusterman.manager.budget import signal_seconds
-from clusterman.manager.connectors import connector_for_pool
-from clusterman.manager.cycle import Cycle
-from clusterman.manager.demand import DemandSource
-from clusterman.manager.demand import InternalDemand
-from clusterman.manager.demand import SignalDemand
-from clusterman.manager.lifecycles import lifecycle_for_pool
-from clusterman.manager.setup import PoolSetup
+from clusterman.run.budget import metrics_timeout
+from clusterman.run.budget import scheduler_timeout
+from clusterman.run.budget import signal_seconds
+from clusterman.run.cycle import Cycle
+from clusterman.run.demand_source import DemandSource
+from clusterman.run.demand_source import InternalDemand
+from clusterman.run.demand_source import SignalDemand
 from clusterman.signals.client import SignalClient
 from clusterman.signals.client import allowed_uids_from_env
 from clusterman.signals.evaluator import SignalEvaluator
@@ -44,6 +41,9 @@ from clusterman.state.lease import Holder
 from clusterman.state.lease import PoolLease
 from clusterman.state.pause import PauseStatus
 from clusterman.state.pause import pause_status
+from clusterman.wiring.connectors import connector_for_pool
+from clusterman.wiring.lifecycles import lifecycle_for_pool
+from clusterman.wiring.setup import PoolSetup
 
 
 def aws_clients(setup: PoolSetup, budget_seconds: float | None = None) -> AwsClients:
@@ -78,7 +78,7 @@ def cloud_for(
 def demand_for(
     setup: PoolSetup, store: MetricsStore | None = None, budget_seconds: float | None = None
 ) -> DemandSource:
-    """``budget_seconds``: the run's, shared out as ``manager/budget.py`` says."""
+    """``budget_seconds``: the run's, shared out as ``run/budget.py`` says."""
     if setup.internal:
         return InternalDemand()
     uids = allowed_uids_from_env()
@@ -125,7 +125,7 @@ def build_cycle(
     ``holder``: act only while holding the pool's lease for ``lease_seconds`` (a dry run, which
     changes nothing, takes no lease and never stands in the way of the real autoscaler).
     ``budget_seconds``: never act on a snapshot older than that; every wait of a run has its share
-    of it (``manager/budget.py``)."""
+    of it (``run/budget.py``)."""
     cloud = cloud_for(setup, simulated, budget_seconds)
     timeout = scheduler_timeout(budget_seconds)
     connector = connector_for_pool(setup.main, setup.identity, setup.pool, cloud=cloud, timeout_seconds=timeout)

@@ -26,10 +26,10 @@ from clusterman.cluster.lifecycle import Results
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
-from clusterman.decision.decision import Decision
 from clusterman.decision.exact import number
-from clusterman.manager.permit import Permit
-from clusterman.manager.report import ApplyReport
+from clusterman.decision.result import Decision
+from clusterman.run.permit import Permit
+from clusterman.run.report import ApplyReport
 
 log = logging.getLogger(__name__)
 

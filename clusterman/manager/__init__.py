@@ -1,1 +1,0 @@
-"""Acting on a pool: applying decisions, one autoscaling cycle, and the loop around it."""
