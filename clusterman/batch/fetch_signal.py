@@ -48,8 +48,8 @@ def fetch(n: int) -> tuple[str, bool]:
         main = load_main_config(default_env_config_path())
         location = ArtifactLocation(env["CMAN_SIGNALS_BUCKET"], default_codename(), version)
         # Few, short retries, each call bounded: an S3 that accepts and never answers must cost
-        # seconds, as one that refuses does (botocore's 60 s read timeout, three attempts, held a
-        # fetch for three minutes). A read timeout bounds each read of a download, not all of it.
+        # seconds, as one that refuses does. A read timeout bounds each read of a download, not
+        # all of it.
         retries = {"max_attempts": 3, "mode": "standard"}
         s3 = client(
             AwsSettings.from_config(main.aws), "s3", call_budget_seconds=CALL_SECONDS, retries=retries,

@@ -31,9 +31,8 @@ def scheduler_timeout(budget_seconds: float | None) -> float:
 
 
 def metrics_timeout(budget_seconds: float | None) -> float | None:
-    """One call to a remote metrics store, its retries included: a DynamoDB that did not answer held
-    each read for 50 s, so every run overran and the heartbeat watch restarted the autoscaler over
-    and over."""
+    """One call to a remote metrics store, its retries included. A store that does not answer
+    must not make the run overrun."""
     return None if budget_seconds is None else budget_seconds * METRICS_SHARE
 
 
