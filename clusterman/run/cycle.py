@@ -209,7 +209,8 @@ class Cycle:
             self.state = decision.state
             self._save(now)
         report = RunReport(now, Outcome.ACTED, "", snapshot, decision, applied, requests, unreadable)
-        log.info("%s", report.line())
+        if log.isEnabledFor(logging.INFO):  # building the line costs; a simulated run logs nothing
+            log.info("%s", report.line())
         return report
 
     # --- one autoscaler per pool, and inputs no older than the budget -------------------------

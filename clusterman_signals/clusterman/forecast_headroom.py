@@ -344,11 +344,21 @@ def _step_seconds(d: Demand) -> float:
 
 def sliding_max(values: Sequence[float], width: int, *, ahead: bool) -> list[float]:
     """out[j] = max(values[j-width+1 .. j]) (behind) or max(values[j .. j+width-1]) (ahead), the
-    window cut at the ends. Windows here are a few dozen points: a slice's max runs in C."""
+    window cut at the ends. In blocks of ``width``: a window is the tail of one block and the head
+    of the next, so out[j] is the larger of a running max from the right and one from the left,
+    both run in C (``accumulate``): a few operations a point whatever the width."""
     n = len(values)
+    if width <= 1 or n == 0:
+        return list(values)
     if ahead:
-        return [max(values[j : j + width]) for j in range(n)]
-    return [max(values[max(0, j - width + 1) : j + 1]) for j in range(n)]
+        return sliding_max(values[::-1], width, ahead=False)[::-1]
+    head: list[float] = []  # max from the start of j's block to j
+    tail: list[float] = []  # max from j to the end of j's block
+    for k in range(0, n, width):
+        block = values[k : k + width]
+        head += itertools.accumulate(block, max)
+        tail += reversed(list(itertools.accumulate(reversed(block), max)))
+    return head[:width] + list(map(max, tail[1 : n - width + 1], head[width:]))
 
 
 def find_period(values: Sequence[float], min_lag: int, min_correlation: float) -> int:
