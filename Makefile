@@ -52,7 +52,7 @@ acceptance: venv
 	$(BIN)/pytest -q acceptance
 
 test: system-deps lint typecheck
-	$(BIN)/pytest -q -n 2 --dist loadgroup tests itests acceptance
+	$(BIN)/pytest -q -n 2 --dist loadgroup --durations=25 tests itests acceptance
 
 bench: venv
 	$(BIN)/python -m bench
