@@ -404,9 +404,15 @@ def _candidates(view: PoolView, policy: ConsolidationPolicy) -> list[Node]:
     ]
 
     def emptiness(n: Node) -> tuple[float, int, float, str]:
-        v = n.vector
-        shares = [(v[8 + d] + v[12 + d]) / v[d] for d in (0, 1) if v[d] > 0]
-        return (sum(shares) / len(shares) if shares else 0.0, n.usage.tasks, -n.launched_at, n.id)
+        v = n.vector  # allocatable at 0 and 1 (CPUs, memory), their requests at 8 + 12 and 9 + 13
+        cpus, mem = v[0], v[1]
+        if cpus > 0 and mem > 0:
+            share = ((v[8] + v[12]) / cpus + (v[9] + v[13]) / mem) / 2
+        elif cpus > 0 or mem > 0:
+            share = (v[8] + v[12]) / cpus if cpus > 0 else (v[9] + v[13]) / mem
+        else:
+            share = 0.0
+        return (share, n.usage.tasks, -n.launched_at, n.id)
 
     movable.sort(key=emptiness)
     return movable[:CANDIDATES]

@@ -172,7 +172,15 @@ def column_max(sizes: list[tuple[float, ...]]) -> tuple[float, ...] | None:
     """Per resource the largest finite value, at least 0; None for no sizes."""
     if not sizes:
         return None
-    return tuple(max(0.0, max(filter(math.isfinite, column), default=0.0)) for column in zip(*sizes, strict=True))
+    return tuple(max(0.0, _finite_max(column)) for column in zip(*sizes, strict=True))
+
+
+def _finite_max(column: tuple[float, ...]) -> float:
+    """The largest finite value, 0 for none; a finite sum means every value is finite (the common
+    case, checked in C), then the plain max is the same value."""
+    if math.isfinite(sum(column)):
+        return max(column)
+    return max(filter(math.isfinite, column), default=0.0)
 
 
 def _sum_allocatable(nodes: list[Node]) -> dict[str, Fraction]:

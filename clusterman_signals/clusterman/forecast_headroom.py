@@ -121,7 +121,11 @@ class Demand:
     def __getitem__(self, j: slice) -> list[float]: ...
     def __getitem__(self, j: int | slice) -> float | list[float]:
         if isinstance(j, slice):
-            return [self.at(k) for k in range(*j.indices(self.n))]
+            start, stop, stride = j.indices(self.n)
+            if self._aligned and stride == 1:  # the common case, a run's every minute: no call per point
+                pairs = zip(self.allocated[start:stop], self._pending[start:stop], strict=True)
+                return [float(a[1]) + max(float(p[1]), 0.0) for a, p in pairs]
+            return [self.at(k) for k in range(start, stop, stride)]
         return self.at(j)
 
     def at(self, j: int) -> float:
