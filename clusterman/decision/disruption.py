@@ -16,6 +16,7 @@ import math
 from collections.abc import Iterable
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 from clusterman.core.model import NO_TIME
@@ -56,13 +57,13 @@ class DisruptionState:
         evictions += tuple((now, pods) for pods in drained.values() if pods)
         keeping = dict(self.keeping)
         keeping.update((n, now) for n in kept)
-        return DisruptionState(fresh, evictions, tuple(sorted(keeping.items())), self.grew_at)
+        return replace(self, since=fresh, evictions=evictions, keeping=tuple(sorted(keeping.items())))
 
     def after_release(self, released: Iterable[str]) -> DisruptionState:
         """The same, without the kept nodes ``released`` (untainted, terminated or gone)."""
         gone = set(released)
         keeping = tuple((n, t) for n, t in self.keeping if n not in gone)
-        return DisruptionState(self.since, self.evictions, keeping, self.grew_at)
+        return replace(self, keeping=keeping)
 
     def as_json(self) -> dict[str, Any]:
         return {

@@ -255,16 +255,7 @@ class Cycle:
         refusal = permit.claim()
         if refusal is None:
             return None
-        self.recorder.decision(
-            ChangeDetail.DECISION_STANDBY,
-            0.0,
-            target=self._last_target if self._last_target is not None else math.nan,
-            demand={},
-            capacity={},
-            utilisation={},
-            setpoint=float(self.policy.setpoint),
-            explanation=refusal.message,
-        )
+        self._record_no_decision(ChangeDetail.DECISION_STANDBY, self._known_target(), refusal.message)
         if refusal.lease_error:
             self.recorder.error(ErrorSource.INTERNAL, "lease", refusal.message)
         return RunReport(permit.now, refusal.outcome, refusal.message)
@@ -284,9 +275,7 @@ class Cycle:
             ChangeDetail.DECISION_STANDBY if refusal.outcome is Outcome.STANDBY else ChangeDetail.DECISION_OVERRUN,
             0.0,
             target=snapshot.target_capacity if not unreadable else math.nan,
-            demand={k: float(v) for k, v in decision.demand.items()},
-            capacity={k: float(v) for k, v in decision.capacity.items()},
-            utilisation={k: float(v) for k, v in decision.utilisation.items()},
+            **_figures(decision),
             setpoint=float(self.policy.setpoint),
             explanation=f"{refusal.message}; it would have done: {decision.explanation}",
         )
@@ -340,16 +329,7 @@ class Cycle:
             if not self._was_paused:
                 self.recorder.paused(status.describe())
             self._was_paused = True
-            self.recorder.decision(
-                ChangeDetail.DECISION_PAUSED,
-                0.0,
-                target=self._current_target(now),
-                demand={},
-                capacity={},
-                utilisation={},
-                setpoint=float(self.policy.setpoint),
-                explanation=status.describe(),
-            )
+            self._record_no_decision(ChangeDetail.DECISION_PAUSED, self._current_target(now), status.describe())
             return RunReport(now, Outcome.PAUSED, status.describe())
         if self._was_paused:
             self.recorder.resumed("the pause ended")
@@ -369,16 +349,7 @@ class Cycle:
             self.recorder.error(source, "pool", message)
         detail = ChangeDetail.DECISION_NO_DEMAND if outcome is Outcome.NO_DEMAND else ChangeDetail.DECISION_ERROR
         target = snapshot.target_capacity if snapshot is not None else self._known_target()
-        self.recorder.decision(
-            detail,
-            0.0,
-            target=target,
-            demand={},
-            capacity={},
-            utilisation={},
-            setpoint=float(self.policy.setpoint),
-            explanation=message,
-        )
+        self._record_no_decision(detail, target, message)
         return RunReport(now, outcome, message, snapshot)
 
     def _known_target(self) -> float:
@@ -437,18 +408,29 @@ class Cycle:
             else:
                 self.recorder.signal_evaluated(e.app, e.signal, e.request, e.latency_seconds)
 
+    def _record_no_decision(self, detail: ChangeDetail, target: float, explanation: str) -> None:
+        """A run that ended before deciding: the target it saw (NaN when unknown) and why."""
+        self.recorder.decision(
+            detail,
+            0.0,
+            target=target,
+            demand={},
+            capacity={},
+            utilisation={},
+            setpoint=float(self.policy.setpoint),
+            explanation=explanation,
+        )
+
     def _record(self, d: Decision, applied: ApplyReport, snapshot: PoolSnapshot) -> None:
+        prefix = "dry run: " if applied.dry_run else ""
         self.recorder.decision(
             EVENT_REASON[d.reason],
             float(d.delta),
             target=float(d.target_capacity),
-            demand={k: float(v) for k, v in d.demand.items()},
-            capacity={k: float(v) for k, v in d.capacity.items()},
-            utilisation={k: float(v) for k, v in d.utilisation.items()},
+            **_figures(d),
             setpoint=float(self.policy.setpoint),
-            explanation=("dry run: " if applied.dry_run else "") + d.explanation,
+            explanation=prefix + d.explanation,
         )
-        prefix = "dry run: " if applied.dry_run else ""
 
         def node_event(action: NodeAction, node_id: str, reason: str) -> None:
             try:
@@ -509,3 +491,12 @@ class Cycle:
                 closeable.close()
             except Exception:  # closing must not hide the reason the loop is stopping
                 log.exception("closing %s failed", type(closeable).__name__)
+
+
+def _figures(d: Decision) -> dict[str, dict[str, float]]:
+    """The decision's demand, capacity and utilisation per resource, as the recorder takes them."""
+    return {
+        "demand": {k: float(v) for k, v in d.demand.items()},
+        "capacity": {k: float(v) for k, v in d.capacity.items()},
+        "utilisation": {k: float(v) for k, v in d.utilisation.items()},
+    }
