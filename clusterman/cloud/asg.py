@@ -30,7 +30,6 @@ from clusterman.cloud.ec2_instances import InstanceTypeCatalog
 from clusterman.cloud.ec2_instances import describe_instances
 from clusterman.cloud.ec2_instances import instance_from_ec2
 from clusterman.cloud.ec2_instances import is_true
-from clusterman.cloud.ec2_instances import per_unit
 from clusterman.cloud.ec2_instances import tags_of
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import GroupState
@@ -46,6 +45,7 @@ from clusterman.cloud.resource_group import tag_names_pool
 from clusterman.cloud.resource_group import whole_units
 from clusterman.core.model import Offer
 from clusterman.core.model import ResourceGroup
+from clusterman.core.model import unit_size
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ class AutoScalingGroup(CloudGroup):
             max_capacity=float(raw["MaxSize"]),
             stale=stale,
             kind=self.kind,
-            node_resources=per_unit(offers),
+            node_resources=unit_size(offers),
             offers=offers,
         )
 

@@ -121,13 +121,3 @@ class InstanceTypeCatalog:
             log.warning("size of the group's instance types unknown: %s", e)
             known = {}
         return tuple(Offer(t, w, known.get(t, Resources())) for t, w in options)
-
-
-def per_unit(offers: Iterable[Offer]) -> Resources:
-    """Resources of one capacity unit: each type's hardware over its weight, the smallest of each;
-    unknown (all zero) when no type's size is. This is hardware, an upper bound of what a scheduler
-    offers."""
-    sizes = [o.resources * (1.0 / o.weight) for o in offers if any(o.resources)]
-    if not sizes:
-        return Resources()
-    return Resources(*(min(values) for values in zip(*sizes, strict=True)))

@@ -47,6 +47,7 @@ from clusterman.core.config import SimulationConfig
 from clusterman.core.config_schema import ConfigError
 from clusterman.core.model import Offer
 from clusterman.core.model import ResourceGroup
+from clusterman.core.model import unit_size
 from clusterman.core.resources import Resources
 
 
@@ -197,7 +198,7 @@ class SimulatedGroup(CloudGroup):
             self._state = None
 
     def _value(self) -> ResourceGroup:
-        per_unit = [m.resources * (1.0 / m.weight) for m in self.markets]
+        offers = tuple(Offer(m.instance_type, m.weight, m.resources) for m in self.markets)
         return ResourceGroup(
             id=self.id,
             target_capacity=0.0 if self.stale else self._target,
@@ -206,8 +207,8 @@ class SimulatedGroup(CloudGroup):
             max_capacity=self.max_capacity,
             stale=self.stale,
             kind=self.kind,
-            node_resources=Resources(*(min(values) for values in zip(*per_unit, strict=True))),
-            offers=tuple(Offer(m.instance_type, m.weight, m.resources) for m in self.markets),
+            node_resources=unit_size(offers),
+            offers=offers,
         )
 
 

@@ -33,7 +33,6 @@ from clusterman.cloud.clients import AwsClients
 from clusterman.cloud.ec2_instances import InstanceTypeCatalog
 from clusterman.cloud.ec2_instances import describe_instances
 from clusterman.cloud.ec2_instances import instance_from_ec2
-from clusterman.cloud.ec2_instances import per_unit
 from clusterman.cloud.ec2_instances import unix_seconds
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import GroupState
@@ -50,6 +49,7 @@ from clusterman.cloud.resource_group import whole_units
 from clusterman.core.model import NO_TIME
 from clusterman.core.model import Offer
 from clusterman.core.model import ResourceGroup
+from clusterman.core.model import unit_size
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,7 @@ class SpotFleetGroup(CloudGroup):
             min_capacity=0.0,
             stale=stale,
             kind=self.kind,
-            node_resources=per_unit(offers),
+            node_resources=unit_size(offers),
             offers=offers,
         )
 

@@ -224,6 +224,16 @@ class Offer:
     resources: Resources = Resources()
 
 
+def unit_size(offers: Iterable[Offer]) -> Resources:
+    """Resources of one capacity unit: each type's hardware over its weight, the smallest of each.
+    Types of unknown size are left out; all zero when no type's size is known. This is hardware,
+    an upper bound of what a scheduler offers."""
+    sizes = [o.resources * (1.0 / o.weight) for o in offers if any(o.resources)]
+    if not sizes:
+        return Resources()
+    return Resources(*(min(values) for values in zip(*sizes, strict=True)))
+
+
 @dataclass(frozen=True, slots=True)
 class ResourceGroup:
     """An Auto Scaling group, a Spot Fleet request, or a simulated group, in capacity units."""
