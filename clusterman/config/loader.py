@@ -3,7 +3,9 @@
 Layout (as Clusterman lays it out):
   <env-config-path>                                    the main file, clusterman.yaml
   <cluster_config_directory>/<cluster>/<pool>.<scheduler>   one file per pool
-A relative ``cluster_config_directory`` or ``state_directory`` is taken relative to the main file.
+A relative ``cluster_config_directory`` or ``state_directory`` is taken relative to the main file,
+and a relative ``simulation.trace.file`` relative to the pool file. Both are made absolute here,
+so no reader resolves them against its working directory.
 """
 
 from __future__ import annotations
@@ -146,9 +148,23 @@ def load_pool_config(
 ) -> PoolConfig:
     if main.clusters:
         cluster_config(main, identity.cluster)
-    path = pool_config_path(cluster_config_directory or main.cluster_config_directory, identity)
+    return load_pool_file(pool_config_path(cluster_config_directory or main.cluster_config_directory, identity))
+
+
+def load_pool_file(path: str | os.PathLike[str]) -> PoolConfig:
+    """One pool file, validated, with its paths made absolute (``read_pool_file``)."""
+    return parse(PoolConfig, read_pool_file(path), str(path), ignored=PoolConfig.IGNORED_KEYS)
+
+
+def read_pool_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A pool file's data, not yet validated, with a relative ``simulation.trace.file`` made
+    absolute: it is relative to the pool file, wherever the reader runs or copies it."""
     raw = read_yaml(path)
-    return parse(PoolConfig, raw, str(path), ignored=PoolConfig.IGNORED_KEYS)
+    simulation = raw.get("simulation")
+    trace = simulation.get("trace") if isinstance(simulation, dict) else None
+    if isinstance(trace, dict) and isinstance(trace.get("file"), str):
+        trace["file"] = str(Path(path).absolute().parent / trace["file"])  # an absolute path stays as it is
+    return raw
 
 
 def cluster_config(main: MainConfig, cluster: str) -> ClusterConfig:

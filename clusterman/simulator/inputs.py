@@ -14,21 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from clusterman.cloud.simulated_group import default_task
 from clusterman.cloud.simulated_group import groups_from_config
 from clusterman.cloud.simulated_group import markets_from_config
+from clusterman.config.loader import load_pool_file
 from clusterman.config.loader import parse_scheduler
-from clusterman.config.loader import read_yaml
 from clusterman.core.config import MainConfig
 from clusterman.core.config import MetricType
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
-from clusterman.core.config_schema import parse
 from clusterman.core.resources import Resources
 from clusterman.core.timestamps import parse_time
 from clusterman.datastore.datafile import MetricsData
@@ -69,8 +67,7 @@ class Request:
 def load_scenario(main: MainConfig, request: Request) -> Scenario:
     metrics = read_metrics(request.metrics_files)
     source = str(request.pool_config)
-    raw = read_yaml(request.pool_config)
-    pool = with_overrides(parse(PoolConfig, raw, source, ignored=PoolConfig.IGNORED_KEYS), request)
+    pool = with_overrides(load_pool_file(request.pool_config), request)
     identity = resolve_identity(request, metrics, main)
     points = demand_points(metrics, identity)
     pool, points, notes = with_trace(pool, points, request)
@@ -116,9 +113,7 @@ def with_trace(
             points,
             (f"{request.pool_config}: simulation.trace is not replayed: the metrics files give the demand",),
         )
-    path = Path(
-        os.path.normpath(request.pool_config.parent / trace.file)
-    )  # relative to the pool file, as the autoscaler reads it
+    path = Path(trace.file)  # absolute: the loader resolved it against the pool file
     resource, series = trace_series(path, trace.metric)
     replayed = [(t, Resources(**{resource: max(0.0, v)})) for t, v in series]
     return pool, replayed, (f"the demand is {path}'s {trace.metric} (simulation.trace), at its own pace",)

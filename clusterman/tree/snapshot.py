@@ -22,6 +22,7 @@ from pathlib import Path
 
 import yaml
 
+from clusterman.config.loader import read_pool_file
 from clusterman.config.loader import read_yaml
 from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolIdentity
@@ -42,10 +43,7 @@ def take_snapshot(main: MainConfig, main_path: Path, pool_path: Path, identity: 
         with os.fdopen(fd, "wb") as out, open(main.aws.access_key_file, "rb") as src:
             shutil.copyfileobj(src, out)
         raw.setdefault("aws", {})["access_key_file"] = str(key)
-    pool = read_yaml(pool_path)
-    trace = (pool.get("simulation") or {}).get("trace")
-    if isinstance(trace, dict) and isinstance(trace.get("file"), str):
-        trace["file"] = str(pool_path.parent / trace["file"])  # an absolute path stays as it is
+    pool = read_pool_file(pool_path)
     pool_copy = clusters / identity.cluster / pool_path.name
     pool_copy.parent.mkdir(parents=True)
     pool_copy.write_text(yaml.safe_dump(pool, sort_keys=False))

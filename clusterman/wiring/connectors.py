@@ -35,7 +35,6 @@ from clusterman.cluster.simulated_scheduler import Workload
 from clusterman.cluster.simulated_scheduler import Workloads
 from clusterman.cluster.simulated_scheduler import node_allocatable
 from clusterman.config.loader import cluster_config
-from clusterman.config.loader import pool_config_path
 from clusterman.core.cloud_view import CloudInstance
 from clusterman.core.cloud_view import CloudViewSource
 from clusterman.core.config import MainConfig
@@ -74,8 +73,7 @@ def connector_for_pool(
     if identity.scheduler is Scheduler.MESOS:
         mesos = MesosPool(identity.pool, non_batch_framework_prefixes=pool.non_batch_framework_prefixes)
         return MesosConnector(mesos, mesos_master(main, identity), cloud=cloud, timeout_seconds=timeout_seconds)
-    base_dir = pool_config_path(main.cluster_config_directory, identity).parent
-    return simulated_connector(identity, pool, cloud, base_dir=base_dir, live=True)
+    return simulated_connector(identity, pool, cloud, live=True)
 
 
 def simulated_connector(
@@ -86,12 +84,11 @@ def simulated_connector(
     clock: Callable[[], float] = time.time,
     source: str = "pool config",
     workload: Workload | None = None,
-    base_dir: Path = Path("."),
     live: bool = False,
 ) -> SimulatedConnector:
     """A simulated pool: its own ``simulated`` groups from the ``simulation`` block (on ``clock``)
-    unless ``cloud`` is given, and a scheduler running the block's ``tasks``, its ``trace`` (paths
-    relative to ``base_dir``, the pool file's directory), and ``workload``. ``live``: in a running
+    unless ``cloud`` is given, and a scheduler running the block's ``tasks``, its ``trace`` (a path
+    the config loader made absolute), and ``workload``. ``live``: in a running
     autoscaler or collector, whose wall clock can be stepped back (a replay's time never is)."""
     sim = pool.simulation
     if cloud is None:
@@ -105,7 +102,7 @@ def simulated_connector(
     workloads: list[Workload] = [TaskList(items)]
     if sim.trace is not None:
         task = sim.demand_task or default_task(markets_from_config(sim, source))
-        workloads.append(load_trace(base_dir / sim.trace.file, sim.trace.metric, task, sim.trace.speedup))
+        workloads.append(load_trace(Path(sim.trace.file), sim.trace.metric, task, sim.trace.speedup))
     if workload is not None:
         workloads.append(workload)
     scheduler = SimulatedScheduler(
