@@ -1,17 +1,16 @@
-"""A pool's nodes and pods, kept current by watching the API server: what each run reads.
+"""A pool's nodes and pods, kept current by watching the API server. Each run reads this cache.
 
-Two reflectors (``reflector.py``): the pool's nodes (by the pool's node label), and every pod that
-is not finished. The API cannot select "pods on these nodes", so every pod bound to a node is kept
-(a node may join the pool, by a new label, after its pods were bound; and the two watches are not
-ordered with each other), plus the unschedulable pods aimed at the pool; any other pending pod is
-dropped as it arrives. Each object is decoded straight into its record (``kubernetes.PodRecord``,
-``kubernetes.NodeRecord``), a few hundred bytes, and its JSON dropped.
+Two reflectors (``reflector.py``) fill it. One watches the pool's nodes, by the pool's node label.
+The other watches every pod that is not finished, because the API cannot select "pods on these
+nodes": a node may join the pool after its pods were bound, and the two watches are not ordered
+with each other. The cache keeps every pod bound to a node and the unschedulable pods aimed at the
+pool; it drops any other pending pod as it arrives. Each object is decoded straight into a record
+of a few hundred bytes (``kubernetes.PodRecord``, ``kubernetes.NodeRecord``), and its JSON dropped.
 
-A run reads the cache without a call to the API: nodes whose record and pods did not change since
-the last run are the very same ``Node`` objects as then (the folds of ``core/fold.py`` reuse their
-sums), so a run costs what changed. The view is what a fresh list gives for the same state:
-nodes in name order, each node's pods and the pending pods in namespace/name order, as the API
-server lists them.
+A run reads the cache without calling the API. A node whose record and pods did not change since
+the last run is the same ``Node`` object as then, so the folds of ``core/fold.py`` reuse its sums
+and a run costs what changed. The view is what a fresh list of the same state would give: nodes in
+name order, pods in namespace/name order.
 """
 
 from __future__ import annotations
@@ -100,8 +99,8 @@ class KubernetesSource(Generic[O]):
         try:
             return self.call(_preload_content=False, **self.selectors, **query)
         except ApiException as e:
-            # a watch's version too old: list again. A list's continue token too old (the list took
-            # longer than etcd keeps it) fails this list, which is made again from its first page
+            # On a watch, 410 means its version is too old: the reflector lists again. On a list,
+            # it means the continue token expired: this list fails and the next starts afresh.
             if e.status == 410 and "watch" in query:
                 raise Gone(api_error(e)) from e
             raise self._fail(doing, api_error(e)) from e
@@ -282,8 +281,10 @@ class PoolCache:
     # --- the run's side ---------------------------------------------------------------------------
 
     def view(self, now: float) -> SchedulerView:
-        """What a fresh list would give, from the records; ConnectorError for an object that cannot be
-        read (as a fresh list would fail on it), until it is fixed or gone."""
+        """What a fresh list would give, built from the records.
+
+        An object that cannot be read raises ConnectorError, as a fresh list would, until it is
+        fixed or gone."""
         with self._lock:
             if self._broken:
                 raise ConnectorError(next(iter(self._broken.values())))

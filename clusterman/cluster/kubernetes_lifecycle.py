@@ -9,13 +9,14 @@
   cordons  ``spec.unschedulable`` is an operator's: never written here. A node is only drained when
            it carries a scale-down taint, so a cordoned node is drained only if the decision tainted it
 
-Taints are written with a patch that carries the ``resourceVersion`` read just before: the API
-server refuses it with 409 Conflict when someone else changed the node meanwhile (a kubelet, an
-operator's own taint), and the edit is redone on the fresh node, so no other writer's taint is lost.
-Responses are read as raw JSON (``_preload_content=False``), like the connector does. A call the API
-server does not answer (``ATTEMPTS`` timeouts) makes the calls that follow within as long again fail
-at once, saying so: nodes are handled one after another, and a silent API must not hold the run
-for a timeout per node.
+Taints are written with a patch that carries the ``resourceVersion`` read just before. When
+someone else changed the node meanwhile (a kubelet, an operator's own taint), the API server
+refuses it with 409 Conflict and the edit is redone on the fresh node, so no other writer's taint
+is lost. Responses are read as raw JSON (``_preload_content=False``), as the connector reads them.
+
+Nodes are handled one after another, so a silent API server must not cost a timeout per node.
+After one call goes unanswered (``ATTEMPTS`` timeouts), the calls that follow within as long again
+fail at once, saying so.
 """
 
 from __future__ import annotations

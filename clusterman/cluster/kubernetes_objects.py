@@ -1,9 +1,9 @@
 """The fields of Kubernetes nodes and pods that clusterman reads, as typed structs.
 
 A pod is about 9 KB of JSON, of which clusterman reads some twenty fields. ``msgspec`` decodes a
-list page or a watch event straight into these structs and skips every other field without building
-it: 8-15x faster than ``json.loads`` of the same page, and next to nothing for the garbage collector
-to walk (measured in ``bench/kubernetes_cache.py``). Attribute names are the API's, in snake case.
+list page or a watch event straight into these structs and skips every other field. That is 8-15x
+faster than ``json.loads`` of the same page and leaves next to nothing for the garbage collector
+(``bench/kubernetes_cache.py``). Attribute names are the API's, in snake case.
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ Quantity = str | int | float
 
 
 class Fields(msgspec.Struct, rename="camel", gc=False):
-    """Base of the structs below: API names are camelCase; unknown fields are skipped. Trees with
-    no cycles, so the cyclic garbage collector need not track them (``gc=False``)."""
+    """Base of the structs below. API names are camelCase, and unknown fields are skipped.
+    The structs hold no cycles, so the garbage collector need not track them (``gc=False``)."""
 
 
 class Frozen(msgspec.Struct, rename="camel", gc=False, frozen=True):
-    """``Fields``, frozen, so hashable: a pod's containers are the key of its request's cache as
-    they are decoded."""
+    """``Fields``, frozen so they can be hashed: a pod's containers key the cache of its request."""
 
 
 class ResourceList(Frozen, frozen=True):
@@ -203,7 +202,7 @@ def decode(kind: type[Any], data: bytes | msgspec.Raw) -> Any:
 
 
 def convert(obj: Mapping[str, Any] | T, kind: type[T]) -> T:
-    """A decoded API object (a dict, as the tests and old callers have them) as its struct."""
+    """An API object, a struct already or a dict, as its struct."""
     if isinstance(obj, kind):
         return obj
     return msgspec.convert(obj, kind, strict=False)

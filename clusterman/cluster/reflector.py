@@ -119,8 +119,8 @@ _GC_LOCK = threading.Lock()
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """The cyclic collector off while a list is decoded (it would walk the growing heap again and
-    again), then what survived moved out of its reach (``gc.freeze``): records hold no cycles."""
+    """Pause the cyclic collector while a list is decoded, since it would walk the growing heap
+    again and again. Records hold no cycles, so what survives is then frozen out of its reach."""
     global _GC_PAUSES
     with _GC_LOCK:
         _GC_PAUSES += 1
@@ -137,6 +137,8 @@ def collector_paused() -> Iterator[None]:
 
 
 class Reflector(Generic[O]):
+    """One resource's list-then-watch loop (the module's docstring has the rules)."""
+
     def __init__(
         self,
         resource: str,
@@ -180,8 +182,8 @@ class Reflector(Generic[O]):
         version = ""
 
         def objects() -> Iterator[O]:
-            # the next page is asked for as soon as its token is known, and read on a thread of its
-            # own while this one is stored: the wait for the server and the socket overlap the decoding
+            # Ask for the next page on a thread of its own as soon as its token is known, so that
+            # waiting for the server overlaps storing this page.
             nonlocal version
             with ThreadPoolExecutor(1, thread_name_prefix=f"list {self.resource}") as ahead:
                 page = self.source.page(None)
@@ -256,8 +258,8 @@ class Reflector(Generic[O]):
                 self.store.update(event.type, event.obj)
             if event.version:
                 self.version = event.version
-        # the server ended the stream (its timeoutSeconds): watch again at once, unless it ended
-        # the stream as soon as it began (then it is not well, and the backoff applies)
+        # The server ended the stream at its timeoutSeconds: watch again at once. A stream that
+        # ended as soon as it began means the server is not well, so the backoff applies.
         if self.clock() - started < self.healthy_after_seconds:
             self._wait("watching again after a short watch")
             return

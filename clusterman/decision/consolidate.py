@@ -1,11 +1,11 @@
 """Consolidation: make the pool's free room whole places, within a disruption budget
 (docs/scaling.md, "Consolidation").
 
-Utilisation counts free CPUs; a pod needs them on one node. Pods of several sizes that leave at
-random split the free room over many nodes in pieces no large pod fits, so the slot reserve
-(slots.py) keeps whole nodes' worth of places beside them, and the pool pays for both. Each run in
-which nothing is in flight, the emptiest nodes are looked at, their pods placed on the other
-nodes as the pool's scheduler will place them (placement.py), and one of them chosen:
+Utilisation counts free CPUs, but a pod needs them on one node. When pods of several sizes leave
+at random, the free room splits over many nodes into pieces no large pod fits. The slot reserve
+(slots.py) then keeps whole nodes' worth of places beside them, and the pool pays for both. In
+each run with nothing in flight, consolidation looks at the emptiest nodes, places their pods on
+the other nodes as the pool's scheduler would (placement.py), and chooses one of them:
   remove  its pods fit elsewhere, the places left are at least the reserve plus its band, and the
           capacity left is at least what the signals ask for (utilisation alone, before the
           reserve): the target drops by its weight, it is tainted, drained and terminated

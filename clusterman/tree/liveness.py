@@ -6,25 +6,23 @@ The bootstrap reads two small files and asks these rules:
 
 - the heartbeat ``$CMAN_HEARTBEAT_FILE``, which the autoscaler rewrites (atomically) after every
   finished run: ``{"finished_at": <unix seconds>, "period_seconds": <seconds>, "pid": <its pid>,
-  "monotonic": <the host's CLOCK_MONOTONIC, seconds>}`` (the last two are what a stall is judged
-  by: one clock for every process of the host, which no step of the wall clock moves), and
-  ``"unanswered": {<app>: {"since": <unix s>, "last": <unix s>}}`` for the signals whose runners
-  did not answer in time, in the first and the last run since they last did (stopped, hung in
-  the signal's code: supervisord sees them RUNNING);
+  "monotonic": <the host's CLOCK_MONOTONIC, seconds>}``. A stall is judged by the last two: one
+  clock for every process of the host, which no step of the wall clock moves. ``"unanswered":
+  {<app>: {"since": <unix s>, "last": <unix s>}}`` names the signals whose runners did not answer
+  in time (stopped, or hung in the signal's code, while supervisord sees them RUNNING);
 - the starts ``$CMAN_SUPERVISOR_DIR/starts-autoscaler``, one line per start
   (``clusterman.tree.parent_death``).
 
-The other way round, the bootstrap rewrites ``$CMAN_TREE_WATCH_FILE`` after each look at the tree
-(``{"at": <unix s>, "poll_seconds": <s>, "monotonic": <s>}``, and ``"unwritable": {<file>: <why>}``
-for the files of its own it cannot write), and the autoscaler's ``/healthz`` judges it: nothing in
-the tree can restart a stopped bootstrap, but the pod's liveness probe can.
+The other way round, the bootstrap rewrites ``$CMAN_TREE_WATCH_FILE`` after each look at the tree:
+``{"at": <unix s>, "poll_seconds": <s>, "monotonic": <s>}``, and ``"unwritable": {<file>: <why>}``
+for the files of its own it cannot write. The autoscaler's ``/healthz`` judges it, because nothing
+in the tree can restart a stopped bootstrap, but the pod's liveness probe can.
 
 Both liveness files survive a full disk. Each is normally replaced in one step (a new file,
 renamed), padded to ``LIVENESS_BYTES``; when the new file cannot be written, the record is written
 over the old one, in place, which needs no new block. A file that could not be written is said
-so (``cannot write the heartbeat: No space left on device``), never taken for a stall of the
-process that tried: a full private directory made the bootstrap kill a healthy autoscaler every
-80 s, and its /healthz answer 503.
+so (``cannot write the heartbeat: No space left on device``), and never taken for a stall of the
+process that tried.
 """
 
 from __future__ import annotations
@@ -263,8 +261,8 @@ def watch_problem(env: Mapping[str, str], now: float, monotonic_now: float = mat
     """For the autoscaler's /healthz: why the bootstrap no longer watches the tree ("" when it does,
     or when there is no bootstrap). A stopped (SIGSTOP) or hung bootstrap restarts no stalled
     autoscaler or runner and applies no edit, while the tree it leaves running looks healthy.
-    Judged on the host's monotonic clock when both sides give it (a stepped wall clock made the
-    last look seem an hour old, or new), else on the wall clock."""
+    Judged on the host's monotonic clock when both sides give it, since a stepped wall clock would
+    make the last look seem an hour old, or new; else on the wall clock."""
     path = env.get(WATCH_ENV)
     if not path:
         return ""
