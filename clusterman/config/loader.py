@@ -4,8 +4,8 @@ Layout (as Clusterman lays it out):
   <env-config-path>                                    the main file, clusterman.yaml
   <cluster_config_directory>/<cluster>/<pool>.<scheduler>   one file per pool
 A relative ``cluster_config_directory`` or ``state_directory`` is taken relative to the main file,
-and a relative ``simulation.trace.file`` relative to the pool file. Both are made absolute here,
-so no reader resolves them against its working directory.
+and a relative ``simulation.trace.file`` relative to the pool file. All three are made absolute
+here, so no reader resolves them against its working directory.
 """
 
 from __future__ import annotations
