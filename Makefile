@@ -12,6 +12,8 @@ CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
 # uv installs the pinned sets in seconds where pip took three minutes on a fresh machine; pip stays
 # in the venvs for what the program itself runs (signal venvs, the wheel's install test).
+# --compile-bytecode: pip writes .pyc files when it installs and uv does not, and with
+# PYTHONDONTWRITEBYTECODE set no import writes them later, so every process would compile boto3.
 UV_VERSION := 0.13.9
 UV := $(BIN)/uv
 
@@ -20,7 +22,7 @@ $(UV):
 	$(BIN)/pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 
 $(STAMP): $(UV) requirements.txt requirements-dev.txt constraints.txt constraints-dev.txt setup.py pyproject.toml
-	$(UV) pip install -q --python $(BIN)/python -c constraints-dev.txt -r requirements-dev.txt
+	$(UV) pip install -q --compile-bytecode --python $(BIN)/python -c constraints-dev.txt -r requirements-dev.txt
 	$(UV) pip install -q --python $(BIN)/python --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -28,7 +30,7 @@ venv: $(STAMP)
 
 $(CHECKOV_STAMP): $(UV) requirements-checkov.txt
 	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
-	$(UV) pip install -q --python $(CHECKOV_VENV)/bin/python --no-deps -r requirements-checkov.txt
+	$(UV) pip install -q --compile-bytecode --python $(CHECKOV_VENV)/bin/python --no-deps -r requirements-checkov.txt
 	touch $@
 
 system-deps:
