@@ -24,7 +24,8 @@ points of each of its metrics, next to MostRecentResources over the same window.
 
 For iterating on one part, ``python -m bench.scoreboard --traces batch --days 2 --variants new
 --set hold_minutes=10 --set setpoint=0.95 --episodes`` runs a subset, overrides a signal parameter
-or an ``autoscaling`` key of the new default, and lists each stretch of shortfall.
+or an ``autoscaling`` key of the new default, and lists each stretch of shortfall; ``--breakdown``
+says where the capacity above the demand goes (``CostSplit``).
 """
 
 from __future__ import annotations
@@ -50,8 +51,10 @@ from clusterman.core.config import PLACEMENTS
 from clusterman.core.config import MainConfig
 from clusterman.core.config import MetricType
 from clusterman.core.config import SignalConfig
+from clusterman.core.model import NodeState
 from clusterman.datastore.datafile import write_metrics_file
 from clusterman.datastore.store import system_key
+from clusterman.run.report import RunReport
 from clusterman.simulator.inputs import Request
 from clusterman.simulator.inputs import load_scenario
 from clusterman.simulator.plot import write_plot
@@ -61,6 +64,7 @@ from clusterman.simulator.simulation import simulate
 REPO = Path(__file__).resolve().parents[1]
 MAIN = REPO / "config" / "clusterman.yaml"
 NODE_CPUS = 8
+SLOT_CPUS = 4  # the largest pod of the demand mix: a whole free place
 POOL: dict[str, Any] = {
     "resource_groups": [{"simulated": {"tag": "bench-a"}}],
     "scaling_limits": {
@@ -188,6 +192,7 @@ def score(
     overrides: dict[str, Any] | None = None,
     episodes: bool = False,
     placement: str = "first_fit",
+    breakdown: bool = False,
 ) -> dict[str, Any]:
     main = load_main_config(main_config(workdir, variant, overrides))
     setpoint = OLD_AUTOSCALING["setpoint"] if variant == "old" else main.autoscaling.setpoint
@@ -198,8 +203,9 @@ def score(
     if variant == "perfect":  # looking as far ahead as the shipped signal's horizon
         signal = perfect_forecast.pool_signal(name, days, shipped_signal(main).parameters["horizon_minutes"])
     scenario = load_scenario(main, Request(pool_file(workdir, variant, name, initial, signal, placement), [data]))
+    split = CostSplit() if breakdown else None
     started = time.perf_counter()
-    result = simulate(scenario)
+    result = simulate(scenario, on_run=split)
     seconds = time.perf_counter() - started
     plots = os.environ.get("CLUSTERMAN_BENCH_PLOTS")
     if plots and variant == "new":
@@ -216,6 +222,16 @@ def score(
         t = result.timeline
         means = {k: math.fsum(t[k]) / len(t) for k in ("demand_cpus", "allocated_cpus", "joined_cpus", "paid_cpus")}
         print("    mean CPUs: " + ", ".join(f"{k} {v:.1f}" for k, v in means.items()), file=sys.stderr)
+    if split is not None:
+        t = result.timeline
+        paid = math.fsum(t["paid_cpus"]) / len(t)
+        out["breakdown"] = {
+            "oracle": round(paid / s["cost"]["vs_oracle"], 1),
+            "paid": round(paid, 1),
+            "joining": round(paid - math.fsum(t["joined_cpus"]) / len(t), 1),
+            **split.means(),
+        }
+        print("    where (mean CPUs): " + ", ".join(f"{k} {v}" for k, v in out["breakdown"].items()), file=sys.stderr)
     return {
         **out,
         "cost_vs_oracle": s["cost"]["vs_oracle"],
@@ -226,6 +242,44 @@ def score(
         "consolidated_per_day": round(s["scaling"]["nodes_consolidated"] / days, 1),
         "seconds": round(seconds, 2),
     }
+
+
+class CostSplit:
+    """Where the capacity above the demand goes, averaged over the runs, in CPUs: what the signals
+    asked for above the demand (``signal``), the ready nodes' free room as whole places for the
+    largest pod (``places``) and as pieces smaller than one (``fragments``), and the free room on
+    tainted nodes (``draining``). Paid above the oracle is these, less what the oracle itself pays
+    above the demand, plus nodes still joining."""
+
+    KEYS = ("demand", "signal", "places", "fragments", "draining")
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.sums = dict.fromkeys(self.KEYS, 0.0)
+
+    def __call__(self, report: RunReport) -> None:
+        snapshot, decision = report.snapshot, report.decision
+        if snapshot is None or decision is None:
+            return
+        demand = math.fsum(t.requests.cpus for n in snapshot.nodes for t in n.tasks if not t.daemon)
+        demand += math.fsum(t.requests.cpus for t in snapshot.pending)
+        add = dict.fromkeys(self.KEYS, 0.0)
+        add["demand"] = demand
+        add["signal"] = float(decision.demand.get("cpus", demand)) - demand
+        for node in snapshot.nodes:
+            free = node.allocatable.cpus - node.usage.allocated_reserved.cpus - node.usage.allocated_unreserved.cpus
+            if node.state is NodeState.READY:
+                whole = math.floor(free / SLOT_CPUS + 1e-9) * SLOT_CPUS
+                add["places"] += whole
+                add["fragments"] += free - whole
+            elif node.state is NodeState.TAINTED:
+                add["draining"] += free
+        self.runs += 1
+        for key, value in add.items():
+            self.sums[key] += value
+
+    def means(self) -> dict[str, float]:
+        return {k: round(v / max(self.runs, 1), 1) for k, v in self.sums.items()}
 
 
 def shipped_signal(main: MainConfig) -> SignalConfig:
@@ -316,6 +370,7 @@ def run(
     overrides: dict[str, Any] | None = None,
     episodes: bool = False,
     placement: str = "first_fit",
+    breakdown: bool = False,
 ) -> dict[str, Any]:
     """The scoreboard; run whole (``make bench``), also the old and new defaults under the
     simulated scheduler's other placements (``OTHER_PLACEMENTS``)."""
@@ -325,7 +380,7 @@ def run(
         workdir = Path(tmp)
         files = {name: metrics_file(workdir, name, days) for name in traces}  # each trace written once
         out: dict[str, Any] = {"days": days, "placement": placement}
-        out |= board(workdir, days, files, variants, overrides, episodes, placement)
+        out |= board(workdir, days, files, variants, overrides, episodes, placement, breakdown)
         print(table(out), file=sys.stderr)
         if whole:
             out["signal_cost"] = signal_cost()
@@ -345,12 +400,13 @@ def board(
     overrides: dict[str, Any] | None,
     episodes: bool,
     placement: str,
+    breakdown: bool = False,
 ) -> dict[str, Any]:
     """Every trace (its ``metrics_file``) under every variant, and the totals per variant."""
     out: dict[str, Any] = {"traces": {}, "totals": {}}
     for name, (data, first) in files.items():
         out["traces"][name] = {
-            v: score(workdir, v, name, data, first, days, overrides, episodes, placement) for v in variants
+            v: score(workdir, v, name, data, first, days, overrides, episodes, placement, breakdown) for v in variants
         }
     for v in variants:
         rows = [out["traces"][name][v] for name in files]
@@ -395,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=f"{' and '.join(TUNABLE)} only")
     parser.add_argument("--episodes", action="store_true", help="list each stretch of shortfall")
+    parser.add_argument("--breakdown", action="store_true", help="where the capacity above the demand goes")
     parser.add_argument("--placement", default="first_fit", choices=PLACEMENTS, help="the simulated scheduler's")
     parser.add_argument("--bound", nargs="*", type=float, metavar="SPARE", help="only the flash lower bound")
     args = parser.parse_args(argv)
@@ -404,7 +461,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"spare {spare:.2f}: {crowds} crowds, at least {unmet:,.0f} unmet CPU-minutes")
         return 0
     overrides = {k: _value(v) for k, _, v in (item.partition("=") for item in args.set)}
-    run(False, args.days, tuple(args.traces), tuple(args.variants), overrides, args.episodes, args.placement)
+    run(
+        False,
+        args.days,
+        tuple(args.traces),
+        tuple(args.variants),
+        overrides,
+        args.episodes,
+        args.placement,
+        args.breakdown,
+    )
     return 0
 
 

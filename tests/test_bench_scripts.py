@@ -63,3 +63,32 @@ def test_every_module_make_bench_runs_is_a_benchmark():
     from bench.__main__ import discover
 
     assert all(callable(getattr(importlib.import_module(f"bench.{name}"), "run", None)) for name in discover())
+
+
+def test_the_breakdown_splits_free_room_into_places_and_fragments():
+    from fractions import Fraction
+
+    from bench.scoreboard import CostSplit
+    from clusterman.core.model import Node
+    from clusterman.core.model import NodeState
+    from clusterman.core.model import PoolSnapshot
+    from clusterman.core.model import Task
+    from clusterman.core.resources import Resources
+    from clusterman.decision.result import Action
+    from clusterman.decision.result import Decision
+    from clusterman.run.report import Outcome
+    from clusterman.run.report import RunReport
+
+    def node(name: str, state: NodeState, *used: float) -> Node:
+        tasks = tuple(Task(f"{name}-{k}", Resources(cpus=c)) for k, c in enumerate(used))
+        return Node(name, state, Resources(cpus=8), tasks=(*tasks, Task(f"{name}-d", Resources(cpus=1), daemon=True)))
+
+    # free (a daemon is part of the node, as for the decision): 8 - 2 = 6 (a place and 2),
+    # 8 - 3.5 = 4.5 (a place and 0.5), tainted 8 - 4 = 4; demand 2 + 3.5 + 4 running and 2 pending
+    nodes = (node("a", NodeState.READY, 1, 1), node("b", NodeState.READY, 3, 0.5), node("c", NodeState.TAINTED, 4))
+    snapshot = PoolSnapshot(0.0, nodes, pending=(Task("p", Resources(cpus=2)),))
+    decision = Decision(Action.NONE, Fraction(2), Fraction(2), Fraction(2), {}, "", demand={"cpus": Fraction(20)})
+    split = CostSplit()
+    split(RunReport(0.0, Outcome.ACTED, snapshot=snapshot, decision=decision))
+    split(RunReport(60.0, Outcome.NO_DEMAND, snapshot=snapshot))  # no decision: not a run that counts
+    assert split.means() == {"demand": 11.5, "signal": 8.5, "places": 8.0, "fragments": 2.5, "draining": 4.0}
