@@ -61,8 +61,10 @@ itests: venv
 acceptance: venv
 	$(BIN)/pytest -q acceptance
 
+# Slowest first (the acceptance run is 150 s of `make run`), so no worker ends waiting on it alone;
+# three workers on two cores, since most tests wait on real processes, not the CPU.
 test: system-deps lint typecheck
-	$(BIN)/pytest -q -n 2 --dist loadgroup --durations=25 tests itests acceptance
+	$(BIN)/pytest -q -n 3 --dist loadgroup --durations=25 acceptance itests tests
 
 bench: venv
 	$(BIN)/python -m bench
