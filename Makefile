@@ -40,14 +40,14 @@ run: venv
 	$(BIN)/python -m clusterman.local.stack --duration $(DURATION)
 
 lint: venv $(CHECKOV_STAMP)
-	$(BIN)/ruff check clusterman clusterman_signals tests itests acceptance bench
-	$(BIN)/ruff format --check clusterman clusterman_signals tests itests acceptance bench
+	$(BIN)/ruff check clusterman clusterman_signals tests itests acceptance bench conftest.py
+	$(BIN)/ruff format --check clusterman clusterman_signals tests itests acceptance bench conftest.py
 	$(BIN)/pytest -q -p no:cacheprovider tests/test_layers.py
 	scripts/lint-deploy $(BIN)/hadolint $(CHECKOV_VENV)/bin/checkov
 
 format: venv
-	$(BIN)/ruff check --fix-only clusterman clusterman_signals tests itests acceptance bench
-	$(BIN)/ruff format clusterman clusterman_signals tests itests acceptance bench
+	$(BIN)/ruff check --fix-only clusterman clusterman_signals tests itests acceptance bench conftest.py
+	$(BIN)/ruff format clusterman clusterman_signals tests itests acceptance bench conftest.py
 
 typecheck: venv
 	$(BIN)/mypy
