@@ -21,6 +21,10 @@ from collections.abc import Callable
 MINUTES_PER_DAY = 24 * 60
 START = 1709510400  # 2024-03-04T00:00:00Z, a Monday
 
+SURPRISING = ("diurnal", "flash")  # the traces with events no forecast sees coming
+# the unforeseeable events of a trace: (first minute, the CPUs it adds in each minute from then on)
+Events = list[tuple[int, list[float]]]
+
 
 def _noise(rng: random.Random, minutes: int, share: float, keep: float = 0.7) -> list[float]:
     """Multiplicative noise around 1 that persists (AR(1) with ``keep``), stddev ``share``."""
@@ -37,7 +41,8 @@ def _daily(minute: int, peak_hour: float) -> float:
     return math.cos(2 * math.pi * ((minute % MINUTES_PER_DAY) / 60 - peak_hour) / 24)
 
 
-def diurnal(minutes: int, rng: random.Random) -> list[float]:
+def diurnal(minutes: int, rng: random.Random, events: Events | None = None) -> list[float]:
+    """``events``: filled with the bursts, when given."""
     noise = _noise(rng, minutes, 0.02)
     out = []
     burst_until, burst = -1, 0.0
@@ -46,12 +51,17 @@ def diurnal(minutes: int, rng: random.Random) -> list[float]:
         base, amplitude = (250.0, 100.0) if weekend else (400.0, 250.0)
         if m > burst_until and rng.random() < 1 / 240:  # a burst every four hours or so
             burst_until, burst = m + rng.randint(3, 15), rng.uniform(10, 40)
+            if events is not None:
+                events.append((m, []))
         extra = burst if m <= burst_until else 0.0
+        if extra and events is not None:
+            events[-1][1].append(extra)
         out.append((base + amplitude * _daily(m, 15)) * noise[m] + extra)
     return out
 
 
-def flash(minutes: int, rng: random.Random) -> list[float]:
+def flash(minutes: int, rng: random.Random, events: Events | None = None) -> list[float]:
+    """``events``: filled with the crowds, when given."""
     noise = _noise(rng, minutes, 0.02)
     crowds = []
     for _ in range(4):
@@ -64,6 +74,9 @@ def flash(minutes: int, rng: random.Random) -> list[float]:
             if start <= m < end:
                 level += size * min(1.0, (end - m) / 10)  # a crowd thins out over its last 10 minutes
         out.append(level * noise[m])
+    if events is not None:
+        for start, end, size in sorted(crowds):
+            events.append((start, [size * min(1.0, (end - m) / 10) * noise[m] for m in range(start, end)]))
     return out
 
 
@@ -101,7 +114,7 @@ def walk(minutes: int, rng: random.Random) -> list[float]:
     return out
 
 
-TRACES: dict[str, Callable[[int, random.Random], list[float]]] = {
+TRACES: dict[str, Callable[..., list[float]]] = {
     "diurnal": diurnal,
     "flash": flash,
     "batch": batch,
@@ -115,3 +128,12 @@ def trace(name: str, days: float, seed: int = 1) -> list[tuple[int, float]]:
     minutes = int(days * MINUTES_PER_DAY)
     values = TRACES[name](minutes, random.Random(f"{name}-{seed}"))
     return [(START + 60 * m, round(max(v, 0.0), 2)) for m, v in enumerate(values)]
+
+
+def surprises(name: str, days: float, seed: int = 1) -> Events:
+    """The events of ``trace(name, days, seed)`` that no forecast sees coming: diurnal's bursts and
+    flash's crowds; none for the other traces (batch's waves come every 6 hours)."""
+    events: Events = []
+    if name in SURPRISING:
+        TRACES[name](int(days * MINUTES_PER_DAY), random.Random(f"{name}-{seed}"), events)
+    return events

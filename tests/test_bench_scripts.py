@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 
@@ -92,3 +93,35 @@ def test_the_breakdown_splits_free_room_into_places_and_fragments():
     split(RunReport(0.0, Outcome.ACTED, snapshot=snapshot, decision=decision))
     split(RunReport(60.0, Outcome.NO_DEMAND, snapshot=snapshot))  # no decision: not a run that counts
     assert split.means() == {"demand": 11.5, "signal": 8.5, "places": 8.0, "fragments": 2.5, "draining": 4.0}
+
+
+def test_collecting_a_traces_surprises_leaves_the_trace_as_it_was():
+    import random
+
+    from bench._traces import TRACES
+    from bench._traces import surprises
+
+    for name in ("diurnal", "flash"):
+        events: list = []
+        with_events = TRACES[name](2880, random.Random(f"{name}-1"), events)
+        assert with_events == TRACES[name](2880, random.Random(f"{name}-1"))
+        assert events == surprises(name, 2) and events, name
+        for start, adds in events:  # each event is part of its minutes' demand
+            assert all(with_events[start + k] >= cpus for k, cpus in enumerate(adds))
+    assert surprises("walk", 2) == []
+
+
+def test_the_frontier_without_surprises_is_the_oracle_and_more_spare_buys_less_unmet():
+    from bench._frontier import cheapest
+    from bench._frontier import frontier
+
+    walk = frontier("walk", 1, [0, 16])
+    assert (walk[0].cost_vs_oracle, walk[0].unmet) == (1.0, 0.0)
+    assert walk[1].cost_vs_oracle > 1.0
+    points = frontier("diurnal", 2, range(0, 61, 10))
+    assert points[0].unmet > points[-1].unmet
+    for a, b in itertools.pairwise(points):
+        assert a.cost_vs_oracle <= b.cost_vs_oracle and a.unmet >= b.unmet
+    assert cheapest(points, -1) is None
+    best = cheapest(points, points[3].unmet)
+    assert best is not None and best.spare <= points[3].spare

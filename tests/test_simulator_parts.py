@@ -20,7 +20,7 @@ from clusterman.events.exporter import AutoscalerMetrics
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.in_process import InProcessSignal
 from clusterman.signals.protocol import SignalError
-from clusterman.simulator.costs import _max_ahead
+from clusterman.simulator.costs import max_ahead
 from clusterman.simulator.costs import oracle_cost
 from clusterman.simulator.inputs import SimulationInputError
 from clusterman.simulator.inputs import read_metrics
@@ -75,8 +75,8 @@ def test_spot_markets_follow_the_series_on_demand_ones_their_price():
 
 
 def test_the_oracle_launches_a_join_delay_ahead():
-    assert _max_ahead([1, 1, 3, 1, 1, 2], 2) == [3, 3, 3, 2, 2, 2]
-    assert _max_ahead([1, 2], 0) == [1, 2]
+    assert max_ahead([1, 1, 3, 1, 1, 2], 2) == [3, 3, 3, 2, 2, 2]
+    assert max_ahead([1, 2], 0) == [1, 2]
     market = SimulatedMarket("x", "z", 1, Resources(cpus=2), price=0.6)
     times = [60.0 * k for k in range(10)]
     cpus = [2.0] * 5 + [6.0] * 5  # 1 instance, then 3 from minute 5

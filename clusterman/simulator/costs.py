@@ -168,7 +168,7 @@ def oracle_cost(
     per_step: list[float] | None = None
     for market in {(m.instance_type, m.availability_zone, m.spot): m for m in markets}.values():
         needed = [_instances_needed(market.resources, [column[k] for column in demand]) for k in range(len(times))]
-        paid = _max_ahead(needed, lead)
+        paid = max_ahead(needed, lead)
         cost = [n * prices.price(market, t) for n, t in zip(paid, times, strict=True)]
         per_step = cost if per_step is None else [min(a, b) for a, b in zip(per_step, cost, strict=True)]
     return math.fsum(per_step or ()) * step_seconds / 3600
@@ -186,7 +186,7 @@ def _instances_needed(size: Resources, demand: Sequence[float]) -> float:
     return worst
 
 
-def _max_ahead(values: Sequence[float], lead: int) -> list[float]:
+def max_ahead(values: Sequence[float], lead: int) -> list[float]:
     """out[k] = max(values[k : k + lead + 1]), in one pass with a monotonic queue."""
     out = [0.0] * len(values)
     window: deque[int] = deque()
