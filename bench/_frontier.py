@@ -1,4 +1,4 @@
-"""What no autoscaler can beat on a scoreboard trace: the cost of its unmet demand.
+"""What no autoscaler beats on a scoreboard trace: the least cost of its unmet demand.
 
 A trace's surprises (``_traces.surprises``: diurnal's bursts, flash's crowds) start at random
 times. Capacity launched when a surprise is first seen joins ``join_minutes`` later, so for any
@@ -6,10 +6,16 @@ policy that cannot see them coming, the surprise's first minutes are served only
 the pool already had. The frontier gives such a policy everything else for free: it knows the
 rest of the demand exactly (the daily curve, the noise, a surprise once it is ``join_minutes``
 old), packs pods perfectly (capacity is fluid, in whole 8-CPU nodes) and launches and removes
-instantly. It carries ``spare`` CPUs above what it knows:
+instantly, and knows when a surprise under way ends. It carries ``spare`` CPUs above what it
+knows, none where no surprise can start (diurnal's bursts never overlap, so none starts while one
+is under way):
 
   joined(t) = ceil((demand(t) − unseen(t) + spare) / 8) nodes, unseen(t) = what the surprises
               that started in the last ``join_minutes`` add at t
+
+A surprise is as likely in any other minute, and the demand one leaves unmet falls ever more
+slowly as the spare grows, so a spare that varies over those minutes does no better on average
+than a constant one of the same mean.
   paid(t)   = max of joined over [t, t + join_minutes]   (paid from launch, as the oracle)
   unmet     = Σ (demand(t) − 8 × joined(t))⁺
 
@@ -25,6 +31,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from bench._traces import EXCLUSIVE
 from bench._traces import surprises
 from bench._traces import trace
 from clusterman.simulator.costs import max_ahead
@@ -45,14 +52,18 @@ def frontier(name: str, days: float, spares: Iterable[float]) -> list[Point]:
     """One point per spare, for the trace ``name`` over ``days`` (module docstring)."""
     demand = [v for _, v in trace(name, days)]
     unseen = [0.0] * len(demand)
+    calm = [False] * len(demand)  # no surprise can start: one that never overlaps another is under way
     for start, adds in surprises(name, days):
-        for k, cpus in enumerate(adds[:JOIN_MINUTES]):
+        for k, cpus in enumerate(adds):
             if start + k < len(unseen):
-                unseen[start + k] += cpus
+                if k < JOIN_MINUTES:
+                    unseen[start + k] += cpus
+                else:
+                    calm[start + k] = name in EXCLUSIVE
     oracle = math.fsum(max_ahead([_nodes(d) for d in demand], JOIN_MINUTES))
     points = []
     for spare in spares:
-        joined = [_nodes(d - u + spare) for d, u in zip(demand, unseen, strict=True)]
+        joined = [_nodes(d - u + (0 if c else spare)) for d, u, c in zip(demand, unseen, calm, strict=True)]
         short = [d - NODE_CPUS * n for d, n in zip(demand, joined, strict=True)]
         points.append(
             Point(

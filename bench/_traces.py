@@ -22,6 +22,7 @@ MINUTES_PER_DAY = 24 * 60
 START = 1709510400  # 2024-03-04T00:00:00Z, a Monday
 
 SURPRISING = ("diurnal", "flash")  # the traces with events no forecast sees coming
+EXCLUSIVE = ("diurnal",)  # ... of which a new event never starts while one is under way
 # the unforeseeable events of a trace: (first minute, the CPUs it adds in each minute from then on)
 Events = list[tuple[int, list[float]]]
 

@@ -108,6 +108,8 @@ def test_collecting_a_traces_surprises_leaves_the_trace_as_it_was():
         assert events == surprises(name, 2) and events, name
         for start, adds in events:  # each event is part of its minutes' demand
             assert all(with_events[start + k] >= cpus for k, cpus in enumerate(adds))
+    bursts = surprises("diurnal", 7)  # the frontier carries no spare while one is under way
+    assert all(b[0] >= a[0] + len(a[1]) for a, b in itertools.pairwise(bursts))
     assert surprises("walk", 2) == []
 
 
