@@ -13,9 +13,11 @@ is under way):
   joined(t) = ceil((demand(t) − unseen(t) + spare) / 8) nodes, unseen(t) = what the surprises
               that started in the last ``join_minutes`` add at t
 
-A surprise is as likely in any other minute, and the demand one leaves unmet falls ever more
-slowly as the spare grows, so a spare that varies over those minutes does no better on average
-than a constant one of the same mean.
+It takes surprises to come at a constant rate, as crowds and bursts do: it does not use that the
+flash generator draws exactly four crowds, none in the first 12 hours or the last 2. A surprise
+is then as likely in any other minute, and the demand one leaves unmet falls ever more slowly as
+the spare grows, so a spare that varies over those minutes does no better on average than a
+constant one of the same mean.
   paid(t)   = max of joined over [t, t + join_minutes]   (paid from launch, as the oracle)
   unmet     = Σ (demand(t) − 8 × joined(t))⁺
 
