@@ -21,8 +21,12 @@ from collections.abc import Callable
 MINUTES_PER_DAY = 24 * 60
 START = 1709510400  # 2024-03-04T00:00:00Z, a Monday
 
+# (stddev, persistence) of each trace's multiplicative noise: an AR(1) series around 1
+NOISE = {"diurnal": (0.02, 0.7), "flash": (0.02, 0.7), "batch": (0.02, 0.7), "growth": (0.02, 0.7), "walk": (0.01, 0.3)}
+BURSTS = (1 / 240, 10.0, 40.0)  # diurnal: the chance a burst starts in a minute, its CPUs from .. to
+CROWDS = (4, 150.0, 300.0)  # flash: crowds in a trace, their CPUs from .. to
+WALK_STEP = 4.0  # walk: stddev of the level's step in a minute, CPUs
 SURPRISING = ("diurnal", "flash")  # the traces with events no forecast sees coming
-EXCLUSIVE = ("diurnal",)  # ... of which a new event never starts while one is under way
 # the unforeseeable events of a trace: (first minute, the CPUs it adds in each minute from then on)
 Events = list[tuple[int, list[float]]]
 
@@ -44,14 +48,15 @@ def _daily(minute: int, peak_hour: float) -> float:
 
 def diurnal(minutes: int, rng: random.Random, events: Events | None = None) -> list[float]:
     """``events``: filled with the bursts, when given."""
-    noise = _noise(rng, minutes, 0.02)
+    noise = _noise(rng, minutes, *NOISE["diurnal"])
+    chance, least, most = BURSTS
     out = []
     burst_until, burst = -1, 0.0
     for m in range(minutes):
         weekend = (m // MINUTES_PER_DAY) % 7 >= 5
         base, amplitude = (250.0, 100.0) if weekend else (400.0, 250.0)
-        if m > burst_until and rng.random() < 1 / 240:  # a burst every four hours or so
-            burst_until, burst = m + rng.randint(3, 15), rng.uniform(10, 40)
+        if m > burst_until and rng.random() < chance:  # a burst every four hours or so
+            burst_until, burst = m + rng.randint(3, 15), rng.uniform(least, most)
             if events is not None:
                 events.append((m, []))
         extra = burst if m <= burst_until else 0.0
@@ -63,11 +68,12 @@ def diurnal(minutes: int, rng: random.Random, events: Events | None = None) -> l
 
 def flash(minutes: int, rng: random.Random, events: Events | None = None) -> list[float]:
     """``events``: filled with the crowds, when given."""
-    noise = _noise(rng, minutes, 0.02)
+    noise = _noise(rng, minutes, *NOISE["flash"])
+    count, least, most = CROWDS
     crowds = []
-    for _ in range(4):
+    for _ in range(count):
         at = rng.randint(MINUTES_PER_DAY // 2, minutes - 120)
-        crowds.append((at, at + rng.randint(20, 90), rng.uniform(150, 300)))
+        crowds.append((at, at + rng.randint(20, 90), rng.uniform(least, most)))
     out = []
     for m in range(minutes):
         level = 300 + 60 * _daily(m, 14)
@@ -82,7 +88,7 @@ def flash(minutes: int, rng: random.Random, events: Events | None = None) -> lis
 
 
 def batch(minutes: int, rng: random.Random) -> list[float]:
-    noise = _noise(rng, minutes, 0.02)
+    noise = _noise(rng, minutes, *NOISE["batch"])
     period, waves = 360, []
     for k in range(minutes // period + 1):
         waves.append(k * period + 30 + rng.randint(-2, 2))
@@ -102,15 +108,15 @@ def batch(minutes: int, rng: random.Random) -> list[float]:
 
 
 def growth(minutes: int, rng: random.Random) -> list[float]:
-    noise = _noise(rng, minutes, 0.02)
+    noise = _noise(rng, minutes, *NOISE["growth"])
     return [(100 + 400 * m / minutes) * (1 + 0.15 * _daily(m, 16)) * noise[m] for m in range(minutes)]
 
 
 def walk(minutes: int, rng: random.Random) -> list[float]:
-    noise = _noise(rng, minutes, 0.01, keep=0.3)
+    noise = _noise(rng, minutes, *NOISE["walk"])
     level, out = 300.0, []
     for m in range(minutes):
-        level = min(600.0, max(120.0, level + rng.gauss(0, 4)))
+        level = min(600.0, max(120.0, level + rng.gauss(0, WALK_STEP)))
         out.append(level * noise[m])
     return out
 
@@ -124,11 +130,20 @@ TRACES: dict[str, Callable[..., list[float]]] = {
 }
 
 
+def raw(name: str, days: float, seed: int = 1) -> list[float]:
+    """The trace's CPUs per minute as drawn (``trace`` rounds them and floors them at 0)."""
+    return TRACES[name](int(days * MINUTES_PER_DAY), random.Random(f"{name}-{seed}"))
+
+
+def noise(name: str, days: float, seed: int = 1) -> list[float]:
+    """The multiplicative noise ``trace(name, days, seed)`` was drawn with: each generator draws it
+    first from the trace's own generator."""
+    return _noise(random.Random(f"{name}-{seed}"), int(days * MINUTES_PER_DAY), *NOISE[name])
+
+
 def trace(name: str, days: float, seed: int = 1) -> list[tuple[int, float]]:
     """(Unix seconds, CPUs) per minute from ``START``."""
-    minutes = int(days * MINUTES_PER_DAY)
-    values = TRACES[name](minutes, random.Random(f"{name}-{seed}"))
-    return [(START + 60 * m, round(max(v, 0.0), 2)) for m, v in enumerate(values)]
+    return [(START + 60 * m, round(max(v, 0.0), 2)) for m, v in enumerate(raw(name, days, seed))]
 
 
 def surprises(name: str, days: float, seed: int = 1) -> Events:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import math
 import subprocess
 import sys
 
@@ -113,17 +115,31 @@ def test_collecting_a_traces_surprises_leaves_the_trace_as_it_was():
     assert surprises("walk", 2) == []
 
 
-def test_the_frontier_without_surprises_is_the_oracle_and_more_spare_buys_less_unmet():
+def test_the_frontier_takes_the_cheapest_nodes_for_each_price_of_unmet_demand():
+    from bench import _frontier
+
+    minute = _frontier._Minute(mean=100.0, spread=6.0, chance=0.01, sizes=(20.0, 35.0))
+    lo, saved = _frontier._savings(minute)
+    for weight in (1.0, 30.0, 5000.0):
+        chosen = lo + bisect.bisect_left(saved, -1 / weight)
+        best = min(range(40), key=lambda n: n + weight * _frontier._short(minute, n))
+        assert chosen == best
+    assert abs(_frontier._above(0.0, 6.0) - 6.0 / math.sqrt(2 * math.pi)) < 1e-12
+
+
+def test_the_frontier_is_a_convex_hull_and_unmet_demand_costs_along_it():
     from bench._frontier import cheapest
     from bench._frontier import frontier
 
-    walk = frontier("walk", 1, [0, 16])
-    assert (walk[0].cost_vs_oracle, walk[0].unmet) == (1.0, 0.0)
-    assert walk[1].cost_vs_oracle > 1.0
-    points = frontier("diurnal", 2, range(0, 61, 10))
-    assert points[0].unmet > points[-1].unmet
-    for a, b in itertools.pairwise(points):
-        assert a.cost_vs_oracle <= b.cost_vs_oracle and a.unmet >= b.unmet
-    assert cheapest(points, -1) is None
-    best = cheapest(points, points[3].unmet)
-    assert best is not None and best.spare <= points[3].spare
+    points = frontier("diurnal", 1)
+    assert len(points) >= 3
+    for a, b in itertools.pairwise(points):  # least unmet first: each step leaves more for less
+        assert a.unmet < b.unmet and a.cost_vs_oracle > b.cost_vs_oracle
+    rates = [(a.cost_vs_oracle - b.cost_vs_oracle) / (b.unmet - a.unmet) for a, b in itertools.pairwise(points)]
+    assert rates == sorted(rates, reverse=True)  # each step saves less per CPU-minute than the last
+    assert cheapest(points, points[0].unmet - 1) is None
+    middle = cheapest(points, (points[0].unmet + points[1].unmet) / 2)
+    assert middle is not None and points[1].cost_vs_oracle < middle.cost_vs_oracle < points[0].cost_vs_oracle
+    # burst-free growth needs far less spare for no unmet demand than diurnal's bursts do
+    growth = cheapest(frontier("growth", 1), 0.0)
+    assert growth is not None and growth.spare < cheapest(points, points[0].unmet).spare
