@@ -303,7 +303,7 @@ class _SimNode:
             weight=i.weight,
             launched_at=i.launched_at,
             tainted_at=self.tainted_at,
-            tasks=tuple(t.value for t in self.tasks.values()),
+            tasks=tuple([t.value for t in self.tasks.values()]),
             instance_type=i.instance_type,
             market=i.market,
             ip=i.ip,

@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from dataclasses import field
 from functools import cached_property
-from operator import attrgetter
 from typing import Any
 
 from clusterman.core.fold import NodeFold
@@ -263,11 +262,14 @@ class _ChunkNodes:
 
 
 def _summarize(chunk: tuple[Node, ...], _: object) -> _ChunkNodes:
+    states = [n.state for n in chunk]  # read once: each set below is a pass over plain lists
+    ids = [n.id for n in chunk]
+    tainted = NodeState.TAINTED
     return _ChunkNodes(
-        states=tuple(Counter(map(attrgetter("state"), chunk)).items()),
-        tainted=tuple(n.id for n in chunk if n.state is NodeState.TAINTED),
-        joined=frozenset(n.id for n in chunk if n.state in _JOINED),
-        tasks=sum(map(attrgetter("usage.tasks"), chunk)),
+        states=tuple(Counter(states).items()),
+        tainted=tuple([i for i, s in zip(ids, states, strict=True) if s is tainted]),
+        joined=frozenset([i for i, s in zip(ids, states, strict=True) if s in _JOINED]),
+        tasks=sum([n.usage.tasks for n in chunk]),
     )
 
 

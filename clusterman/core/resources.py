@@ -38,23 +38,31 @@ NO_OPINION: Final = NoOpinion.NO_OPINION
 Amount = float | NoOpinion
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Resources:
-    """An amount of every resource; missing resources are zero."""
+    """An amount of every resource; missing resources are zero.
+
+    Made dozens of times a simulated minute (every node's sums, every pool total), so the fields
+    are written straight into the instance's dict, half the cost of a frozen dataclass's
+    ``__init__``, and the arithmetic names each field rather than zipping iterators."""
 
     cpus: float = 0.0
     mem: float = 0.0
     disk: float = 0.0
     gpus: float = 0.0
 
+    def __init__(self, cpus: float = 0.0, mem: float = 0.0, disk: float = 0.0, gpus: float = 0.0) -> None:
+        fields = self.__dict__
+        fields["cpus"], fields["mem"], fields["disk"], fields["gpus"] = cpus, mem, disk, gpus
+
     def __add__(self, other: Resources) -> Resources:
-        return Resources(*(a + b for a, b in zip(self, other, strict=True)))
+        return Resources(self.cpus + other.cpus, self.mem + other.mem, self.disk + other.disk, self.gpus + other.gpus)
 
     def __sub__(self, other: Resources) -> Resources:
-        return Resources(*(a - b for a, b in zip(self, other, strict=True)))
+        return Resources(self.cpus - other.cpus, self.mem - other.mem, self.disk - other.disk, self.gpus - other.gpus)
 
     def __mul__(self, factor: float) -> Resources:
-        return Resources(*(a * factor for a in self))
+        return Resources(self.cpus * factor, self.mem * factor, self.disk * factor, self.gpus * factor)
 
     def __iter__(self) -> Iterator[float]:
         return iter((self.cpus, self.mem, self.disk, self.gpus))

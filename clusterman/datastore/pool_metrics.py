@@ -10,6 +10,7 @@ Clusterman counts them; the decision narrows to ready nodes itself.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Container
 
 from clusterman.core.accounting import Accounting
@@ -21,6 +22,7 @@ from clusterman.core.config import Scheduler
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.resources import RESOURCE_NAMES
+from clusterman.core.resources import Resources
 from clusterman.datastore.store import Point
 from clusterman.datastore.store import Value
 from clusterman.datastore.store import system_key
@@ -29,6 +31,10 @@ SYSTEM = MetricType.SYSTEM_METRICS
 METADATA = MetricType.METADATA
 # Schedulers that report work they could not place (Mesos has no such queue to read).
 REPORTS_PENDING = frozenset({Scheduler.KUBERNETES, Scheduler.SIMULATED})
+_FIGURE_NAMES = {
+    figure: tuple(f"{r}_{figure}" for r in RESOURCE_NAMES)
+    for figure in ("allocated", "reserved", "slack", "revocable", "total", "pending")
+}
 
 
 def market_key(instance_type: str, market: str) -> str:
@@ -57,21 +63,23 @@ def collect(
 
     if accounting is None:
         accounting = account_nodes(snapshot.nodes)
-    figures = {
-        "allocated": (SYSTEM, accounting.allocated),
-        "reserved": (SYSTEM, accounting.reserved),
-        "slack": (SYSTEM, accounting.slack),
-        "revocable": (SYSTEM, accounting.revocable_in_use),
-        "total": (METADATA, accounting.capacity),
+    figures: dict[str, tuple[MetricType, Callable[[], Resources]]] = {
+        "allocated": (SYSTEM, lambda: accounting.allocated),
+        "reserved": (SYSTEM, lambda: accounting.reserved),
+        "slack": (SYSTEM, lambda: accounting.slack),
+        "revocable": (SYSTEM, lambda: accounting.revocable_in_use),
+        "total": (METADATA, lambda: accounting.capacity),
     }
     if identity.scheduler in REPORTS_PENDING:
-        if wanted(*(f"{r}_pending" for r in RESOURCE_NAMES)):
-            figures["pending"] = (SYSTEM, pending_demand(snapshot))
+        figures["pending"] = (SYSTEM, lambda: pending_demand(snapshot))
         if wanted("unschedulable_pods"):
             add(SYSTEM, "unschedulable_pods", sum(1 for t in snapshot.pending if not t.daemon and not t.revocable))
-    for figure, (metric_type, amounts) in figures.items():
-        for resource in RESOURCE_NAMES:
-            add(metric_type, f"{resource}_{figure}", amounts[resource])
+    for figure, (metric_type, amounts_of) in figures.items():
+        names_of = _FIGURE_NAMES[figure]
+        if wanted(*names_of):  # worked out only when some resource of it is written
+            amounts = amounts_of()
+            for resource, name in zip(RESOURCE_NAMES, names_of, strict=True):
+                add(metric_type, name, amounts[resource])
 
     if wanted(*(f"{state.value}_nodes" for state in NodeState)):
         counts = snapshot.counts_by_state

@@ -20,10 +20,11 @@ ZERO = Fraction(0)
 
 def exact(value: float | int | Fraction) -> Fraction:
     """The decimal ``value`` stands for, to ``PLACES`` places, as an exact fraction."""
-    if isinstance(value, Fraction):
-        return value
-    if isinstance(value, int):
-        return Fraction(value)
+    if type(value) is not float:  # exact types first: a check against Fraction's ABC costs more
+        if isinstance(value, Fraction):
+            return value
+        if isinstance(value, int):
+            return Fraction(value)
     if not math.isfinite(value):
         raise ValueError(f"expected a finite number, got {value!r}")
     return _decimal(value)
@@ -39,6 +40,10 @@ def _decimal(value: float) -> Fraction:
 
 def micro(value: float | Fraction) -> int:
     """``value`` in integer millionths of a unit (exact for every figure ``exact`` produces)."""
+    if type(value) is Fraction:  # the rounding of round(value * MICRO), in ints, without a Fraction made
+        n, d = value.numerator * MICRO, value.denominator
+        q, r = divmod(n, d)
+        return q + 1 if 2 * r > d or (2 * r == d and q % 2) else q
     return round(value * MICRO)
 
 
@@ -66,7 +71,12 @@ def show(value: Fraction) -> str:
 
 
 def percent(value: Fraction) -> str:
-    return show(value * 100)
+    """``show(value * 100)``, in ints: the float of a quotient of ints is the same however reduced."""
+    n, d = value.numerator * 100, value.denominator
+    if n % d == 0:
+        return str(n // d)
+    text = f"{n / d:.2f}".rstrip("0").rstrip(".")
+    return text or "0"
 
 
 def signed(value: Fraction) -> str:

@@ -141,10 +141,9 @@ def _sort_chunk(chunk: tuple[Node, ...], group_ids: Hashable) -> _Part:
         if state is ready:
             add_ready(node)
             weights[group_id] = weights.get(group_id, 0.0) + w
-            a = node.allocatable
-            cpus, mem, disk, gpus = cpus + a.cpus, mem + a.mem, disk + a.disk, gpus + a.gpus
-            r = node.reserved
-            if r.cpus or r.mem or r.disk or r.gpus:
+            v = node.vector  # allocatable at 0-3, reserved at 4-7: a tuple reads faster than fields
+            cpus, mem, disk, gpus = cpus + v[0], mem + v[1], disk + v[2], gpus + v[3]
+            if v[4] or v[5] or v[6] or v[7]:
                 add_reserving(node)
         elif state is tainted:
             add_tainted(node)

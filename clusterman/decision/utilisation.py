@@ -43,7 +43,8 @@ class Utilisation:
 def measure(view: PoolView, request: ResourceRequest, excluded: frozenset[str]) -> Utilisation:
     opinions = {r: v for r, v in request.opinions().items() if r not in excluded}
     demand = {r: exact(v) for r, v in opinions.items()}
-    load = {r: demand[r] + view.slack.get(r, ZERO) for r in demand}
+    slack = view.slack
+    load = {r: demand[r] + slack[r] if slack.get(r) else demand[r] for r in demand}  # no Fraction sum for 0
     ratios: dict[str, Fraction] = {}
     notes = []
     for r in RESOURCE_NAMES:
