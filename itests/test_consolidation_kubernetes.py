@@ -41,7 +41,7 @@ def fragmented(tmp_path, pool, members):
             "setpoint": 0.95,
             "target_capacity_margin": 0,
             "slot_reserve": 2,
-            "consolidation": {"enabled": True, "consolidate_after": 0},
+            "consolidation": {"enabled": True, "consolidate_after": 0, "surplus": 0},  # a pool of four
         },
     )
     return config, nodes, lone

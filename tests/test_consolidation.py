@@ -44,7 +44,8 @@ def pool(*layout: tuple[float, ...], **flags: bool) -> list[Node]:
 
 
 def scaling(reserve: int = 1, band: int = 0, margin: float = 0, **consolidation: object) -> ScalingPolicy:
-    settings = {"enabled": True, "consolidate_after_seconds": 0.0, "evictions_per_hour": 100, **consolidation}
+    settings = {"enabled": True, "consolidate_after_seconds": 0.0, "evictions_per_hour": 100, "surplus": 0}
+    settings.update(consolidation)
     return replace(
         policy(slot_reserve=reserve, slot_reserve_band=band, target_capacity_margin=margin),
         consolidation=ConsolidationPolicy(**settings),  # type: ignore[arg-type]
@@ -104,6 +105,13 @@ def test_most_allocated_puts_the_pods_on_the_busiest_node_with_room():
          [("keep", "n3")], ""),
         ("no place left while it drains", ((4, 2), (4, 2), (1,)), 3, scaling(reserve=3),
          [], "no node to consolidate"),
+        # surplus: 4 ready units against 2 asked and the reserve's 0.5 (one 4-CPU place of 2 a unit)
+        ("a surplus above the asked and the reserve", FRAGMENTED, 2, scaling(surplus=1), [("remove", "n2")], ""),
+        ("less surplus than asked: nothing", FRAGMENTED, 2, scaling(surplus=2), [], "less than 2 units above"),
+        ("a removal keeps the reserve's room: kept instead", FRAGMENTED, 3, scaling(surplus=Fraction(1, 2)),
+         [("keep", "n2")], ""),
+        ("no drain to keep without the surplus", ((4, 2), (4, 2), (2, 1, 1), (1,)), 4, scaling(reserve=3, surplus=1),
+         [], "less than 1 units above"),
     ],
 )  # fmt: skip
 def test_the_choice(case, layout, asked, pol, expected, note):

@@ -129,7 +129,7 @@ autoscaling:
   setpoint: 0.95
   slot_reserve: 2
   slot_reserve_band: 1
-  consolidation: {enabled: true, consolidate_after: 0, evictions_per_hour: 1000}
+  consolidation: {enabled: true, consolidate_after: 0, evictions_per_hour: 1000, surplus: 0}
 simulation:
   instance_type: m5.2xlarge
   join_delay_seconds: 120

@@ -138,6 +138,9 @@ class ConsolidationConfig:
     drains_per_run: int | None = field(None, check=positive, doc="1: nodes with pods drained per run")
     evictions_per_hour: int | None = field(None, check=non_negative, doc="pods evicted by consolidation")
     evict_local_storage: bool | None = field(None, doc="false: pods with emptyDir or hostPath volumes stay")
+    surplus: float | None = field(
+        None, check=non_negative, doc="3: weight units above the asked capacity and the reserve before it packs"
+    )
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,11 @@ the other nodes as the pool's scheduler would (placement.py), and chooses one of
   keep    the pool has fewer places than the reserve, and emptying the node makes more places than
           its pods take elsewhere: it is tainted and drained, and untainted once empty; the
           reserve counts the places it will have instead of asking for a new node
+It packs only a pool whose ready capacity is at least ``surplus`` weight units above what the
+signals ask for plus the reserve's room (a wave that faded: fragments nobody asked for), and a
+removal never goes below that room: nearer to the asked capacity, fragments are the spare a burst
+lands in, and packing them leaves more demand unmet than it saves. ``surplus`` 0 packs a pool of
+any size, removing down to what the signals ask.
 A node is looked at only when every pod on it may move (no safe-to-evict=false or do-not-disrupt
 pod, none without a controller, none with local storage unless ``evict_local_storage``), and it
 is chosen only once it has been a candidate for ``consolidate_after`` (in every run that looked),
@@ -213,14 +218,19 @@ def consolidate(
         return Consolidation((), busy, budget, "", slot_text, state)
     wanted = places.wanted(scaling.slot_reserve, scaling.slot_reserve_fraction) if places is not None else 0
     keep = wanted + scaling.slot_reserve_band
-    limits = _Limits(view, asked, scaling)
+    spare = ZERO  # the reserve's room in weight units, kept on top of the asked capacity when surplus > 0
+    if policy.surplus > 0 and places is not None and places.per_unit > 0:
+        spare = Fraction(wanted) / places.per_unit
+    limits = _Limits(view, asked, scaling, spare)
     have = places.total if places is not None else 0  # on the ready nodes: capacity joining is in flight
     blocked = _removal_blocked(view, places, limits, keep, scaling)
     candidates = _candidates(view, policy)
-    if not candidates or (not limits.may_remove() and have >= wanted and not blocked):
-        # no node can go and no place is missing: nothing to look at (what the last runs found stays)
+    tight = policy.surplus > 0 and (asked is None or view.ready_total < asked + spare + policy.surplus)
+    if tight or not candidates or (not limits.may_remove() and have >= wanted and not blocked):
+        # nothing to look at (what the last runs found stays)
         replace = next((r for n in candidates if (r := smaller_instance(view, n))), "")
-        return Consolidation((), "no node to consolidate", budget, replace, slot_text, state)
+        why = f"less than {show(policy.surplus)} units above the asked capacity and the reserve" if tight else ""
+        return Consolidation((), why or "no node to consolidate", budget, replace, slot_text, state)
     prediction = Prediction(view.ready, policy.placement, places.slot if places is not None else None)
     for leaving in view.tainted:  # work still on leaving nodes needs a home first
         homes = prediction.place(leaving)
@@ -286,14 +296,14 @@ def consolidate(
 
 class _Limits:
     """What removals may take this run, in millionths of a weight unit: the pool keeps what
-    utilisation asks for (and ``min_capacity``), each group its own minimum, the run removes at
-    most ``max_weight_to_remove``, and a removal smaller than ``target_capacity_margin`` of the
-    target is no removal, as for any scale-down."""
+    utilisation asks for plus the reserve's ``room`` (and ``min_capacity``), each group its own
+    minimum, the run removes at most ``max_weight_to_remove``, and a removal smaller than
+    ``target_capacity_margin`` of the target is no removal, as for any scale-down."""
 
-    def __init__(self, view: PoolView, asked: Fraction | None, scaling: ScalingPolicy) -> None:
+    def __init__(self, view: PoolView, asked: Fraction | None, scaling: ScalingPolicy, room: Fraction) -> None:
         self.most = -1  # nothing may go without an opinion on the demand
         if asked is not None:
-            floor = max(asked, scaling.min_capacity)
+            floor = max(asked + room, scaling.min_capacity)
             self.most = min(micro(view.target - floor), micro(scaling.max_weight_to_remove))
         self.least = max(micro(scaling.target_capacity_margin * view.target), 1)
         self.groups = {

@@ -39,7 +39,8 @@ class ConsolidationPolicy:
     ``max_disrupted_share`` of the pool's nodes tainted at once (at least one), ``drains_per_run``
     nodes with pods chosen per run, ``evictions_per_hour`` pods over the last hour, each node a
     candidate for ``consolidate_after_seconds`` first; pods with local storage move only when
-    ``evict_local_storage``."""
+    ``evict_local_storage``; it packs only a pool at least ``surplus`` weight units above what the
+    signals ask for and the slot reserve's room."""
 
     enabled: bool = False
     placement: str = "first_fit"
@@ -48,6 +49,7 @@ class ConsolidationPolicy:
     drains_per_run: int = 1
     evictions_per_hour: int = 60
     evict_local_storage: bool = False
+    surplus: Fraction = Fraction(3)
 
     @staticmethod
     def resolve(pool: ConsolidationConfig, main: ConsolidationConfig) -> ConsolidationPolicy:
@@ -69,6 +71,7 @@ class ConsolidationPolicy:
             drains_per_run=int(pick("drains_per_run")),
             evictions_per_hour=int(pick("evictions_per_hour")),
             evict_local_storage=bool(pick("evict_local_storage")),
+            surplus=exact(pick("surplus")),
         )
 
 
