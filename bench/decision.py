@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import gc
 from dataclasses import replace
+from fractions import Fraction
 from typing import Any
 
 from bench._timing import best_of
@@ -93,7 +94,9 @@ def run(quick: bool) -> dict[str, Any]:
     for size in sizes:
         # one place short of the reserve: without consolidation the target rises by a node
         packing = replace(policy, slot_reserve=size // 10 + 1)
-        consolidating = replace(packing, consolidation=ConsolidationPolicy(enabled=True, consolidate_after_seconds=0))
+        # surplus 0: the shipped surplus would let this tight pool skip the work measured here
+        eager = ConsolidationPolicy(enabled=True, consolidate_after_seconds=0, surplus=Fraction(0))
+        consolidating = replace(packing, consolidation=eager)
         row: dict[str, Any] = {"nodes": size, "pods": size * PODS_PER_NODE}
         for case, share, pol, held in (
             ("scale_up", 0.9, policy, False),

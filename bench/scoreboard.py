@@ -6,11 +6,13 @@ run as pods of 0.5, 1, 2 and 4 CPUs that leave at random and live four hours on 
 scale-down meets fragmented nodes), for five configurations:
   old        the default before ForecastHeadroom: MostRecentResources (look-ahead 5 minutes over
              10-minute windows), setpoint 0.7, margin 5%
-  new        the shipped default: ``config/clusterman.yaml`` as it is
-  consolidating  the shipped default with consolidation on (docs/scaling.md, "Consolidation")
+  new        the shipped default: ``config/clusterman.yaml`` as it is (consolidation on, packing
+             only a pool ``surplus`` units above its demand; docs/scaling.md, "Consolidation")
+  unconsolidated  the shipped default with consolidation off (the default until issue 25)
+  eager      the shipped default packing whatever the budget allows (``surplus`` 0)
   escalator  no signal (``internal: true``: running + pending pods, as Escalator counts them) with
              Escalator's thresholds, tuned on these traces (``ESCALATOR``)
-  perfect    the shipped decision settings, consolidation on, with a signal that knows the trace's
+  perfect    the shipped decision settings with a signal that knows the trace's
              future (``bench/_perfect_forecast.py``): the cost of the decision itself, without
              forecast error
 Per trace and configuration: cost ÷ the oracle's (``simulator/costs.py``: exactly the instances the
@@ -114,9 +116,13 @@ ESCALATOR: dict[str, Any] = {
     "hard_delete_grace_period": "10m",
     "consolidation": {"enabled": False},
 }
-VARIANTS = ("old", "new", "consolidating", "escalator", "perfect")
-TUNABLE = ("new", "consolidating", "perfect")  # the variants --set applies to
-CONSOLIDATING = ("consolidating", "perfect")  # the variants run with consolidation on
+VARIANTS = ("old", "new", "unconsolidated", "eager", "escalator", "perfect")
+TUNABLE = ("new", "unconsolidated", "eager", "perfect")  # the variants --set applies to
+# how a variant's consolidation differs from the shipped file's
+CONSOLIDATION: dict[str, dict[str, Any]] = {
+    "unconsolidated": {"enabled": False},
+    "eager": {"enabled": True, "surplus": 0},
+}
 # the simulated scheduler's placements the old and new defaults are also scored under (docs/simulator.md)
 OTHER_PLACEMENTS = ("most_allocated", "least_allocated")
 INTEGER_CONSOLIDATION_KEYS = ("drains_per_run", "evictions_per_hour")
@@ -127,8 +133,8 @@ def main_config(workdir: Path, variant: str, overrides: dict[str, Any] | None = 
     """The main file for a variant: the shipped one, or with the old default signal and settings;
     ``overrides`` (new and perfect) set signal parameters or ``autoscaling`` keys."""
     raw = yaml.safe_load(MAIN.read_text())
-    if variant in CONSOLIDATING:
-        raw["autoscaling"]["consolidation"] = {**raw["autoscaling"].get("consolidation", {}), "enabled": True}
+    if variant in CONSOLIDATION:
+        raw["autoscaling"]["consolidation"] = {**raw["autoscaling"].get("consolidation", {}), **CONSOLIDATION[variant]}
     if variant in TUNABLE and overrides:
         for key, value in overrides.items():
             if key.startswith("consolidation."):

@@ -50,12 +50,14 @@ def test_the_scoreboard_scores_consolidation_beside_the_shipped_default(tmp_path
     from bench import scoreboard
     from clusterman.config.loader import load_main_config
 
-    def consolidates(variant: str) -> bool:
-        return load_main_config(scoreboard.main_config(tmp_path, variant)).autoscaling.consolidation.enabled
+    def consolidation(variant: str) -> tuple[bool | None, float | None]:
+        c = load_main_config(scoreboard.main_config(tmp_path, variant)).autoscaling.consolidation
+        return c.enabled, c.surplus
 
-    shipped = load_main_config(scoreboard.MAIN).autoscaling.consolidation.enabled
-    assert consolidates("new") is shipped
-    assert consolidates("consolidating") and consolidates("perfect") and not consolidates("old")
+    shipped = load_main_config(scoreboard.MAIN).autoscaling.consolidation
+    assert consolidation("new") == consolidation("perfect") == (shipped.enabled, shipped.surplus)
+    assert consolidation("unconsolidated")[0] is False and consolidation("old")[0] is False
+    assert consolidation("eager") == (True, 0)
 
 
 def test_every_module_make_bench_runs_is_a_benchmark():
