@@ -5,6 +5,7 @@ import random
 import pytest
 
 from clusterman_signals.clusterman import ForecastHeadroom
+from clusterman_signals.clusterman.forecast_headroom import Rule
 from clusterman_signals.clusterman.forecast_headroom import find_period
 
 T0 = 1_700_000_000
@@ -172,3 +173,14 @@ def test_a_steady_fall_may_be_followed_and_a_step_down_is_not():
     # the same 40 CPUs lost in one step: no steady fall, the hold stays
     step = [*base, *[400.0] * 10, *[360.0] * 10]
     assert ask(ForecastHeadroom("c", "p", {**held, "follow_falls": 1}), step) >= 395
+
+
+@pytest.mark.parametrize("period", [0, 1, 3, 5, 10, 11, 37, 100])
+def test_every_points_base_at_once_is_each_points_base_to_the_bit(period):
+    # a refresh reads every point's base from sliding windows; the per-point rule is the reference
+    rng = random.Random(period)
+    signal = ForecastHeadroom("c", "p", {})
+    for n, noise in ((5, 0.0), (150, 0.5), (400, 2.0)):
+        values = [float(rng.randint(0, 20)) for _ in range(n // 2)] + noisy(n - n // 2, 60, 5, seed=n)
+        rule = Rule(signal, 60.0, period, noise)
+        assert [b.hex() for b in rule.bases(values)] == [rule.base(values, j).hex() for j in range(n)]

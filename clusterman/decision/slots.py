@@ -141,9 +141,8 @@ class Places:
         self.nodes = view.ready
         self.ready_total = view.ready_total
         self.per_unit = _unit_slots(view, slot)
-        counted = [pair for chunk in _COUNTS.summaries(tuple(view.ready), slot) for pair in chunk]
-        self.places = [s for s, _ in counted]  # in the order of ``nodes``
-        self.ready = sorted(counted, reverse=True)
+        self._counted = [pair for chunk in _COUNTS.summaries(tuple(view.ready), slot) for pair in chunk]
+        self.places = [s for s, _ in self._counted]  # in the order of ``nodes``
         self.total = sum(self.places)
         self._free: dict[int, Fraction] = {}
 
@@ -163,8 +162,9 @@ class Places:
     def prefix(self) -> tuple[list[int], list[int] | list[Fraction], bool]:
         """(slots, weight) of the first k nodes, for k = 0..n, and whether the weights are whole
         numbers (then compared as ints, much cheaper than Fractions): needed by scale-downs only."""
-        slots = list(itertools.accumulate((s for s, _ in self.ready), initial=0))
-        weights = [w for _, w in self.ready]
+        ready = sorted(self._counted, reverse=True)
+        slots = list(itertools.accumulate((s for s, _ in ready), initial=0))
+        weights = [w for _, w in ready]
         if all(map(float.is_integer, map(float, weights))):
             return slots, list(itertools.accumulate(map(int, weights), initial=0)), True
         return slots, list(itertools.accumulate(map(Fraction, weights), initial=ZERO)), False

@@ -51,6 +51,7 @@ import bisect
 import itertools
 import math
 import operator
+from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -144,7 +145,7 @@ class Demand:
         return float(self.allocated[j][0])
 
     def values(self) -> list[float]:
-        return [self.at(j) for j in range(self.n)]
+        return self[0 : self.n]
 
 
 class ForecastHeadroom(BaseSignal):
@@ -216,7 +217,7 @@ class ForecastHeadroom(BaseSignal):
 
     def refresh(self, values: list[float], step: float, now: float) -> Model:
         """The period and the headroom, from the whole window (once every ``refresh_minutes``)."""
-        diffs = sorted(abs(b - a) for a, b in itertools.pairwise(values))
+        diffs = sorted(map(abs, map(operator.sub, values[1:], values[:-1])))  # |b - a|, in C
         noise = diffs[len(diffs) // 2] if diffs else 0.0
         headroom, score = self._headroom(values, Rule(self, step, 0, noise))
         best = Model(now, 0, headroom, noise)
@@ -235,7 +236,7 @@ class ForecastHeadroom(BaseSignal):
         n, h = len(values), rule.horizon
         if n <= h:
             return 0.0, 0.0
-        base = [rule.base(values, j) for j in range(n)]
+        base = rule.bases(values)
         long, short = sliding_max(base, rule.hold, ahead=False), sliding_max(base, rule.release, ahead=False)
         future = future_max(values, h)
         first = self._spread([future[j] - long[j] for j in range(n - h)])
@@ -293,6 +294,39 @@ class Rule:
             rise = top_rise - max(seen, 0.0)
             if rise > self.floor:  # a rise above the noise
                 extra = rise
+        return self._ramped(d, j, now, extra)
+
+    def bases(self, values: list[float]) -> list[float]:
+        """``[base(values, j) for every j]``, each window's max or min read from a sliding one (a
+        refresh asks for every point: windows per point cost more than the rest of it). The same
+        values in the same operations as ``base``: the same floats."""
+        n, p, h = len(values), self.period, self.horizon
+        if not p or n - p - SLACK <= 0:
+            return [self.base(values, j) for j in range(n)]
+        leads = (LEAD, SHORT_LEAD)
+        recent_low = sliding_max(values, SLACK + 1, ahead=False, pick=min)  # min(d[j - SLACK .. j])
+        lows = {lead: sliding_max(values, SLACK + h + lead + 1, ahead=False, pick=min) for lead in leads}
+        then_at = sliding_max(values, SLACK + 1, ahead=False)  # max(d[i - SLACK .. i])
+        tops = {lead: sliding_max(values, h + lead, ahead=True) for lead in leads}  # max(d[i .. i + h + lead - 1])
+        floor = self.floor
+        out = [self._ramped(values, j, values[j], 0.0) for j in range(min(n, p + SLACK))]
+        for j in range(p + SLACK, n):
+            now = values[j]
+            backs = range(p, j - SLACK + 1, p)[:MAX_PERIODS]
+            lead = LEAD if len(backs) < PERIODS_SEEN else SHORT_LEAD
+            seen = max(now - recent_low[j], now - lows[lead][j] - floor)
+            top_rise = 0.0
+            top_from = tops[lead]
+            for back in backs:
+                i = j - back
+                top = top_from[i + 1] if i + h + lead <= j else max(values[i + 1 : j + 1])
+                top_rise = max(top_rise, top - then_at[i])
+            rise = top_rise - max(seen, 0.0)
+            out.append(self._ramped(values, j, now, rise if rise > floor else 0.0))
+        return out
+
+    def _ramped(self, d: Demand | list[float], j: int, now: float, extra: float) -> float:
+        """``base``'s last step: a sustained ramp over the last ``ramp_points`` adds its trend."""
         r = self.ramp_points
         if r and j >= r and now - d[j - r] > self.ramp_floor:
             last = d[j - r : j + 1]
@@ -346,23 +380,26 @@ def _step_seconds(d: Demand) -> float:
     return gap if gap > 0 else 60.0
 
 
-def sliding_max(values: Sequence[float], width: int, *, ahead: bool) -> list[float]:
+def sliding_max(
+    values: Sequence[float], width: int, *, ahead: bool, pick: Callable[[float, float], float] = max
+) -> list[float]:
     """out[j] = max(values[j-width+1 .. j]) (behind) or max(values[j .. j+width-1]) (ahead), the
-    window cut at the ends. In blocks of ``width``: a window is the tail of one block and the head
-    of the next, so out[j] is the larger of a running max from the right and one from the left,
-    both run in C (``accumulate``): a few operations a point whatever the width."""
+    window cut at the ends (``pick=min``: the least). In blocks of ``width``: a window is the tail
+    of one block and the head of the next, so out[j] is the larger of a running max from the right
+    and one from the left, both run in C (``accumulate``): a few operations a point whatever the
+    width."""
     n = len(values)
     if width <= 1 or n == 0:
         return list(values)
     if ahead:
-        return sliding_max(values[::-1], width, ahead=False)[::-1]
+        return sliding_max(values[::-1], width, ahead=False, pick=pick)[::-1]
     head: list[float] = []  # max from the start of j's block to j
     tail: list[float] = []  # max from j to the end of j's block
     for k in range(0, n, width):
         block = values[k : k + width]
-        head += itertools.accumulate(block, max)
-        tail += reversed(list(itertools.accumulate(reversed(block), max)))
-    return head[:width] + list(map(max, tail[1 : n - width + 1], head[width:]))
+        head += itertools.accumulate(block, pick)
+        tail += reversed(list(itertools.accumulate(reversed(block), pick)))
+    return head[:width] + list(map(pick, tail[1 : n - width + 1], head[width:]))
 
 
 def find_period(values: Sequence[float], min_lag: int, min_correlation: float) -> int:
