@@ -36,9 +36,9 @@ from bench._traces import BURSTS
 from bench._traces import CROWDS
 from bench._traces import NOISE
 from bench._traces import WALK_STEP
+from bench._traces import Events
+from bench._traces import draw
 from bench._traces import noise
-from bench._traces import raw
-from bench._traces import surprises
 from clusterman.simulator.costs import max_ahead
 
 NODE_CPUS = 8
@@ -67,8 +67,9 @@ class _Minute:
 
 def frontier(name: str, days: float, weights: Iterable[float] = WEIGHTS) -> list[Point]:
     """The lower convex hull of the points of ``weights``, least unmet first (module docstring)."""
-    demand = [max(v, 0.0) for v in raw(name, days)]
-    minutes = _minutes(name, days, demand)
+    values, events = draw(name, days)
+    demand = [max(v, 0.0) for v in values]
+    minutes = _minutes(name, days, demand, events)
     oracle = math.fsum(max_ahead([_nodes(d) for d in demand], JOIN_MINUTES))
     savings = [_savings(m) for m in minutes]
     points = []
@@ -102,7 +103,7 @@ def cheapest(points: list[Point], unmet: float) -> Point | None:
     )
 
 
-def _minutes(name: str, days: float, demand: list[float]) -> list[_Minute]:
+def _minutes(name: str, days: float, demand: list[float], events: Events) -> list[_Minute]:
     share, keep = NOISE[name]
     wiggle = noise(name, days)
     # the demand that is not noise times a level: diurnal's bursts come on top of the noise; flash's
@@ -110,7 +111,7 @@ def _minutes(name: str, days: float, demand: list[float]) -> list[_Minute]:
     n = len(demand)
     on_top, calm = [0.0] * n, [False] * n
     unseen_top, unseen_level = [0.0] * n, [0.0] * n
-    for start, adds in surprises(name, days):
+    for start, adds in events:
         for k, cpus in enumerate(adds):
             t = start + k
             if name == "diurnal":

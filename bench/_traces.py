@@ -132,7 +132,16 @@ TRACES: dict[str, Callable[..., list[float]]] = {
 
 def raw(name: str, days: float, seed: int = 1) -> list[float]:
     """The trace's CPUs per minute as drawn (``trace`` rounds them and floors them at 0)."""
-    return TRACES[name](int(days * MINUTES_PER_DAY), random.Random(f"{name}-{seed}"))
+    return draw(name, days, seed)[0]
+
+
+def draw(name: str, days: float, seed: int = 1) -> tuple[list[float], Events]:
+    """``raw`` and ``surprises`` from one run of the generator."""
+    events: Events = []
+    rng = random.Random(f"{name}-{seed}")
+    minutes = int(days * MINUTES_PER_DAY)
+    values = TRACES[name](minutes, rng, events) if name in SURPRISING else TRACES[name](minutes, rng)
+    return values, events
 
 
 def noise(name: str, days: float, seed: int = 1) -> list[float]:
@@ -149,7 +158,4 @@ def trace(name: str, days: float, seed: int = 1) -> list[tuple[int, float]]:
 def surprises(name: str, days: float, seed: int = 1) -> Events:
     """The events of ``trace(name, days, seed)`` that no forecast sees coming: diurnal's bursts and
     flash's crowds; none for the other traces (batch's waves come every 6 hours)."""
-    events: Events = []
-    if name in SURPRISING:
-        TRACES[name](int(days * MINUTES_PER_DAY), random.Random(f"{name}-{seed}"), events)
-    return events
+    return draw(name, days, seed)[1]

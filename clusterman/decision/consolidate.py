@@ -218,14 +218,14 @@ def consolidate(
         return Consolidation((), busy, budget, "", slot_text, state)
     wanted = places.wanted(scaling.slot_reserve, scaling.slot_reserve_fraction) if places is not None else 0
     keep = wanted + scaling.slot_reserve_band
-    spare = ZERO  # the reserve's room in weight units, kept on top of the asked capacity when surplus > 0
+    reserved = ZERO  # the reserve's room in weight units, kept on top of the asked capacity when surplus > 0
     if policy.surplus > 0 and places is not None and places.per_unit > 0:
-        spare = Fraction(wanted) / places.per_unit
-    limits = _Limits(view, asked, scaling, spare)
+        reserved = Fraction(wanted) / places.per_unit
+    limits = _Limits(view, asked, scaling, reserved)
     have = places.total if places is not None else 0  # on the ready nodes: capacity joining is in flight
     blocked = _removal_blocked(view, places, limits, keep, scaling)
     candidates = _candidates(view, policy)
-    tight = policy.surplus > 0 and (asked is None or view.ready_total < asked + spare + policy.surplus)
+    tight = policy.surplus > 0 and (asked is None or view.ready_total < asked + reserved + policy.surplus)
     if tight or not candidates or (not limits.may_remove() and have >= wanted and not blocked):
         # nothing to look at (what the last runs found stays)
         replace = next((r for n in candidates if (r := smaller_instance(view, n))), "")
