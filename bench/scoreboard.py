@@ -7,7 +7,7 @@ scale-down meets fragmented nodes), for five configurations:
   old        the default before ForecastHeadroom: MostRecentResources (look-ahead 5 minutes over
              10-minute windows), setpoint 0.7, margin 5%
   new        the shipped default: ``config/clusterman.yaml`` as it is (consolidation on, packing
-             only a pool ``surplus`` units above its demand; docs/scaling.md, "Consolidation")
+             only a pool ``surplus`` units above its demand; docs/consolidation.md)
   unconsolidated  the shipped default with consolidation off (the default until issue 25)
   eager      the shipped default packing whatever the budget allows (``surplus`` 0)
   escalator  no signal (``internal: true``: running + pending pods, as Escalator counts them) with
@@ -166,7 +166,7 @@ def pool_file(
 ) -> Path:
     """The pool file; ``signal``: the pool's own ``autoscale_signal``, if any; ``placement``: the
     simulated scheduler's (``docs/simulator.md``), which consolidation is told, as an operator
-    would; a scheduler that spreads pods undoes any packing, so there it is off (docs/scaling.md)."""
+    would; a scheduler that spreads pods undoes any packing, so there it is off (docs/scoreboard.md)."""
     simulation = {**POOL["simulation"], "initial_capacity": initial, "placement": placement}
     pool: dict[str, Any] = {**POOL, "simulation": simulation}
     if placement in CONSOLIDATION_PLACEMENTS:

@@ -114,7 +114,7 @@ def test_moto_ignores_mixed_instance_weights_so_we_count_them(world):
     assert {i.weight for i in state.instances} == {2.0}  # from the overrides
     assert (state.group.target_capacity, state.group.fulfilled_capacity) == (4, 4)
     assert state.group.node_resources == Resources(cpus=1, mem=2048 * 1.048576)  # c5.xlarge: 8192 MiB / 4
-    # the types it launches, for the plan's smaller-instance line (docs/scaling.md, "Consolidation")
+    # the types it launches, for the plan's smaller-instance line (docs/consolidation.md)
     assert [(o.instance_type, o.weight, o.resources.cpus) for o in state.group.offers] == [
         ("m5.large", 2.0, 2), ("c5.xlarge", 4.0, 4)
     ]  # fmt: skip

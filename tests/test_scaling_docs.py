@@ -32,7 +32,7 @@ def test_the_stage_order_in_the_doc_is_the_order_decide_runs_them():
 
     decide_module = importlib.import_module("clusterman.decision.decide")  # the package exports the function
 
-    chain = re.search(r"The stages, each a module.*?:\n(.*?)\.", DOC.read_text(), re.DOTALL)
+    chain = re.search(r"The stages, each a module.*?:\n(.*?)\.\s", DOC.read_text(), re.DOTALL)
     assert chain is not None
     documented = re.findall(r"`(\w+)`", chain.group(1))
     calls = {"utilisation": "measure(", "target": "propose(", "consolidate": "consolidate(", "limits": "clamp(",

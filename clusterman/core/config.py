@@ -121,9 +121,9 @@ CONSOLIDATION_PLACEMENTS = ("first_fit", "most_allocated")
 
 @dataclass(frozen=True)
 class ConsolidationConfig:
-    """``autoscaling.consolidation``: packing the pool within a disruption budget (docs/scaling.md,
-    "Consolidation"). In the main file and the pool file alike; a key the pool file leaves out is
-    the main file's, and one neither gives the default below."""
+    """``autoscaling.consolidation``: packing the pool within a disruption budget
+    (docs/consolidation.md). In the main file and the pool file alike; a key the pool file leaves
+    out is the main file's, and one neither gives the default below."""
 
     enabled: bool | None = field(None, doc="false")
     placement: str | None = field(
@@ -397,7 +397,7 @@ class PoolAutoscaling:
         None, check=fraction, alias_check=positive, aliases={"scale_up_threshold_percent": percent}
     )
     target_capacity_margin: float | None = field(None, check=unit_interval)
-    # places kept free for the largest pod (docs/scaling.md, "The slot reserve")
+    # places kept free for the largest pod (docs/scaling.md, "The target")
     slot_reserve: int | None = field(None, check=non_negative)
     slot_reserve_band: int | None = field(None, check=non_negative)
     slot_reserve_fraction: float | None = field(None, check=unit_interval)

@@ -1,5 +1,5 @@
 """Consolidation: make the pool's free room whole places, within a disruption budget
-(docs/scaling.md, "Consolidation").
+(docs/consolidation.md).
 
 Utilisation counts free CPUs, but a pod needs them on one node. When pods of several sizes leave
 at random, the free room splits over many nodes into pieces no large pod fits. The slot reserve

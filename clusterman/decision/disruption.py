@@ -1,5 +1,5 @@
 """The disruption budget consolidation spends, and what it remembers from run to run
-(docs/scaling.md, "Consolidation").
+(docs/consolidation.md).
 
 Remembered in the ``AutoscalerState`` (and so in the state store: a restart keeps it):
   since      per node, when it became a candidate (its pods fit elsewhere): it is drained only

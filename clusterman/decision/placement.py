@@ -1,5 +1,5 @@
 """Where the pool's scheduler will put a node's pods once they are evicted: a prediction, for
-consolidation (docs/scaling.md, "Consolidation").
+consolidation (docs/consolidation.md).
 
 The rule is the cluster's scheduler profile, set in ``consolidation.placement``:
   first_fit       the first node with room, in launch order (the simulated scheduler's default)

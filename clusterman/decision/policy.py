@@ -33,7 +33,7 @@ class EscalatorRemoval:
 
 @dataclass(frozen=True)
 class ConsolidationPolicy:
-    """Packing the pool within a disruption budget (consolidate.py, docs/scaling.md "Consolidation").
+    """Packing the pool within a disruption budget (consolidate.py, docs/consolidation.md).
 
     ``placement`` is the pool scheduler's rule the prediction follows; the budget: at most
     ``max_disrupted_share`` of the pool's nodes tainted at once (at least one), ``drains_per_run``

@@ -34,7 +34,7 @@ class PoolSetup:
     def consolidates(self) -> bool:
         """Consolidation moves pods by draining nodes: a pool that does not drain (Clusterman's
         ``draining_enabled: false``) would kill them, and Mesos has no eviction a disruption budget
-        can refuse (docs/scaling.md, "Consolidation"): for those it stays off, whatever the config."""
+        can refuse (docs/consolidation.md): for those it stays off, whatever the config."""
         return self.pool.draining_enabled and self.identity.scheduler is not Scheduler.MESOS
 
     @property
