@@ -65,11 +65,12 @@ class _Minute:
     sizes: tuple[float, ...]  # its size, if one does
 
 
-def frontier(name: str, days: float, weights: Iterable[float] = WEIGHTS) -> list[Point]:
-    """The lower convex hull of the points of ``weights``, least unmet first (module docstring)."""
-    values, events = draw(name, days)
+def frontier(name: str, days: float, weights: Iterable[float] = WEIGHTS, seed: int = 1) -> list[Point]:
+    """The lower convex hull of the points of ``weights``, least unmet first, for the trace drawn
+    with ``seed`` (module docstring)."""
+    values, events = draw(name, days, seed)
     demand = [max(v, 0.0) for v in values]
-    minutes = _minutes(name, days, demand, events)
+    minutes = _minutes(name, days, demand, events, seed)
     oracle = math.fsum(max_ahead([_nodes(d) for d in demand], JOIN_MINUTES))
     savings = [_savings(m) for m in minutes]
     points = []
@@ -103,9 +104,9 @@ def cheapest(points: list[Point], unmet: float) -> Point | None:
     )
 
 
-def _minutes(name: str, days: float, demand: list[float], events: Events) -> list[_Minute]:
+def _minutes(name: str, days: float, demand: list[float], events: Events, seed: int) -> list[_Minute]:
     share, keep = NOISE[name]
-    wiggle = noise(name, days)
+    wiggle = noise(name, days, seed)
     # the demand that is not noise times a level: diurnal's bursts come on top of the noise; flash's
     # crowds are in the level; the unseen part of either is what started in the last JOIN_MINUTES
     n = len(demand)

@@ -23,19 +23,21 @@ NAMESPACE = "bench_perfect_forecast"
 
 
 class PerfectForecast(BaseSignal):
-    """Parameters: ``trace`` (a name of ``bench._traces.TRACES``), ``days``, ``horizon_minutes``."""
+    """Parameters: ``trace`` (a name of ``bench._traces.TRACES``), ``days``, ``horizon_minutes``,
+    ``seed`` (the trace's draw, 1 when left out)."""
 
     def __init__(self, cluster: str, pool: str, parameters: dict[str, Any] | None = None) -> None:
         super().__init__(cluster, pool, parameters)
         self.horizon = int(self.parameters["horizon_minutes"])
-        self.demand = [v for _, v in trace(str(self.parameters["trace"]), float(self.parameters["days"]))]
+        p = self.parameters
+        self.demand = [v for _, v in trace(str(p["trace"]), float(p["days"]), int(p.get("seed", 1)))]
 
     def value(self, metrics: MetricsValuesDict, timestamp: float) -> SignalResources:
         minute = min(max(int((timestamp - START) // 60), 0), len(self.demand) - 1)
         return SignalResources(cpus=max(self.demand[minute : minute + self.horizon + 1]))
 
 
-def pool_signal(trace_name: str, days: float, horizon_minutes: float) -> dict[str, Any]:
+def pool_signal(trace_name: str, days: float, horizon_minutes: float, seed: int = 1) -> dict[str, Any]:
     """A pool's ``autoscale_signal`` running this signal, made importable as
     ``clusterman_signals.bench_perfect_forecast`` (the simulator imports signals by namespace from
     ``clusterman_signals``) for the rest of this process."""
@@ -45,6 +47,6 @@ def pool_signal(trace_name: str, days: float, horizon_minutes: float) -> dict[st
         "namespace": NAMESPACE,
         "branch_or_tag": "local",
         "period_minutes": 1,
-        "parameters": [{"trace": trace_name}, {"days": days}, {"horizon_minutes": horizon_minutes}],
+        "parameters": [{"trace": trace_name}, {"days": days}, {"horizon_minutes": horizon_minutes}, {"seed": seed}],
         "required_metrics": [{"name": "cpus_allocated", "type": "system_metrics", "minute_range": 1}],
     }

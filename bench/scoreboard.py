@@ -184,9 +184,9 @@ def pool_file(
     return path
 
 
-def metrics_file(workdir: Path, name: str, days: float) -> tuple[Path, float]:
-    points = trace(name, days)
-    path = workdir / f"{name}.json.gz"
+def metrics_file(workdir: Path, name: str, days: float, seed: int = 1) -> tuple[Path, float]:
+    points = trace(name, days, seed)
+    path = workdir / f"{name}-{seed}.json.gz"
     key = system_key("cpus_allocated", "bench", "web.kubernetes")
     write_metrics_file(path, {MetricType.SYSTEM_METRICS: {key: [(t, float(v)) for t, v in points]}})
     return path, points[0][1]
@@ -203,7 +203,9 @@ def score(
     episodes: bool = False,
     placement: str = "first_fit",
     breakdown: bool = False,
+    seed: int = 1,
 ) -> dict[str, Any]:
+    """One variant's run of one trace (``data``, drawn with ``seed``)."""
     main = load_main_config(main_config(workdir, variant, overrides))
     setpoint = OLD_AUTOSCALING["setpoint"] if variant == "old" else main.autoscaling.setpoint
     if variant == "escalator":
@@ -211,7 +213,8 @@ def score(
     initial = max(1, math.ceil(first / (NODE_CPUS * setpoint)))
     signal = None
     if variant == "perfect":  # looking as far ahead as the shipped signal's horizon
-        signal = perfect_forecast.pool_signal(name, days, shipped_signal(main).parameters["horizon_minutes"])
+        horizon = shipped_signal(main).parameters["horizon_minutes"]
+        signal = perfect_forecast.pool_signal(name, days, horizon, seed)
     scenario = load_scenario(main, Request(pool_file(workdir, variant, name, initial, signal, placement), [data]))
     split = CostSplit() if breakdown else None
     started = time.perf_counter()
@@ -225,7 +228,7 @@ def score(
     out: dict[str, Any] = {}
     if name == "flash":
         out["crowds"] = crowd_floor(result.timeline)
-    out["bound"] = bound(name, days, s["unmet_demand"]["cpu_minutes"])
+    out["bound"] = bound(name, days, s["unmet_demand"]["cpu_minutes"], seed)
     if episodes:
         if name == "flash":
             print(f"    crowds: {out['crowds']}", file=sys.stderr)
@@ -294,14 +297,14 @@ class CostSplit:
 
 
 @functools.cache
-def _frontier(name: str, days: float) -> list[frontier.Point]:
-    return frontier.frontier(name, days)
+def _frontier(name: str, days: float, seed: int) -> list[frontier.Point]:
+    return frontier.frontier(name, days, seed=seed)
 
 
-def bound(name: str, days: float, unmet: float) -> dict[str, float] | None:
+def bound(name: str, days: float, unmet: float, seed: int = 1) -> dict[str, float] | None:
     """The least cost ÷ oracle any autoscaler pays at no more than ``unmet`` CPU-minutes unmet, and
     the spare that takes (``_frontier.py``); None when the frontier always leaves more."""
-    best = frontier.cheapest(_frontier(name, days), unmet)
+    best = frontier.cheapest(_frontier(name, days, seed), unmet)
     if best is None:
         return None
     return {"cost_vs_oracle": round(best.cost_vs_oracle, 3), "spare_cpus": round(best.spare, 1)}
@@ -396,22 +399,37 @@ def run(
     episodes: bool = False,
     placement: str = "first_fit",
     breakdown: bool = False,
+    seeds: tuple[int, ...] = (1,),
 ) -> dict[str, Any]:
     """The scoreboard; run whole (``make bench``), also the old and new defaults under the
-    simulated scheduler's other placements (``OTHER_PLACEMENTS``)."""
+    simulated scheduler's other placements (``OTHER_PLACEMENTS``). With several ``seeds`` each
+    trace is drawn once per seed, and the board is their mean (``mean_board``); one week holds
+    only four flash crowds and 41 diurnal bursts, so one draw can move a figure more than a
+    change of setting does."""
     days = days or (1.5 if quick else 7.0)
     whole = variants == VARIANTS and traces == tuple(TRACES)
     with tempfile.TemporaryDirectory(prefix="bench-scoreboard-") as tmp:
         workdir = Path(tmp)
-        files = {name: metrics_file(workdir, name, days) for name in traces}  # each trace written once
         out: dict[str, Any] = {"days": days, "placement": placement}
-        out |= board(workdir, days, files, variants, overrides, episodes, placement, breakdown)
+        boards, drawn = {}, {}
+        for seed in seeds:
+            drawn[seed] = files = {name: metrics_file(workdir, name, days, seed) for name in traces}
+            boards[seed] = board(workdir, days, files, variants, overrides, episodes, placement, breakdown, seed)
+            if len(seeds) > 1:
+                print(f"seed {seed}:\n" + table({"days": days, **boards[seed]}), file=sys.stderr)
+        if len(seeds) == 1:
+            out |= boards[seeds[0]]
+        else:
+            out["seeds"] = {str(seed): boards[seed] for seed in seeds}
+            out |= mean_board([boards[seed] for seed in seeds])
+            print(f"mean over seeds {', '.join(map(str, seeds))}:", file=sys.stderr)
+            print(spreads(out), file=sys.stderr)
         print(table(out), file=sys.stderr)
         if whole:
             out["signal_cost"] = signal_cost()
             out["placements"] = {}
             for other in OTHER_PLACEMENTS:
-                scores = board(workdir, days, files, ("old", "new"), None, False, other)
+                scores = board(workdir, days, drawn[seeds[0]], ("old", "new"), None, False, other, seed=seeds[0])
                 out["placements"][other] = scores
                 print(f"placement {other}:\n" + table({"days": days, **scores}), file=sys.stderr)
     return out
@@ -426,12 +444,15 @@ def board(
     episodes: bool,
     placement: str,
     breakdown: bool = False,
+    seed: int = 1,
 ) -> dict[str, Any]:
-    """Every trace (its ``metrics_file``) under every variant, and the totals per variant."""
-    out: dict[str, Any] = {"traces": {}, "totals": {}}
+    """Every trace (its ``metrics_file``, drawn with ``seed``) under every variant, and the totals
+    per variant."""
+    out: dict[str, Any] = {"traces": {}}
     for name, (data, first) in files.items():
         out["traces"][name] = {
-            v: score(workdir, v, name, data, first, days, overrides, episodes, placement, breakdown) for v in variants
+            v: score(workdir, v, name, data, first, days, overrides, episodes, placement, breakdown, seed)
+            for v in variants
         }
         for v, r in out["traces"][name].items():
             if r.get("bound"):
@@ -439,9 +460,16 @@ def board(
                 at = f"at ≤ {r['unmet_cpu_minutes']:,.0f} unmet CPU-minutes"
                 least = f"{b['cost_vs_oracle']:.3f} × the oracle (spare {b['spare_cpus']:g} CPUs)"
                 print(f"  {name} {v}: {at} no autoscaler costs less than {least}", file=sys.stderr)
+    out["totals"] = totals(out["traces"], variants)
+    return out
+
+
+def totals(traces: dict[str, dict[str, Any]], variants: tuple[str, ...]) -> dict[str, Any]:
+    """Per variant over all traces: the worst cost, and the sums of the rest."""
+    out = {}
     for v in variants:
-        rows = [out["traces"][name][v] for name in files]
-        out["totals"][v] = {
+        rows = [by_variant[v] for by_variant in traces.values()]
+        out[v] = {
             "worst_cost_vs_oracle": max(r["cost_vs_oracle"] for r in rows),
             "unmet_cpu_minutes": round(sum(r["unmet_cpu_minutes"] for r in rows), 1),
             "minutes_short": sum(r["minutes_short"] for r in rows),
@@ -450,6 +478,42 @@ def board(
             "consolidated_per_day": round(sum(r["consolidated_per_day"] for r in rows), 1),
         }
     return out
+
+
+MEANS = ("cost_vs_oracle", "unmet_cpu_minutes", "minutes_short", "target_changes_per_day", "evictions_per_day",
+         "consolidated_per_day", "seconds")  # fmt: skip
+
+
+def mean_board(boards: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each cell the mean of its figures over the boards, with the least and most cost and unmet
+    seen (``cost_range``, ``unmet_range``) and the frontier's mean cost where every draw has one."""
+    traces: dict[str, dict[str, Any]] = {}
+    for name, by_variant in boards[0]["traces"].items():
+        traces[name] = {}
+        for v in by_variant:
+            cells = [b["traces"][name][v] for b in boards]
+            cell: dict[str, Any] = {k: round(math.fsum(c[k] for c in cells) / len(cells), 3) for k in MEANS}
+            for key, figure in (("cost_range", "cost_vs_oracle"), ("unmet_range", "unmet_cpu_minutes")):
+                cell[key] = [min(c[figure] for c in cells), max(c[figure] for c in cells)]
+            if all(c.get("bound") for c in cells):
+                least = math.fsum(c["bound"]["cost_vs_oracle"] for c in cells) / len(cells)
+                cell["bound"] = {"cost_vs_oracle": round(least, 3)}
+            traces[name][v] = cell
+    variants = tuple(next(iter(traces.values())))
+    return {"traces": traces, "totals": totals(traces, variants)}
+
+
+def spreads(out: dict[str, Any]) -> str:
+    """One line per trace and variant: the range of cost and unmet over the draws, and the frontier."""
+    lines = []
+    for name, by_variant in out["traces"].items():
+        for v, c in by_variant.items():
+            least = f", frontier {c['bound']['cost_vs_oracle']:.3f} at each draw's unmet" if "bound" in c else ""
+            lines.append(
+                f"  {name} {v}: cost {c['cost_range'][0]:.3f}-{c['cost_range'][1]:.3f}, unmet "
+                f"{c['unmet_range'][0]:,.0f}-{c['unmet_range'][1]:,.0f} CPU-minutes{least}"
+            )
+    return "\n".join(lines)
 
 
 def table(out: dict[str, Any]) -> str:
@@ -485,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--breakdown", action="store_true", help="where the capacity above the demand goes")
     parser.add_argument("--placement", default="first_fit", choices=PLACEMENTS, help="the simulated scheduler's")
     parser.add_argument("--bound", nargs="*", type=float, metavar="SPARE", help="only the flash lower bound")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1], help="draw each trace once per seed; the mean")
     args = parser.parse_args(argv)
     if args.bound is not None:
         for spare in args.bound or (0.0, 0.1, 0.14, 0.2, 0.3, 0.43, 0.5):
@@ -501,6 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         args.episodes,
         args.placement,
         args.breakdown,
+        tuple(args.seeds),
     )
     return 0
 

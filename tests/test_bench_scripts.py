@@ -145,3 +145,38 @@ def test_the_frontier_is_a_convex_hull_and_unmet_demand_costs_along_it():
     # burst-free growth needs far less spare for no unmet demand than diurnal's bursts do
     growth = cheapest(frontier("growth", 1), 0.0)
     assert growth is not None and growth.spare < cheapest(points, points[0].unmet).spare
+
+
+def test_a_board_over_several_draws_is_the_mean_of_each_draws_figures():
+    from bench import scoreboard
+
+    def cell(cost: float, unmet: float, least: float | None) -> dict:
+        figures = dict.fromkeys(scoreboard.MEANS, 1.0) | {"cost_vs_oracle": cost, "unmet_cpu_minutes": unmet}
+        return figures | ({"bound": {"cost_vs_oracle": least}} if least else {"bound": None})
+
+    boards = [
+        {"traces": {"flash": {"new": cell(1.10, 1500.0, 1.05)}, "batch": {"new": cell(1.20, 10.0, 1.0)}}},
+        {"traces": {"flash": {"new": cell(1.14, 2100.0, 1.07)}, "batch": {"new": cell(1.22, 30.0, None)}}},
+    ]
+    mean = scoreboard.mean_board(boards)
+    flash, batch = mean["traces"]["flash"]["new"], mean["traces"]["batch"]["new"]
+    assert flash["cost_vs_oracle"] == 1.12 and flash["unmet_cpu_minutes"] == 1800.0
+    assert flash["cost_range"] == [1.10, 1.14] and flash["unmet_range"] == [1500.0, 2100.0]
+    assert flash["bound"] == {"cost_vs_oracle": 1.06}
+    assert "bound" not in batch  # one draw had no frontier point at its unmet: no mean of it
+    assert mean["totals"]["new"]["worst_cost_vs_oracle"] == 1.21
+    assert mean["totals"]["new"]["unmet_cpu_minutes"] == 1820.0
+    assert "flash new: cost 1.100-1.140, unmet 1,500-2,100 CPU-minutes, frontier 1.060" in scoreboard.spreads(mean)
+
+
+def test_a_seed_draws_another_week_of_the_same_trace_and_the_frontier_follows_it():
+    from bench._frontier import frontier
+    from bench._perfect_forecast import PerfectForecast
+    from bench._traces import START
+    from bench._traces import trace
+
+    first, other = trace("batch", 1), trace("batch", 1, seed=2)
+    assert first == trace("batch", 1, seed=1) and first != other
+    signal = PerfectForecast("c", "p", {"trace": "batch", "days": 1, "horizon_minutes": 0, "seed": 2})
+    assert signal.value({}, START + 60 * 100).cpus == other[100][1]
+    assert frontier("diurnal", 1, seed=2) != frontier("diurnal", 1)
