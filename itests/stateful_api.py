@@ -24,6 +24,12 @@ Kubernetes
   POST   /api/v1/namespaces/{ns}/pods/{name}/eviction
                                            a ``policy/v1`` Eviction: 404 for a missing pod, 429 for a
                                            pod whose disruption budget refuses, else the pod is gone
+  a silent server                          ``hang("evictions")`` leaves eviction requests unanswered
+                                           (the rest answered); ``hang("all")`` every request, and
+                                           open watches send nothing; ``evicted_then_hang`` carries
+                                           out the next eviction, then falls silent for everything;
+                                           ``answer_again`` ends it (the requests held meanwhile get
+                                           a 503, their clients long gone)
 Mesos master
   GET    /master/slaves, /master/frameworks
   GET    /master/maintenance/schedule      ``{}`` when empty, as the master's protobuf JSON
@@ -158,6 +164,45 @@ class FakeKubernetes(FakeServer):
         self.eviction_errors: dict[str, Answer] = {}  # "ns/name": any other answer to its eviction
         # node name -> how many of its next PATCHes race another writer, which adds a taint first
         self.races: dict[str, int] = {}
+        self.hanging = ""  # "evictions" or "all": those requests go unanswered (see ``hang``)
+        self.evicted_then_hang = False  # the next eviction is carried out, then the server falls silent
+        self.unanswered: list[Request] = []
+        self._answering = threading.Event()
+        self._answering.set()
+
+    def hang(self, what: str) -> None:
+        """From now on leave ``what`` ("evictions" or "all") unanswered, until ``answer_again``."""
+        with self._lock:
+            self.hanging = what
+            self._answering.clear()
+
+    def answer_again(self) -> None:
+        with self._lock:
+            self.hanging, self.evicted_then_hang = "", False
+            self._answering.set()
+
+    def answer(self, request: Request) -> Answer:
+        """As any fake, except that a silent server holds the request (outside the state's lock,
+        so the requests it still answers go on) until it answers again."""
+        with self._lock:
+            silent = self.hanging == "all" or (self.hanging == "evictions" and self._is_eviction(request))
+            if silent:
+                self.requests.append(request)
+                self.unanswered.append(request)
+        if not silent:
+            answer = super().answer(request)
+            with self._lock:
+                if not (self.evicted_then_hang and self._is_eviction(request) and answer[0] == 201):
+                    return answer
+                self.unanswered.append(request)
+                self.evicted_then_hang = False
+                self.hang("all")
+        while not self._answering.wait(0.05) and not request.stopping.is_set():
+            pass
+        return status(503, "ServiceUnavailable", "the server was silent; the client has given up")
+
+    def _is_eviction(self, request: Request) -> bool:
+        return request.method == "POST" and self.EVICTION.match(request.path) is not None
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.pods.get((namespace, name))
@@ -285,6 +330,10 @@ class FakeKubernetes(FakeServer):
         seen = since
         next_bookmark = time.monotonic() + self.bookmark_seconds
         while time.monotonic() < deadline and not request.stopping.is_set():
+            if self.hanging == "all":  # a silent server's open watches send nothing, bookmarks neither
+                self._answering.wait(0.05)
+                yield b""
+                continue
             lines: list[bytes] = []
             with self._lock:
                 if self._dropped != dropped:

@@ -31,6 +31,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 from typing import Any
 
+import urllib3
+
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.connector import SchedulerView
@@ -632,10 +634,13 @@ def request_timeout(seconds: float) -> tuple[float, float]:
     return (seconds, seconds)
 
 
-def api_client(kubeconfig_path: str | None) -> kubernetes.client.ApiClient:
+def api_client(kubeconfig_path: str | None, retry_reads: bool = True) -> kubernetes.client.ApiClient:
     """A client for the pool's cluster: the kubeconfig the main file names, else ``$KUBECONFIG`` (an
     operator's machine), else the pod's ServiceAccount, as every controller does (its token is read
-    again as the kubelet rotates it). ConnectorError naming what was tried when none is usable."""
+    again as the kubelet rotates it). ConnectorError naming what was tried when none is usable.
+
+    Without ``retry_reads`` a request the server took and did not answer is not sent again: it
+    costs one timeout, not ``ATTEMPTS`` (connections that fail are still tried again)."""
     try:
         import kubernetes.config
     except ImportError as e:
@@ -645,7 +650,7 @@ def api_client(kubeconfig_path: str | None) -> kubernetes.client.ApiClient:
     import kubernetes.client
 
     configuration = kubernetes.client.Configuration()
-    configuration.retries = ATTEMPTS - 1
+    configuration.retries = ATTEMPTS - 1 if retry_reads else urllib3.Retry(total=ATTEMPTS - 1, read=0)
     path = kubeconfig_path or os.environ.get("KUBECONFIG")
     if path:
         try:

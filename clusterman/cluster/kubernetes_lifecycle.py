@@ -15,8 +15,9 @@ refuses it with 409 Conflict and the edit is redone on the fresh node, so no oth
 is lost. Responses are read as raw JSON (``_preload_content=False``), as the connector reads them.
 
 Nodes are handled one after another, so a silent API server must not cost a timeout per node.
-After one call goes unanswered (``ATTEMPTS`` timeouts), the calls that follow within as long again
-fail at once, saying so.
+A call that goes unanswered is not sent again (it costs one timeout, so a drain stays within the
+run's budget: each attempt is a third of it), and the calls that follow within ``ATTEMPTS``
+timeouts fail at once, saying so; the run a period later tries again.
 """
 
 from __future__ import annotations
@@ -304,7 +305,7 @@ class KubernetesLifecycle(NodeLifecycle):
     def _api(self) -> kubernetes.client.CoreV1Api:
         if self._client is None:
             try:
-                self._client = api_client(self.kubeconfig_path)
+                self._client = api_client(self.kubeconfig_path, retry_reads=False)
             except ConnectorError as e:
                 raise ApiFailure(str(e)) from e
         import kubernetes.client

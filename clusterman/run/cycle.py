@@ -471,6 +471,7 @@ class Cycle:
                     change.group_id, before.get(change.group_id, change.previous), change.target, note
                 )
         for object_id, message in applied.errors:
+            log.warning("%s%s: %s", prefix, object_id, message)  # the run's line counts them; here is why
             source = ErrorSource.INTERNAL if object_id == "lease" else ErrorSource.CLOUD
             self.recorder.error(source, object_id, prefix + message)
 

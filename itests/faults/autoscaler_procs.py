@@ -95,11 +95,17 @@ class Autoscaler:
     """``python -m clusterman.batch.autoscaler`` with its stdout and stderr lines collected."""
 
     def __init__(
-        self, config: str, cluster: str, *args: str, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+        self,
+        config: str,
+        cluster: str,
+        *args: str,
+        env: dict[str, str] | None = None,
+        prefix: tuple[str, ...] = (),
+        scheduler: str = "simulated",
     ) -> None:
         """``prefix``: a command the autoscaler's is run under (one that execs it, keeping the pid)."""
         command = [*prefix, sys.executable, "-m", "clusterman.batch.autoscaler", "--env-config-path", config,
-                   "--cluster", cluster, "--pool", POOL, "--scheduler", "simulated", *args]  # fmt: skip
+                   "--cluster", cluster, "--pool", POOL, "--scheduler", scheduler, *args]  # fmt: skip
         self.proc = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,

@@ -1,0 +1,77 @@
+"""Consolidation drains on Kubernetes for the fault tests: two small pools of 8-CPU nodes on the
+stateful fake API server (``itests/stateful_api.py``) and real Auto Scaling groups in moto's server,
+the real autoscaler over them, and what it keeps in its state store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clusterman.decision.disruption import DisruptionState
+from clusterman.state.carried import StoredState
+from clusterman.state.factory import open_state_store
+from itests.faults.autoscaler_procs import Autoscaler
+from itests.pool_harness import PoolHarness
+
+PERIOD, BUDGET = 2.0, 3.0  # each call to the API server waits at most BUDGET / 3
+
+
+def configure(pool: PoolHarness, reserve: int) -> str:
+    return pool.configure(
+        max_tasks_to_kill=0,
+        draining=True,
+        autoscaling={
+            "setpoint": 0.95,
+            "target_capacity_margin": 0,
+            "slot_reserve": reserve,
+            "consolidation": {"enabled": True, "consolidate_after": 0, "surplus": 0},  # a pool of four
+        },
+    )
+
+
+def to_remove(pool: PoolHarness, members: list[str]) -> tuple[str, list[str], list[str]]:
+    """Two nodes with 2 CPUs free in pieces, one running two 1-CPU pods, one empty; two 4-CPU places
+    kept: the two pods fit in a gap, so their node is removed. The config, the nodes, its pods."""
+    nodes = pool.join(members, cpus=8)
+    for node in nodes[:2]:
+        pool.run_pods(node, 1, 4, prefix=f"{node}-big")
+        pool.run_pods(node, 1, 2, prefix=f"{node}-mid")
+    pods = pool.run_pods(nodes[2], 2, 1, prefix="moving")
+    return configure(pool, reserve=2), nodes, pods
+
+
+def to_keep(pool: PoolHarness, members: list[str]) -> tuple[str, list[str], list[str]]:
+    """As ``to_remove``, but the third node has 4 CPUs free and the fourth two 1-CPU pods; three
+    4-CPU places kept and only two to be had: the fourth node is drained to be kept (its pods fill
+    the gaps, and it becomes two places). The config, the nodes, its pods."""
+    nodes = pool.join(members, cpus=8)
+    for node in nodes[:2]:
+        pool.run_pods(node, 1, 4, prefix=f"{node}-big")
+        pool.run_pods(node, 1, 2, prefix=f"{node}-mid")
+    pool.run_pods(nodes[2], 1, 2, prefix="stays")
+    pool.run_pods(nodes[2], 2, 1, prefix="stays-small")
+    pods = pool.run_pods(nodes[3], 2, 1, prefix="moving")
+    return configure(pool, reserve=3), nodes, pods
+
+
+def autoscaler(config: str, cluster: str, runs: int = 0, prefix: tuple[str, ...] = ()) -> Autoscaler:
+    args = ["--period-seconds", str(PERIOD), "--budget-seconds", str(BUDGET), "--no-splay"]
+    if runs:
+        args += ["--runs", str(runs)]
+    return Autoscaler(config, cluster, *args, scheduler="kubernetes", prefix=prefix)
+
+
+def evictions(pool: PoolHarness) -> list[str]:
+    """The pods whose eviction was asked for, in order (an unanswered request too)."""
+    assert pool.kube is not None
+    return [r.path.split("/")[-2] for r in pool.kube.requests if r.method == "POST"]
+
+
+def kept(pool: PoolHarness) -> DisruptionState:
+    """What consolidation remembers, as the autoscaler saved it."""
+    setup = pool.setup()
+    return StoredState(open_state_store(setup.main), setup.identity).load().disruption
+
+
+def taints(pool: PoolHarness, node: str) -> list[dict[str, Any]]:
+    assert pool.kube is not None
+    return list(pool.kube.nodes[node]["spec"].get("taints") or ())
