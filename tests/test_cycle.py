@@ -31,6 +31,7 @@ from clusterman.state.carried import StoredState
 from clusterman.state.pause import PauseStatus
 from clusterman.state.pause import entity
 from clusterman.state.store import SqliteStateStore
+from clusterman.state.store import StateError
 from clusterman.state.store import StateItem
 
 T0 = 1_700_000_000.0
@@ -287,3 +288,18 @@ def test_an_unreadable_kept_state_changes_nothing_until_it_can_be_read(pools, tm
     assert pool.groups[0].read().group.target_capacity == 1
     broken.store = SqliteStateStore(tmp_path / "state.sqlite")
     assert pool.minute().outcome is Outcome.ACTED
+
+
+def test_a_run_whose_state_cannot_be_kept_before_acting_changes_nothing(pools, tmp_path):
+    """What a run spends (a scale lock, the disruption budget) is kept before it acts: a kill
+    mid-drain must not forget it. A state that cannot be written stops the run instead."""
+
+    class ReadOnly(StoredState):
+        def save(self, state, now):
+            raise StateError("state store: database or disk is full")
+
+    locked = limits(scale_up_cool_down_period_seconds=600)
+    pool = pools(work(10), policy=locked, keeper=ReadOnly(SqliteStateStore(tmp_path / "state.sqlite"), POOL_ID))
+    report = pool.minute()
+    assert report.outcome is Outcome.NO_STATE and "before acting" in report.message, report.message
+    assert pool.groups[0].read().group.target_capacity == 1  # no scale-up it could not remember

@@ -8,9 +8,10 @@ group that cannot be read, signals' input that is too old, or a scheduler view t
 watch cache that has not heard from its API server lately) holds scale-down for the run.
 
 The state carried from run to run (scale lock, breaker, capacity-loss memory) is loaded from a
-``StateKeeper`` at the first run and saved whenever a run changes it, so a restart remembers it.
-Stored state that cannot be read stops the run (like a pause that cannot be read); stored state
-that is not valid is reported and replaced, and that run does not scale down.
+``StateKeeper`` at the first run and saved whenever a run changes it, before the run acts, so a
+restart (even a kill mid-drain) remembers it. Stored state that cannot be read or written stops the
+run (like a pause that cannot be read); stored state that is not valid is reported and replaced, and
+that run does not scale down.
 
 With a ``lease`` (``clusterman.state.lease``), a run first claims the pool's lease and renews it
 right before acting: a run that does not hold it reads nothing and changes nothing
@@ -202,12 +203,16 @@ class Cycle:
         refusal = permit.acting()
         if refusal is not None:
             return self._refused(now, refusal, snapshot, decision, requests, unreadable)
+        if not self.dry_run:  # a dry run must not take a scale lock for a change it did not make
+            unsaved = self._save(decision.state, now)
+            if unsaved:
+                message = f"cannot keep the autoscaler state before acting: {unsaved}: nothing changed"
+                return self._no_change(now, Outcome.NO_STATE, message, ErrorSource.INTERNAL, snapshot)
         applied = apply(decision, snapshot, reading.groups_by_id, self.lifecycle, now, permit, self.dry_run)
         self._record(decision, applied, snapshot)
-        if not self.dry_run:  # a dry run must not take a scale lock for a change it did not make
+        if not self.dry_run:
             self._record_state_changes(self.state, decision.state, now)
             self.state = decision.state
-            self._save(now)
         report = RunReport(now, Outcome.ACTED, "", snapshot, decision, applied, requests, unreadable)
         if log.isEnabledFor(logging.INFO):  # building the line costs; a simulated run logs nothing
             log.info("%s", report.line())
@@ -307,15 +312,18 @@ class Cycle:
         self._loaded = True
         return holds
 
-    def _save(self, now: float) -> None:
-        """Keep the state if it changed; a failure is reported and the save tried again next run."""
-        if self.keeper is None or self.state == self._kept:
-            return
+    def _save(self, state: AutoscalerState, now: float) -> str:
+        """Keep the state a decision hands on, if it changed, before the run acts on it: what it
+        spends (the disruption budget, a node drained to be kept) is then counted after a kill
+        mid-drain. Why it could not be kept ("" when it was): then the run must not act."""
+        if self.keeper is None or state == self._kept:
+            return ""
         try:
-            self.keeper.save(self.state, now)
-            self._kept = self.state
+            self.keeper.save(state, now)
         except StateError as e:
-            self.recorder.error(ErrorSource.INTERNAL, "autoscaler_state", f"cannot save the autoscaler state: {e}")
+            return str(e)
+        self._kept = state
+        return ""
 
     # --- the ways a run ends without deciding -------------------------------------------------
 

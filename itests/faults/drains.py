@@ -4,8 +4,7 @@ the real autoscaler over them, and what it keeps in its state store."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEYS
 from clusterman.decision.disruption import DisruptionState
 from clusterman.state.carried import StoredState
 from clusterman.state.factory import open_state_store
@@ -72,6 +71,9 @@ def kept(pool: PoolHarness) -> DisruptionState:
     return StoredState(open_state_store(setup.main), setup.identity).load().disruption
 
 
-def taints(pool: PoolHarness, node: str) -> list[dict[str, Any]]:
+def untainted(pool: PoolHarness, node: str) -> bool:
+    """Whether the autoscaler wrote the node's taints without a scale-down taint (it may taint it
+    again later: a new drain)."""
     assert pool.kube is not None
-    return list(pool.kube.nodes[node]["spec"].get("taints") or ())
+    patches = [r.json() for r in pool.kube.requests if r.method == "PATCH" and r.path == f"/api/v1/nodes/{node}"]
+    return any(not any(t["key"] in SCALE_DOWN_TAINT_KEYS for t in p["spec"]["taints"]) for p in patches)
