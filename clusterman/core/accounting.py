@@ -17,9 +17,10 @@ Derived:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clusterman.core.fold import NodeFold
+from clusterman.core.fold import CHUNK
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
@@ -69,20 +70,25 @@ def account_node(node: Node) -> Accounting:
 
 
 def account_nodes(nodes: Iterable[Node]) -> Accounting:
-    """Summed over each node's precomputed vector, chunk by chunk (``fold.py``: a chunk whose nodes
-    did not change is not summed again): this runs every autoscaler run and simulator step."""
-    chunks = _VECTOR_SUMS.summaries(nodes if isinstance(nodes, tuple) else tuple(nodes))
+    """Summed over each node's precomputed vector, chunk by chunk, then the chunks: the order of
+    additions ``account_snapshot`` makes, so both give the same floats."""
+    nodes = nodes if isinstance(nodes, tuple) else tuple(nodes)
+    vectors = [n.vector for n in nodes]
+    chunks = [tuple(map(sum, zip(*vectors[i : i + CHUNK], strict=True))) for i in range(0, len(vectors), CHUNK)]
+    return _accounting(chunks)
+
+
+def account_snapshot(snapshot: PoolSnapshot) -> Accounting:
+    """``account_nodes`` of the snapshot's nodes, from its one pass (``PoolSnapshot.figures``): this
+    runs every autoscaler run and simulator step."""
+    return _accounting([chunk.sums for chunk in snapshot.figures])
+
+
+def _accounting(chunks: Sequence[tuple[float, ...]]) -> Accounting:
     if not chunks:
         return Accounting()
     sums = [sum(column) for column in zip(*chunks, strict=True)]
     return Accounting(*(Resources(*sums[i : i + 4]) for i in range(0, 20, 4)))
-
-
-def _sum_vectors(chunk: tuple[Node, ...], _: object) -> tuple[float, ...]:
-    return tuple(sum(column) for column in zip(*(n.vector for n in chunk), strict=True))
-
-
-_VECTOR_SUMS = NodeFold(_sum_vectors)
 
 
 def account_ready(snapshot: PoolSnapshot) -> Accounting:

@@ -14,7 +14,8 @@ Chunks are matched by value (``Node`` equality, identity first) once per snapsho
 summary that keeps nodes may hold nodes equal to the snapshot's rather than the very same
 objects). The memo is module state shared by every caller; it only ever returns what summarizing
 the chunk again would. Folds live in the core only (tests/test_layers.py checks it): readers outside
-take per-snapshot values (``PoolSnapshot.node_sets``, ``member_weights``, ``account_nodes``).
+take per-snapshot values (``PoolSnapshot.figures``, ``node_sets``, ``member_weights``,
+``account_snapshot``), all from one fold that sums up each chunk in one pass (``model.ChunkFigures``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ A node joins the cloud's view (instance id, group, weight, launch time) and the 
 from __future__ import annotations
 
 import enum
-from collections import Counter
+import math
+from collections.abc import Hashable
 from collections.abc import Iterable
 from dataclasses import dataclass
 from dataclasses import field
@@ -252,45 +253,119 @@ _JOINED = frozenset((NodeState.READY, NodeState.TAINTED, NodeState.CORDONED))
 
 
 @dataclass(frozen=True, slots=True)
-class _ChunkNodes:
-    """One chunk of nodes, summarized for ``NodeSets``."""
+class ChunkFigures:
+    """One chunk of a snapshot's nodes, summed up in one pass for every reader of the snapshot
+    (``PoolSnapshot.figures``): the counts and ids of ``NodeSets``, the members' weights, the nodes'
+    vectors summed (``core/accounting.py``) and, of the nodes in the pool's groups, the sets the
+    decision's pool view reads (``decision/pool_view.py``)."""
 
     states: tuple[tuple[NodeState, int], ...]
-    tainted: tuple[str, ...]
-    joined: frozenset[str]
-    tasks: int
+    tainted_ids: tuple[str, ...]
+    joined_ids: frozenset[str]
+    tasks: int  # daemons excluded
+    markets: tuple[tuple[tuple[str, str], float], ...]  # group members' weight per (instance type, zone)
+    joined_weight: float  # ... of those that joined the scheduler
+    sums: tuple[float, ...]  # every node's ``vector``, summed
+    # the nodes of the pool's groups (the rest are ignored), by state
+    ready: tuple[Node, ...]
+    tainted: tuple[Node, ...]
+    orphans: tuple[Node, ...]
+    cordoned: tuple[Node, ...]
+    ignored: int
+    bad_weight: Node | None  # the first node of the pool's groups whose weight is not a finite number > 0
+    ready_weight: tuple[tuple[str, float], ...]  # per group
+    allocatable: tuple[float, float, float, float]  # of the ready nodes
+    reserving: tuple[Node, ...]  # ready nodes holding reservations: the only ones with slack
+    largest: tuple[float, ...] | None  # per resource over ready and tainted nodes; None when there are none
 
 
-def _summarize(chunk: tuple[Node, ...], _: object) -> _ChunkNodes:
-    states = [n.state for n in chunk]  # read once: each set below is a pass over plain lists
-    ids = [n.id for n in chunk]
-    tainted = NodeState.TAINTED
-    return _ChunkNodes(
-        states=tuple(Counter(states).items()),
-        tainted=tuple([i for i, s in zip(ids, states, strict=True) if s is tainted]),
-        joined=frozenset([i for i, s in zip(ids, states, strict=True) if s in _JOINED]),
-        tasks=sum([n.usage.tasks for n in chunk]),
+def _figures(chunk: tuple[Node, ...], group_ids: Hashable) -> ChunkFigures:
+    assert isinstance(group_ids, frozenset)
+    ready_state, tainted_state, orphan_state = NodeState.READY, NodeState.TAINTED, NodeState.ORPHAN
+    cordoned_state, unknown_state, joined_states, inf = NodeState.CORDONED, NodeState.UNKNOWN, _JOINED, math.inf
+    counts: dict[NodeState, int] = {}
+    tainted_ids: list[str] = []
+    joined_ids: list[str] = []
+    tasks = 0
+    markets: dict[tuple[str, str], float] = {}
+    joined_weight = 0.0
+    sets: tuple[list[Node], ...] = ([], [], [], [], [])
+    add_ready, add_tainted, add_orphan, add_cordoned, add_reserving = (x.append for x in sets)
+    weights: dict[str, float] = {}
+    ignored = 0
+    bad: Node | None = None
+    cpus = mem = disk = gpus = 0.0
+    for node in chunk:
+        state = node.state  # compared by identity
+        counts[state] = counts.get(state, 0) + 1
+        tasks += node.usage.tasks
+        if state is tainted_state:
+            tainted_ids.append(node.id)
+        if state in joined_states:
+            joined_ids.append(node.id)
+        group_id, w = node.group_id, node.weight
+        if group_id:
+            key = (node.instance_type, node.market)
+            markets[key] = markets.get(key, 0.0) + w
+            if state is not orphan_state and state is not unknown_state:
+                joined_weight += w
+        if state is unknown_state or group_id not in group_ids:
+            ignored += 1
+            continue
+        if not 0 < w < inf:
+            if bad is None:
+                bad = node
+            continue
+        if state is ready_state:
+            add_ready(node)
+            weights[group_id] = weights.get(group_id, 0.0) + w
+            v = node.vector  # allocatable at 0-3, reserved at 4-7: a tuple reads faster than fields
+            cpus, mem, disk, gpus = cpus + v[0], mem + v[1], disk + v[2], gpus + v[3]
+            if v[4] or v[5] or v[6] or v[7]:
+                add_reserving(node)
+        elif state is tainted_state:
+            add_tainted(node)
+        elif state is orphan_state:
+            add_orphan(node)
+        elif state is cordoned_state:
+            add_cordoned(node)
+    return ChunkFigures(
+        tuple(counts.items()),
+        tuple(tainted_ids),
+        frozenset(joined_ids),
+        tasks,
+        tuple(markets.items()),
+        joined_weight,
+        tuple(map(sum, zip(*[n.vector for n in chunk], strict=True))),
+        tuple(sets[0]),
+        tuple(sets[1]),
+        tuple(sets[2]),
+        tuple(sets[3]),
+        ignored,
+        bad,
+        tuple(weights.items()),
+        (cpus, mem, disk, gpus),
+        tuple(sets[4]),
+        column_max([n.usage.largest for n in (*sets[0], *sets[1])]),
     )
 
 
-_CHUNKS = NodeFold(_summarize)
+_FIGURES = NodeFold(_figures)
 
 
-def _chunk_weights(chunk: tuple[Node, ...], _: object) -> tuple[tuple[tuple[tuple[str, str], float], ...], float]:
-    """Group members' weight per (instance type, zone), then the weight of those that joined the scheduler."""
-    by_market: dict[tuple[str, str], float] = {}
-    joined = 0.0
-    orphan, unknown = NodeState.ORPHAN, NodeState.UNKNOWN
-    for node in chunk:
-        if node.group_id:
-            key = (node.instance_type, node.market)
-            by_market[key] = by_market.get(key, 0.0) + node.weight
-            if node.state is not orphan and node.state is not unknown:
-                joined += node.weight
-    return tuple(by_market.items()), joined
+def column_max(sizes: list[tuple[float, ...]]) -> tuple[float, ...] | None:
+    """Per resource the largest finite value, at least 0; None for no sizes."""
+    if not sizes:
+        return None
+    return tuple(max(0.0, _finite_max(column)) for column in zip(*sizes, strict=True))
 
 
-_WEIGHTS = NodeFold(_chunk_weights)
+def _finite_max(column: tuple[float, ...]) -> float:
+    """The largest finite value, 0 for none; a finite sum means every value is finite (the common
+    case, checked in C), then the plain max is the same value."""
+    if math.isfinite(sum(column)):
+        return max(column)
+    return max(filter(math.isfinite, column), default=0.0)
 
 
 @dataclass(frozen=True)
@@ -308,14 +383,13 @@ class NodeSets:
     _joined: tuple[frozenset[str], ...]  # joined (ready, tainted, cordoned) ids, per chunk
 
     @staticmethod
-    def of(nodes: tuple[Node, ...]) -> NodeSets:
-        chunks = _CHUNKS.summaries(nodes)
+    def of(chunks: list[ChunkFigures]) -> NodeSets:
         counts = dict.fromkeys(NodeState, 0)
         for chunk in chunks:
             for state, count in chunk.states:
                 counts[state] += count
-        tainted = tuple(node_id for chunk in chunks for node_id in chunk.tainted)
-        return NodeSets(counts, tainted, sum(c.tasks for c in chunks), tuple(c.joined for c in chunks))
+        tainted = tuple(node_id for chunk in chunks for node_id in chunk.tainted_ids)
+        return NodeSets(counts, tainted, sum(c.tasks for c in chunks), tuple(c.joined_ids for c in chunks))
 
     @property
     def joined_ids(self) -> frozenset[str]:
@@ -355,8 +429,14 @@ class PoolSnapshot:
         return [n for n in self.nodes if n.state in states]
 
     @cached_property
+    def figures(self) -> list[ChunkFigures]:
+        """One pass over the nodes, chunk by chunk, for every figure read from them (``ChunkFigures``):
+        a chunk that did not change since a recent snapshot is not summed again (``fold.py``)."""
+        return _FIGURES.summaries(self.nodes, frozenset(g.id for g in self.groups))
+
+    @cached_property
     def node_sets(self) -> NodeSets:
-        return NodeSets.of(self.nodes)
+        return NodeSets.of(self.figures)
 
     @property
     def counts_by_state(self) -> dict[NodeState, int]:
@@ -368,10 +448,10 @@ class PoolSnapshot:
         joined the scheduler: the collector's fulfilled capacity figures."""
         by_market: dict[tuple[str, str], float] = {}
         joined = 0.0
-        for chunk_markets, chunk_joined in _WEIGHTS.summaries(self.nodes):
-            for key, weight in chunk_markets:
+        for chunk in self.figures:
+            for key, weight in chunk.markets:
                 by_market[key] = by_market.get(key, 0.0) + weight
-            joined += chunk_joined
+            joined += chunk.joined_weight
         return by_market, joined
 
     def group(self, group_id: str) -> ResourceGroup:

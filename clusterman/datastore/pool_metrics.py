@@ -14,7 +14,7 @@ from collections.abc import Callable
 from collections.abc import Container
 
 from clusterman.core.accounting import Accounting
-from clusterman.core.accounting import account_nodes
+from clusterman.core.accounting import account_snapshot
 from clusterman.core.accounting import pending_demand
 from clusterman.core.config import MetricType
 from clusterman.core.config import PoolIdentity
@@ -62,7 +62,7 @@ def collect(
             points.append(Point(metric_type, key, timestamp, value))
 
     if accounting is None:
-        accounting = account_nodes(snapshot.nodes)
+        accounting = account_snapshot(snapshot)
     figures: dict[str, tuple[MetricType, Callable[[], Resources]]] = {
         "allocated": (SYSTEM, lambda: accounting.allocated),
         "reserved": (SYSTEM, lambda: accounting.reserved),

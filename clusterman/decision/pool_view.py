@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Hashable
 from dataclasses import dataclass
 from dataclasses import field
 from fractions import Fraction
 
 from clusterman.core.accounting import account_node
-from clusterman.core.fold import NodeFold
 from clusterman.core.model import Node
-from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.model import ResourceGroup
 from clusterman.core.resources import RESOURCE_NAMES
@@ -85,7 +82,10 @@ def view_of(snapshot: PoolSnapshot) -> PoolView:
     ready_weight: dict[str, float] = dict.fromkeys(groups, 0.0)
     cpus = mem = disk = gpus = 0.0
     reserving: list[Node] = []
-    for part in _PARTS.summaries(snapshot.nodes, frozenset(groups)):
+    for part in snapshot.figures:
+        if part.bad_weight is not None:
+            node = part.bad_weight
+            raise SnapshotError(f"node {node.id}: weight must be a finite number > 0, got {node.weight!r}")
         view.ready += part.ready
         view.tainted += part.tainted
         view.orphans += part.orphans
@@ -102,84 +102,6 @@ def view_of(snapshot: PoolSnapshot) -> PoolView:
     view.capacity = _exact_totals({"cpus": cpus, "mem": mem, "disk": disk, "gpus": gpus}, view.ready)
     view.slack = _slack(reserving)
     return view
-
-
-@dataclass(frozen=True)
-class _Part:
-    """One chunk of a snapshot's nodes sorted into the view's sets (``core/fold.py``: a chunk
-    whose nodes did not change since a recent run is not sorted again)."""
-
-    ready: tuple[Node, ...]
-    tainted: tuple[Node, ...]
-    orphans: tuple[Node, ...]
-    cordoned: tuple[Node, ...]
-    ignored: int
-    ready_weight: tuple[tuple[str, float], ...]  # per group
-    allocatable: tuple[float, float, float, float]  # of the ready nodes
-    reserving: tuple[Node, ...]  # ready nodes holding reservations: the only ones with slack
-    largest: tuple[float, ...] | None  # over ready and tainted nodes; None when there are none
-
-
-def _sort_chunk(chunk: tuple[Node, ...], group_ids: Hashable) -> _Part:
-    assert isinstance(group_ids, frozenset)
-    ready, tainted, orphan, cordoned = NodeState.READY, NodeState.TAINTED, NodeState.ORPHAN, NodeState.CORDONED
-    unknown, inf = NodeState.UNKNOWN, math.inf
-    sets: tuple[list[Node], ...] = ([], [], [], [], [])
-    add_ready, add_tainted, add_orphan, add_cordoned, add_reserving = (x.append for x in sets)
-    weights: dict[str, float] = {}
-    ignored = 0
-    cpus = mem = disk = gpus = 0.0
-    for node in chunk:
-        state = node.state  # compared by identity
-        group_id = node.group_id
-        if state is unknown or group_id not in group_ids:
-            ignored += 1
-            continue
-        w = node.weight
-        if not 0 < w < inf:
-            raise SnapshotError(f"node {node.id}: weight must be a finite number > 0, got {w!r}")
-        if state is ready:
-            add_ready(node)
-            weights[group_id] = weights.get(group_id, 0.0) + w
-            v = node.vector  # allocatable at 0-3, reserved at 4-7: a tuple reads faster than fields
-            cpus, mem, disk, gpus = cpus + v[0], mem + v[1], disk + v[2], gpus + v[3]
-            if v[4] or v[5] or v[6] or v[7]:
-                add_reserving(node)
-        elif state is tainted:
-            add_tainted(node)
-        elif state is orphan:
-            add_orphan(node)
-        elif state is cordoned:
-            add_cordoned(node)
-    return _Part(
-        tuple(sets[0]),
-        tuple(sets[1]),
-        tuple(sets[2]),
-        tuple(sets[3]),
-        ignored,
-        tuple(weights.items()),
-        (cpus, mem, disk, gpus),
-        tuple(sets[4]),
-        column_max([n.usage.largest for n in (*sets[0], *sets[1])]),
-    )
-
-
-_PARTS = NodeFold(_sort_chunk)
-
-
-def column_max(sizes: list[tuple[float, ...]]) -> tuple[float, ...] | None:
-    """Per resource the largest finite value, at least 0; None for no sizes."""
-    if not sizes:
-        return None
-    return tuple(max(0.0, _finite_max(column)) for column in zip(*sizes, strict=True))
-
-
-def _finite_max(column: tuple[float, ...]) -> float:
-    """The largest finite value, 0 for none; a finite sum means every value is finite (the common
-    case, checked in C), then the plain max is the same value."""
-    if math.isfinite(sum(column)):
-        return max(column)
-    return max(filter(math.isfinite, column), default=0.0)
 
 
 def _sum_allocatable(nodes: list[Node]) -> dict[str, Fraction]:

@@ -23,15 +23,13 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
-from collections.abc import Hashable
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import cast
 
-from clusterman.core.fold import NodeFold
 from clusterman.core.model import Node
 from clusterman.core.model import Task
+from clusterman.core.model import column_max
 from clusterman.core.resources import RESOURCE_NAMES
 from clusterman.decision.exact import MICRO
 from clusterman.decision.exact import ZERO
@@ -41,7 +39,6 @@ from clusterman.decision.fit import Need
 from clusterman.decision.fit import describe
 from clusterman.decision.fit import need_of
 from clusterman.decision.pool_view import PoolView
-from clusterman.decision.pool_view import column_max
 
 _DIMS = range(len(RESOURCE_NAMES))
 _TOTAL_UNITS = {"cpus": "CPUs", "mem": "MB of memory", "disk": "MB of disk", "gpus": "GPUs"}
@@ -141,15 +138,15 @@ class Places:
         self.nodes = view.ready
         self.ready_total = view.ready_total
         self.per_unit = _unit_slots(view, slot)
-        self._counted = [pair for chunk in _COUNTS.summaries(tuple(view.ready), slot) for pair in chunk]
-        self.places = [s for s, _ in self._counted]  # in the order of ``nodes``
+        self._vectors = [n.vector for n in view.ready]
+        self.places = slot_counts(self._vectors, slot)  # in the order of ``nodes``
         self.total = sum(self.places)
         self._free: dict[int, Fraction] = {}
 
     def free(self, d: int) -> Fraction:
         """The ready nodes' free room in resource ``d``, in its units (``free_room``, summed)."""
         if d not in self._free:
-            self._free[d] = Fraction(sum(free_room([n.vector for n in self.nodes], d)), MICRO)
+            self._free[d] = Fraction(sum(free_room(self._vectors, d)), MICRO)
         return self._free[d]
 
     def wanted(self, reserve: int, fraction: Fraction) -> int:
@@ -162,7 +159,7 @@ class Places:
     def prefix(self) -> tuple[list[int], list[int] | list[Fraction], bool]:
         """(slots, weight) of the first k nodes, for k = 0..n, and whether the weights are whole
         numbers (then compared as ints, much cheaper than Fractions): needed by scale-downs only."""
-        ready = sorted(self._counted, reverse=True)
+        ready = sorted(zip(self.places, [n.weight for n in self.nodes], strict=True), reverse=True)
         slots = list(itertools.accumulate((s for s, _ in ready), initial=0))
         weights = [w for _, w in ready]
         if all(map(float.is_integer, map(float, weights))):
@@ -206,24 +203,13 @@ class Places:
         """Where the free room is when the places are missing: much of it in pieces smaller than a
         slot over many nodes is fragmentation, the mark of a scheduler that spreads pods
         (docs/cluster.md, "The scheduler's scoring"); "" when no ready node has such a piece."""
-        vectors = [n.vector for n in self.nodes]
         dims = [d for d in _DIMS if self.slot[d] > 0]
-        room = {d: free_room(vectors, d) for d in dims}
+        room = {d: free_room(self._vectors, d) for d in dims}
         pieces = sum(1 for k, p in enumerate(self.places) if p == 0 and any(room[d][k] for d in dims))
         if not pieces:
             return ""
         amounts = ", ".join(f"{sum(room[d]) / MICRO:g} free {_TOTAL_UNITS[RESOURCE_NAMES[d]]}" for d in dims)
         return f" ({amounts}, split over {pieces} nodes in pieces smaller than a slot)"
-
-
-def _count_chunk(ready: tuple[Node, ...], slot: Hashable) -> tuple[tuple[int, float], ...]:
-    """(slots, weight) of each node of one chunk of the ready nodes (``core/fold.py``: a chunk that
-    did not change is not counted again)."""
-    counts = slot_counts([n.vector for n in ready], cast(Need, slot))
-    return tuple(zip(counts, (n.weight for n in ready), strict=True))
-
-
-_COUNTS = NodeFold(_count_chunk)
 
 
 def _unit_slots(view: PoolView, slot: Need) -> Fraction:

@@ -33,7 +33,7 @@ from clusterman.cluster.lifecycle import WithoutDraining
 from clusterman.cluster.simulated_lifecycle import SimulatedLifecycle
 from clusterman.cluster.simulated_scheduler import DemandTrace
 from clusterman.cluster.simulated_scheduler import SimulatedConnector
-from clusterman.core.accounting import account_nodes
+from clusterman.core.accounting import account_snapshot
 from clusterman.core.accounting import pending_demand
 from clusterman.core.config import MetricType
 from clusterman.core.config import PoolIdentity
@@ -214,7 +214,7 @@ def simulate(
         for k, now in enumerate(steps):
             clock.now = now
             snapshot = w.connector.snapshot(now)
-            accounting = account_nodes(snapshot.nodes)
+            accounting = account_snapshot(snapshot)
             if w.collected != frozenset():
                 w.store.write(collect(snapshot, identity, accounting, w.collected))
             if (now - steps.start) % period == 0:
