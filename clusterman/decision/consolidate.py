@@ -221,16 +221,20 @@ def consolidate(
     reserved = ZERO  # the reserve's room in weight units, kept on top of the asked capacity when surplus > 0
     if policy.surplus > 0 and places is not None and places.per_unit > 0:
         reserved = Fraction(wanted) / places.per_unit
+    tight = policy.surplus > 0 and (asked is None or view.ready_total < asked + reserved + policy.surplus)
+    if tight:  # the candidates only for a replacement, when the groups offer a smaller type at all
+        candidates = _candidates(view, policy) if _smaller_offered(view) else []
+        replace = next((r for n in candidates if (r := smaller_instance(view, n))), "")
+        why = f"less than {show(policy.surplus)} units above the asked capacity and the reserve"
+        return Consolidation((), why, budget, replace, slot_text, state)
     limits = _Limits(view, asked, scaling, reserved)
     have = places.total if places is not None else 0  # on the ready nodes: capacity joining is in flight
     blocked = _removal_blocked(view, places, limits, keep, scaling)
     candidates = _candidates(view, policy)
-    tight = policy.surplus > 0 and (asked is None or view.ready_total < asked + reserved + policy.surplus)
-    if tight or not candidates or (not limits.may_remove() and have >= wanted and not blocked):
+    if not candidates or (not limits.may_remove() and have >= wanted and not blocked):
         # nothing to look at (what the last runs found stays)
         replace = next((r for n in candidates if (r := smaller_instance(view, n))), "")
-        why = f"less than {show(policy.surplus)} units above the asked capacity and the reserve" if tight else ""
-        return Consolidation((), why or "no node to consolidate", budget, replace, slot_text, state)
+        return Consolidation((), "no node to consolidate", budget, replace, slot_text, state)
     prediction = Prediction(view.ready, policy.placement, places.slot if places is not None else None)
     for leaving in view.tainted:  # work still on leaving nodes needs a home first
         homes = prediction.place(leaving)
@@ -362,6 +366,14 @@ def smaller_instance(view: PoolView, node: Node) -> str:
         f"{node.id} ({was}{node.weight:g} units): its {u.tasks} pods would fit on a {best.instance_type} "
         f"({best.weight:g} units): replacing it would save {show(saving)} units"
     )
+
+
+def _smaller_offered(view: PoolView) -> bool:
+    """Does a live group offer a type of fewer weight units than some ready node (else no node has a
+    ``smaller_instance``)?"""
+    weights = [o.weight for g in view.live_groups for o in g.offers if o.weight > 0 and any(o.resources)]
+    lightest = min(weights, default=math.inf)
+    return any(n.weight > lightest for n in view.ready)
 
 
 def _removal(
