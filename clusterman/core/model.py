@@ -18,9 +18,11 @@ from functools import cached_property
 from typing import Any
 
 from clusterman.core.fold import NodeFold
+from clusterman.core.resources import MICRO
 from clusterman.core.resources import Resources
 
 NO_TIME = -1.0  # "never happened" for a timestamp field (a node that was never tainted)
+_DIMS = range(4)  # the resources of a ``Resources``, by position
 
 
 class NodeState(enum.Enum):
@@ -163,21 +165,22 @@ class Node:
     # allocatable, reserved, allocated_reserved, allocated_unreserved, revocable: 4 floats each, so
     # that pool sums are a transpose and a C-level sum (see core.accounting.account_nodes)
     vector: tuple[float, ...] = field(init=False, repr=False, compare=False)
+    # per resource, allocatable less what the tasks request, in integer millionths (at least 0): the
+    # free room the slot reserve counts every run (decision/slots.py), worked out once per node
+    free: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         usage = NodeUsage.of(self.tasks)
         object.__setattr__(self, "usage", usage)
-        object.__setattr__(
-            self,
-            "vector",
-            (
-                *self.allocatable,
-                *self.reserved,
-                *usage.allocated_reserved,
-                *usage.allocated_unreserved,
-                *usage.revocable,
-            ),
+        v = (
+            *self.allocatable,
+            *self.reserved,
+            *usage.allocated_reserved,
+            *usage.allocated_unreserved,
+            *usage.revocable,
         )
+        object.__setattr__(self, "vector", v)
+        object.__setattr__(self, "free", tuple([max(round((v[d] - v[8 + d] - v[12 + d]) * MICRO), 0) for d in _DIMS]))
 
     def moved(self, **changes: Any) -> Node:
         """``dataclasses.replace`` for fields no sum depends on (not tasks, allocatable, reserved):
@@ -211,7 +214,7 @@ class Node:
 
 
 _NODE_SLOTS = Node.__slots__
-_SUMMED = frozenset(("tasks", "allocatable", "reserved", "usage", "vector"))
+_SUMMED = frozenset(("tasks", "allocatable", "reserved", "usage", "vector", "free"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,8 @@ from typing import Final
 
 RESOURCE_NAMES: Final = ("cpus", "mem", "disk", "gpus")
 UNITS: Final = {"cpus": "shares", "mem": "MB", "disk": "MB", "gpus": "devices"}
+PLACES: Final = 6  # decimal places of an exact amount (decision/exact.py): a micro-CPU, a byte in MB
+MICRO: Final = 10**PLACES  # amounts counted in integer millionths of their unit
 
 
 class NoOpinion(enum.Enum):

@@ -13,8 +13,11 @@ import functools
 import math
 from fractions import Fraction
 
-PLACES = 6
-MICRO = 10**PLACES  # per-node loops count weight in integer millionths: exact, and far faster than Fraction
+from clusterman.core.resources import MICRO
+from clusterman.core.resources import PLACES
+
+# PLACES and MICRO (core/resources.py): per-node loops count weight in integer millionths, exact
+# and far faster than Fraction
 ZERO = Fraction(0)
 
 

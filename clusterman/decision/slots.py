@@ -79,13 +79,24 @@ def node_slots(vector: tuple[float, ...], slot: Need) -> int:
 
 
 def slot_counts(vectors: list[tuple[float, ...]], slot: Need) -> list[int]:
-    """``node_slots`` of each of ``vectors``: per resource the slot asks for, whole slots in the free
-    room (allocatable less what the tasks request), the least of them. Computed as a list per
-    resource and their minimum, since a loop per node costs several times more on large pools."""
-    per_resource = [[f // slot[d] for f in free_room(vectors, d)] for d in _DIMS if slot[d] > 0]
+    """``node_slots`` of each of ``vectors``."""
+    return _counts({d: free_room(vectors, d) for d in _DIMS if slot[d] > 0}, slot, len(vectors))
+
+
+def node_counts(nodes: list[Node], slot: Need) -> list[int]:
+    """``slot_counts`` of the nodes' vectors, from the free room each node worked out once, when it
+    was built (``Node.free``, the same integers as ``free_room``)."""
+    return _counts({d: [n.free[d] for n in nodes] for d in _DIMS if slot[d] > 0}, slot, len(nodes))
+
+
+def _counts(rooms: dict[int, list[int]], slot: Need, count: int) -> list[int]:
+    """Per resource the slot asks for (``rooms``: each node's free room in it), whole slots in the
+    free room, the least of them. Computed as a list per resource and their minimum, since a loop
+    per node costs several times more on large pools."""
+    per_resource = [[f // slot[d] for f in room] for d, room in rooms.items()]
     if len(per_resource) > 1:
         return list(map(min, *per_resource))
-    return per_resource[0] if per_resource else [0] * len(vectors)
+    return per_resource[0] if per_resource else [0] * count
 
 
 def free_room(vectors: list[tuple[float, ...]], d: int) -> list[int]:
@@ -138,15 +149,14 @@ class Places:
         self.nodes = view.ready
         self.ready_total = view.ready_total
         self.per_unit = _unit_slots(view, slot)
-        self._vectors = [n.vector for n in view.ready]
-        self.places = slot_counts(self._vectors, slot)  # in the order of ``nodes``
+        self.places = node_counts(view.ready, slot)  # in the order of ``nodes``
         self.total = sum(self.places)
         self._free: dict[int, Fraction] = {}
 
     def free(self, d: int) -> Fraction:
-        """The ready nodes' free room in resource ``d``, in its units (``free_room``, summed)."""
+        """The ready nodes' free room in resource ``d``, in its units (``Node.free``, summed)."""
         if d not in self._free:
-            self._free[d] = Fraction(sum(free_room(self._vectors, d)), MICRO)
+            self._free[d] = Fraction(sum([n.free[d] for n in self.nodes]), MICRO)
         return self._free[d]
 
     def wanted(self, reserve: int, fraction: Fraction) -> int:
@@ -204,7 +214,7 @@ class Places:
         slot over many nodes is fragmentation, the mark of a scheduler that spreads pods
         (docs/cluster.md, "The scheduler's scoring"); "" when no ready node has such a piece."""
         dims = [d for d in _DIMS if self.slot[d] > 0]
-        room = {d: free_room(self._vectors, d) for d in dims}
+        room = {d: [n.free[d] for n in self.nodes] for d in dims}
         pieces = sum(1 for k, p in enumerate(self.places) if p == 0 and any(room[d][k] for d in dims))
         if not pieces:
             return ""
