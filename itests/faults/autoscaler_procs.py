@@ -113,6 +113,7 @@ class Autoscaler:
             text=True,
             env={**os.environ, **FAKE_CREDENTIALS, **(env or {})},
         )
+        self.started = time.monotonic()
         self.out: list[tuple[float, str]] = []
         self.err: list[tuple[float, str]] = []
         self._readers = [

@@ -50,8 +50,9 @@ def test_a_server_silent_after_an_eviction_holds_the_removal_until_it_answers(tm
             assert pool.kube.pod("default", pods[1]) and world.ec2_state(members[2]) == "running", during
             answering = time.monotonic()
             pool.kube.answer_again()
-            autoscaler.wait_for(lambda line: "terminate 1" in line, timeout=20, after=answering)
+            done, _ = autoscaler.wait_for(lambda line: "terminate 1" in line, timeout=20, after=answering)
             stderr = autoscaler.stderr()
+            print(f"silent {SILENT:g} s: {len(during)} lines; terminated {done - answering:.1f} s after it answered")
         finally:
             autoscaler.stop()
         assert drains.evictions(pool) == [pods[0], pods[1]]  # the second once the server answered
@@ -79,8 +80,9 @@ def test_a_server_that_lists_but_never_answers_evictions_keeps_the_kept_node_tai
             tainted, there = pool.tainted(), [p for p in pods if pool.kube.pod("default", p)]
             answering = time.monotonic()
             pool.kube.answer_again()
-            autoscaler.wait_for(lambda line: "untaint 1" in line, timeout=20, after=answering)
+            done, _ = autoscaler.wait_for(lambda line: "untaint 1" in line, timeout=20, after=answering)
             stderr = autoscaler.stderr()
+            print(f"evictions unanswered {SILENT:g} s; untainted {done - answering:.1f} s after they were")
         finally:
             autoscaler.stop()
         assert pool.tainted() == []

@@ -62,7 +62,8 @@ def test_a_drain_killed_between_two_evictions_is_finished_by_the_next_process(tm
         second = drains.autoscaler(config, world.cluster)
         try:
             done = "terminate 1" if case == "remove" else "untaint 1"
-            _, line = second.wait_for(lambda line: done in line, timeout=20)
+            at, line = second.wait_for(lambda line: done in line, timeout=20)
+            print(f"{case}: {done} {at - second.started:.1f} s after the restart")
         finally:
             second.stop()
         after = drains.kept(pool)

@@ -1,0 +1,72 @@
+"""Neighbours of a silent API server during a consolidation drain: a server that refuses an
+eviction with an error (500: a failing admission webhook), and a node deleted by someone else
+mid-drain. Real autoscaler, the stateful fake API server, Auto Scaling groups in moto's server."""
+
+from __future__ import annotations
+
+import time
+
+from itests.aws_world import World
+from itests.faults import drains
+from itests.pool_harness import POOL
+from itests.pool_harness import harness
+from itests.stateful_api import status
+
+
+def test_an_eviction_refused_with_500_leaves_the_node_until_the_server_takes_it(tmp_path, moto_server):
+    world = World(moto_server.url)
+    asg = world.asg(POOL, desired=4)
+    members = world.asg_members(asg)
+    with harness(tmp_path, world, "kubernetes") as pool:
+        config, _, pods = drains.to_remove(pool, members)
+        assert pool.kube is not None
+        webhook = 'Internal error occurred: failed calling webhook "pods.example.com": connection refused'
+        pool.kube.eviction_errors[f"default/{pods[1]}"] = status(500, "InternalError", webhook)
+        autoscaler = drains.autoscaler(config, world.cluster)
+        try:
+            autoscaler.wait_for(lambda line: "(1 errors)" in line, timeout=30)
+            time.sleep(3 * drains.PERIOD)
+            refused = drains.evictions(pool).count(pods[1])
+            there, instance = pool.kube.pod("default", pods[1]) is not None, world.ec2_state(members[2])
+            answering = time.monotonic()
+            pool.kube.eviction_errors.clear()
+            done, _ = autoscaler.wait_for(lambda line: "terminate 1" in line, timeout=20, after=answering)
+            print(f"terminated {done - answering:.1f} s after the webhook answered again")
+            stderr = autoscaler.stderr()
+        finally:
+            autoscaler.stop()
+        assert there and instance == "running", autoscaler.lines()  # never terminated with its pod on it
+        assert refused >= 2  # asked again each run, the budget counted once
+    assert f"1 failed: evicting pod default/{pods[1]}: 500 Internal Server Error: {webhook}" in stderr, stderr[-3000:]
+    assert world.ec2_state(members[2]) == "terminated" and world.desired(asg) == 3
+
+
+def test_a_node_deleted_mid_drain_is_let_go(tmp_path, moto_server):
+    world = World(moto_server.url)
+    asg = world.asg(POOL, desired=4)
+    members = world.asg_members(asg)
+    with harness(tmp_path, world, "kubernetes") as pool:
+        config, nodes, pods = drains.to_keep(pool, members)
+        assert pool.kube is not None
+        pool.kube.hang("evictions")
+        autoscaler = drains.autoscaler(config, world.cluster)
+        try:
+            deadline = time.monotonic() + 30
+            while not pool.kube.unanswered:
+                assert time.monotonic() < deadline, autoscaler.lines()
+                time.sleep(0.05)
+            gone = time.monotonic()
+            for pod in pods:  # an operator deletes the node; the pod garbage collector its pods
+                pool.kube.delete("pods", pod, "default")
+            pool.kube.delete("nodes", nodes[3])
+            pool.kube.answer_again()
+            time.sleep(4 * drains.PERIOD)
+            after = [line for at, line in autoscaler.out if at > gone]
+            stderr = autoscaler.stderr()
+        finally:
+            autoscaler.stop()
+        kept = drains.kept(pool)
+    assert autoscaler.proc.returncode == -9 and "Traceback" not in stderr, stderr[-3000:]
+    assert kept.keeping == (), kept  # the kept node is let go
+    assert not any("(1 errors)" in line for line in after[-2:]), after  # no error run after run
+    assert set(drains.evictions(pool)) <= set(pods)  # no other pod was asked to leave
