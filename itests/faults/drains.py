@@ -4,6 +4,8 @@ the real autoscaler over them, and what it keeps in its state store."""
 
 from __future__ import annotations
 
+import time
+
 from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEYS
 from clusterman.decision.disruption import DisruptionState
 from clusterman.state.carried import StoredState
@@ -57,6 +59,16 @@ def autoscaler(config: str, cluster: str, runs: int = 0, prefix: tuple[str, ...]
     if runs:
         args += ["--runs", str(runs)]
     return Autoscaler(config, cluster, *args, scheduler="kubernetes", prefix=prefix)
+
+
+def wait_for_unanswered(pool: PoolHarness, autoscaler: Autoscaler, timeout: float = 30) -> float:
+    """When (monotonic) the silent API server first held a request of the autoscaler's."""
+    assert pool.kube is not None
+    deadline = time.monotonic() + timeout
+    while not pool.kube.unanswered:
+        assert time.monotonic() < deadline, f"nothing was held: {autoscaler.lines()}"
+        time.sleep(0.05)
+    return time.monotonic()
 
 
 def evictions(pool: PoolHarness) -> list[str]:

@@ -51,10 +51,7 @@ def test_a_node_deleted_mid_drain_is_let_go(tmp_path, moto_server):
         pool.kube.hang("evictions")
         autoscaler = drains.autoscaler(config, world.cluster)
         try:
-            deadline = time.monotonic() + 30
-            while not pool.kube.unanswered:
-                assert time.monotonic() < deadline, autoscaler.lines()
-                time.sleep(0.05)
+            drains.wait_for_unanswered(pool, autoscaler)
             gone = time.monotonic()
             for pod in pods:  # an operator deletes the node; the pod garbage collector its pods
                 pool.kube.delete("pods", pod, "default")

@@ -20,14 +20,6 @@ from itests.pool_harness import harness
 SILENT = 8.0  # long enough for a few runs to meet the silence
 
 
-def wait_for_unanswered(pool, timeout: float = 30) -> float:
-    deadline = time.monotonic() + timeout
-    while not pool.kube.unanswered:
-        assert time.monotonic() < deadline, "the autoscaler never tried to evict"
-        time.sleep(0.05)
-    return time.monotonic()
-
-
 def overran(lines: list[str]) -> list[str]:
     """The runs that overran their budget, but the one the silence began in (the process's first,
     which also fills its watch cache: on a loaded machine it may overrun for that alone)."""
@@ -44,7 +36,7 @@ def test_a_server_silent_after_an_eviction_holds_the_removal_until_it_answers(tm
         pool.kube.evicted_then_hang = True  # takes the first eviction, then answers nothing
         autoscaler = drains.autoscaler(config, world.cluster)
         try:
-            silent = wait_for_unanswered(pool)
+            silent = drains.wait_for_unanswered(pool, autoscaler)
             time.sleep(SILENT)
             during = [line for at, line in autoscaler.out if at > silent]
             assert pool.kube.pod("default", pods[1]) and world.ec2_state(members[2]) == "running", during
@@ -74,7 +66,7 @@ def test_a_server_that_lists_but_never_answers_evictions_keeps_the_kept_node_tai
         pool.kube.hang("evictions")
         autoscaler = drains.autoscaler(config, world.cluster)
         try:
-            silent = wait_for_unanswered(pool)
+            silent = drains.wait_for_unanswered(pool, autoscaler)
             time.sleep(SILENT)
             during = [line for at, line in autoscaler.out if at > silent]
             tainted, there = pool.tainted(), [p for p in pods if pool.kube.pod("default", p)]

@@ -42,10 +42,7 @@ def test_a_full_state_disk_mid_drain_keeps_the_node_tainted_and_the_drain_ends_o
         mount = 'mount -t tmpfs -o size=4m tmpfs "$0" && exec "$@"'
         autoscaler = drains.autoscaler(config, world.cluster, prefix=("unshare", "-m", "sh", "-c", mount, str(state)))
         try:
-            deadline = time.monotonic() + 30
-            while not pool.kube.unanswered:  # the drain has begun: the node is tainted
-                assert time.monotonic() < deadline, autoscaler.lines()
-                time.sleep(0.05)
+            drains.wait_for_unanswered(pool, autoscaler)
             full = time.monotonic()
             inside(autoscaler.proc.pid, "dd", "if=/dev/zero", f"of={state}/fill", "bs=64k")
             standby, _ = autoscaler.wait_for(lambda line: "standby" in line, timeout=6 * drains.PERIOD, after=full)

@@ -44,10 +44,7 @@ def test_a_drain_killed_between_two_evictions_is_finished_by_the_next_process(tm
         node = nodes[2] if case == "remove" else nodes[3]
         pool.kube.evicted_then_hang = True  # the first eviction is carried out, its answer never comes
         first = drains.autoscaler(config, world.cluster)
-        deadline = time.monotonic() + 30
-        while not pool.kube.unanswered:
-            assert time.monotonic() < deadline, first.lines()
-            time.sleep(0.05)
+        drains.wait_for_unanswered(pool, first)
         first.signal(signal.SIGKILL)
         first.stop()
         pool.kube.answer_again()
