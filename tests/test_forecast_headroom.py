@@ -5,8 +5,10 @@ import random
 import pytest
 
 from clusterman_signals.clusterman import ForecastHeadroom
+from clusterman_signals.clusterman.forecast_headroom import NARROW
 from clusterman_signals.clusterman.forecast_headroom import Rule
 from clusterman_signals.clusterman.forecast_headroom import find_period
+from clusterman_signals.clusterman.forecast_headroom import sliding_max
 
 T0 = 1_700_000_000
 
@@ -184,3 +186,15 @@ def test_every_points_base_at_once_is_each_points_base_to_the_bit(period):
         values = [float(rng.randint(0, 20)) for _ in range(n // 2)] + noisy(n - n // 2, 60, 5, seed=n)
         rule = Rule(signal, 60.0, period, noise)
         assert [b.hex() for b in rule.bases(values)] == [rule.base(values, j).hex() for j in range(n)]
+
+
+@pytest.mark.parametrize("width", [2, 5, NARROW, NARROW + 1, 20])
+def test_a_sliding_window_picks_each_windows_own_largest_and_least(width):
+    rng = random.Random(width)
+    for n in (1, width - 1, width, 3 * width + 2):
+        values = [round(rng.uniform(0, 50), 1) for _ in range(n)]  # ties included
+        for pick in (max, min):
+            behind = [pick(values[max(0, j - width + 1) : j + 1]) for j in range(n)]
+            ahead = [pick(values[j : j + width]) for j in range(n)]
+            assert sliding_max(values, width, ahead=False, pick=pick) == behind
+            assert sliding_max(values, width, ahead=True, pick=pick) == ahead

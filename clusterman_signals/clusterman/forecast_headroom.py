@@ -91,6 +91,7 @@ EARLY_CORRELATION = 0.9  # a period longer than half the history: correlation ne
 EARLY_OVERLAP = 10  # ... over at least this many buckets
 SHORTFALL_WEIGHT = 20.0  # a CPU short costs this many CPUs idle, when choosing whether to use a period
 PERIOD_GAIN = 0.98  # ... and a period is used only when it lowers that score by 2% (a near tie is chance)
+NARROW = 10  # sliding_max picks from a window of up to this many points directly (faster than blocks)
 
 
 @dataclass(frozen=True)
@@ -384,15 +385,21 @@ def sliding_max(
     values: Sequence[float], width: int, *, ahead: bool, pick: Callable[[float, float], float] = max
 ) -> list[float]:
     """out[j] = max(values[j-width+1 .. j]) (behind) or max(values[j .. j+width-1]) (ahead), the
-    window cut at the ends (``pick=min``: the least). In blocks of ``width``: a window is the tail
-    of one block and the head of the next, so out[j] is the larger of a running max from the right
-    and one from the left, both run in C (``accumulate``): a few operations a point whatever the
-    width."""
+    window cut at the ends (``pick=min``: the least). A narrow window (up to ``NARROW`` points) is
+    picked from directly: ``pick`` over ``width`` shifted slices, in C. A wide one in blocks of
+    ``width``: a window is the tail of one block and the head of the next, so out[j] is the larger
+    of a running max from the right and one from the left, both run in C (``accumulate``): a few
+    operations a point whatever the width. Both give the window's largest value."""
     n = len(values)
     if width <= 1 or n == 0:
         return list(values)
     if ahead:
         return sliding_max(values[::-1], width, ahead=False, pick=pick)[::-1]
+    if width <= NARROW:
+        cut = list(itertools.accumulate(values[: width - 1], pick))  # the windows the start cuts short
+        if n < width:
+            return cut
+        return cut + list(map(pick, *(values[k : n - width + 1 + k] for k in range(width))))
     head: list[float] = []  # max from the start of j's block to j
     tail: list[float] = []  # max from j to the end of j's block
     for k in range(0, n, width):
