@@ -250,3 +250,13 @@ def test_an_api_server_that_does_not_answer_holds_a_batch_for_one_call_not_one_p
         time.sleep(3 * 0.5)  # a run later it is tried again
         assert lifecycle.untaint(["a"])["a"].outcome is Outcome.FAILED
         assert silent.connections == 2
+
+
+def test_a_429_from_the_servers_rate_limit_is_not_called_a_disruption_budget(api, lifecycle):
+    """Both are 429 and both mean "not now"; the operator must be told which one held the drain."""
+    lifecycle.taint([N.format(10)], NOW)
+    api.eviction_errors[WEB] = status(429, "TooManyRequests", "Too many requests, please try again later.")
+    result = lifecycle.drain(N.format(10), NOW)
+    assert result.status is DrainStatus.NOT_NOW and result.remaining == 1
+    assert f"1 refused for now by the API server: {WEB} (429 Too Many Requests: Too many requests" in result.detail
+    assert "disruption budget" not in result.detail

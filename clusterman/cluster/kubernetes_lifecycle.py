@@ -4,7 +4,8 @@
            a node that already carries a scale-down taint (ours, Escalator's, Yelp's) keeps it and its time
   untaint  remove every scale-down taint the read side recognises (ours, Escalator's, Yelp's)
   drain    evict every pod on the node that is not a DaemonSet or mirror pod, through the Eviction API;
-           a disruption budget's refusal (429) is "not now"; a pod already gone (404) is fine; a pod
+           a disruption budget's refusal (429) is "not now", as the server's rate limit (429 too, said
+           apart by its message); a pod already gone (404) is fine; a pod
            annotated safe-to-evict=false is never evicted (it keeps the drain from being DONE)
   cordons  ``spec.unschedulable`` is an operator's: never written here. A node is only drained when
            it carries a scale-down taint, so a cordoned node is drained only if the decision tainted it
@@ -217,7 +218,7 @@ class KubernetesLifecycle(NodeLifecycle):
         if self.dry_run:
             detail = "; ".join([self.would(f"evicted {len(to_evict)} pod(s)"), *kept])
             return self._drained(node_id, DrainStatus.NOT_NOW, len(pods), len(to_evict), detail)
-        evicted, refused, failed = 0, [], []
+        evicted, refused, throttled, failed = 0, [], [], []
         for pod in to_evict:
             try:
                 self._evict(pod)
@@ -225,14 +226,18 @@ class KubernetesLifecycle(NodeLifecycle):
             except ApiFailure as e:
                 if e.status == 404:
                     continue  # gone already
-                if e.status == 429:  # a disruption budget (or the server's rate limit) says not now
+                if e.status == 429 and "disruption budget" in str(e):  # the API server's words for a PDB
                     refused.append(pod_name(pod))
+                elif e.status == 429:  # its rate limit: not now either, but no budget is to blame
+                    throttled.append(f"{pod_name(pod)} ({str(e).partition(': ')[2]})")
                 else:
                     failed.append(str(e))
         remaining = len(blocking_pods(self._pods_on(node_id)))
         parts = [f"evicted {evicted} pod(s)", *kept]
         if refused:
             parts.append(f"{len(refused)} refused for now by a disruption budget: {', '.join(refused)}")
+        if throttled:
+            parts.append(f"{len(throttled)} refused for now by the API server: {', '.join(throttled)}")
         if failed:
             parts.append(f"{len(failed)} failed: {'; '.join(failed)}")
         parts.append(f"{remaining} pod(s) remain")
