@@ -5,13 +5,20 @@ the real autoscaler over them, and what it keeps in its state store."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEYS
 from clusterman.decision.disruption import DisruptionState
 from clusterman.state.carried import StoredState
 from clusterman.state.factory import open_state_store
+from itests.aws_world import World
 from itests.faults.autoscaler_procs import Autoscaler
+from itests.pool_harness import POOL
 from itests.pool_harness import PoolHarness
+from itests.pool_harness import harness
 
 PERIOD, BUDGET = 2.0, 3.0  # each call to the API server waits at most BUDGET / 3
 
@@ -54,10 +61,30 @@ def to_keep(pool: PoolHarness, members: list[str]) -> tuple[str, list[str], list
     return configure(pool, reserve=3), nodes, pods
 
 
-def autoscaler(config: str, cluster: str, runs: int = 0, prefix: tuple[str, ...] = ()) -> Autoscaler:
+@contextmanager
+def four_nodes(tmp_path: Path, moto_server: Any) -> Iterator[tuple[World, str, list[str], PoolHarness]]:
+    """An Auto Scaling group of four in moto's server and the pool over it on the stateful fake API
+    server: the world, the group, its members, the pool."""
+    world = World(moto_server.url)
+    asg = world.asg(POOL, desired=4)
+    members = world.asg_members(asg)
+    with harness(tmp_path, world, "kubernetes") as pool:
+        assert pool.kube is not None
+        yield world, asg, members, pool
+
+
+@contextmanager
+def running(config: str, cluster: str, prefix: tuple[str, ...] = ()) -> Iterator[Autoscaler]:
+    """The autoscaler over the pool, stopped on the way out whatever happened."""
+    process = autoscaler(config, cluster, prefix=prefix)
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def autoscaler(config: str, cluster: str, prefix: tuple[str, ...] = ()) -> Autoscaler:
     args = ["--period-seconds", str(PERIOD), "--budget-seconds", str(BUDGET), "--no-splay"]
-    if runs:
-        args += ["--runs", str(runs)]
     return Autoscaler(config, cluster, *args, scheduler="kubernetes", prefix=prefix)
 
 

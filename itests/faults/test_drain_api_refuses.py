@@ -6,24 +6,16 @@ from __future__ import annotations
 
 import time
 
-from itests.aws_world import World
 from itests.faults import drains
-from itests.pool_harness import POOL
-from itests.pool_harness import harness
 from itests.stateful_api import status
 
 
 def test_an_eviction_refused_with_500_leaves_the_node_until_the_server_takes_it(tmp_path, moto_server):
-    world = World(moto_server.url)
-    asg = world.asg(POOL, desired=4)
-    members = world.asg_members(asg)
-    with harness(tmp_path, world, "kubernetes") as pool:
+    with drains.four_nodes(tmp_path, moto_server) as (world, asg, members, pool):
         config, _, pods = drains.to_remove(pool, members)
-        assert pool.kube is not None
         webhook = 'Internal error occurred: failed calling webhook "pods.example.com": connection refused'
         pool.kube.eviction_errors[f"default/{pods[1]}"] = status(500, "InternalError", webhook)
-        autoscaler = drains.autoscaler(config, world.cluster)
-        try:
+        with drains.running(config, world.cluster) as autoscaler:
             autoscaler.wait_for(lambda line: "(1 errors)" in line, timeout=30)
             time.sleep(3 * drains.PERIOD)
             refused = drains.evictions(pool).count(pods[1])
@@ -33,8 +25,6 @@ def test_an_eviction_refused_with_500_leaves_the_node_until_the_server_takes_it(
             done, _ = autoscaler.wait_for(lambda line: "terminate 1" in line, timeout=20, after=answering)
             print(f"terminated {done - answering:.1f} s after the webhook answered again")
             stderr = autoscaler.stderr()
-        finally:
-            autoscaler.stop()
         assert there and instance == "running", autoscaler.lines()  # never terminated with its pod on it
         assert refused >= 2  # asked again each run, the budget counted once
     assert f"1 failed: evicting pod default/{pods[1]}: 500 Internal Server Error: {webhook}" in stderr, stderr[-3000:]
@@ -42,15 +32,10 @@ def test_an_eviction_refused_with_500_leaves_the_node_until_the_server_takes_it(
 
 
 def test_a_node_deleted_mid_drain_is_let_go(tmp_path, moto_server):
-    world = World(moto_server.url)
-    asg = world.asg(POOL, desired=4)
-    members = world.asg_members(asg)
-    with harness(tmp_path, world, "kubernetes") as pool:
+    with drains.four_nodes(tmp_path, moto_server) as (world, _, members, pool):
         config, nodes, pods = drains.to_keep(pool, members)
-        assert pool.kube is not None
         pool.kube.hang("evictions")
-        autoscaler = drains.autoscaler(config, world.cluster)
-        try:
+        with drains.running(config, world.cluster) as autoscaler:
             drains.wait_for_unanswered(pool, autoscaler)
             gone = time.monotonic()
             for pod in pods:  # an operator deletes the node; the pod garbage collector its pods
@@ -60,8 +45,6 @@ def test_a_node_deleted_mid_drain_is_let_go(tmp_path, moto_server):
             time.sleep(4 * drains.PERIOD)
             after = [line for at, line in autoscaler.out if at > gone]
             stderr = autoscaler.stderr()
-        finally:
-            autoscaler.stop()
         kept = drains.kept(pool)
     assert autoscaler.proc.returncode == -9 and "Traceback" not in stderr, stderr[-3000:]
     assert kept.keeping == (), kept  # the kept node is let go

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import time
 
-from itests.aws_world import World
 from itests.faults import drains
-from itests.pool_harness import POOL
-from itests.pool_harness import harness
 
 SILENT = 8.0  # long enough for a few runs to meet the silence
 
@@ -28,14 +25,10 @@ def overran(lines: list[str]) -> list[str]:
 
 
 def test_a_server_silent_after_an_eviction_holds_the_removal_until_it_answers(tmp_path, moto_server):
-    world = World(moto_server.url)
-    asg = world.asg(POOL, desired=4)
-    members = world.asg_members(asg)
-    with harness(tmp_path, world, "kubernetes") as pool:
+    with drains.four_nodes(tmp_path, moto_server) as (world, asg, members, pool):
         config, nodes, pods = drains.to_remove(pool, members)
         pool.kube.evicted_then_hang = True  # takes the first eviction, then answers nothing
-        autoscaler = drains.autoscaler(config, world.cluster)
-        try:
+        with drains.running(config, world.cluster) as autoscaler:
             silent = drains.wait_for_unanswered(pool, autoscaler)
             time.sleep(SILENT)
             during = [line for at, line in autoscaler.out if at > silent]
@@ -45,8 +38,6 @@ def test_a_server_silent_after_an_eviction_holds_the_removal_until_it_answers(tm
             done, _ = autoscaler.wait_for(lambda line: "terminate 1" in line, timeout=20, after=answering)
             stderr = autoscaler.stderr()
             print(f"silent {SILENT:g} s: {len(during)} lines; terminated {done - answering:.1f} s after it answered")
-        finally:
-            autoscaler.stop()
         assert drains.evictions(pool) == [pods[0], pods[1]]  # the second once the server answered
     runs = [line for line in during if "| target" in line]
     assert len(runs) >= 3, during
@@ -58,14 +49,10 @@ def test_a_server_silent_after_an_eviction_holds_the_removal_until_it_answers(tm
 
 
 def test_a_server_that_lists_but_never_answers_evictions_keeps_the_kept_node_tainted(tmp_path, moto_server):
-    world = World(moto_server.url)
-    asg = world.asg(POOL, desired=4)
-    members = world.asg_members(asg)
-    with harness(tmp_path, world, "kubernetes") as pool:
+    with drains.four_nodes(tmp_path, moto_server) as (world, asg, members, pool):
         config, nodes, pods = drains.to_keep(pool, members)
         pool.kube.hang("evictions")
-        autoscaler = drains.autoscaler(config, world.cluster)
-        try:
+        with drains.running(config, world.cluster) as autoscaler:
             silent = drains.wait_for_unanswered(pool, autoscaler)
             time.sleep(SILENT)
             during = [line for at, line in autoscaler.out if at > silent]
@@ -75,8 +62,6 @@ def test_a_server_that_lists_but_never_answers_evictions_keeps_the_kept_node_tai
             done, _ = autoscaler.wait_for(lambda line: "untaint 1" in line, timeout=20, after=answering)
             stderr = autoscaler.stderr()
             print(f"evictions unanswered {SILENT:g} s; untainted {done - answering:.1f} s after they were")
-        finally:
-            autoscaler.stop()
         assert pool.tainted() == []
         assert not any(pool.kube.pod("default", p) for p in pods)
     assert tainted == [nodes[3]] and there == pods, during  # kept tainted, its pods in place

@@ -14,11 +14,9 @@ import subprocess
 import sys
 import time
 
-from itests.aws_world import World
 from itests.faults import drains
 from itests.faults.test_run_disk_full import inside
 from itests.pool_harness import POOL
-from itests.pool_harness import harness
 
 READ_KEPT = """
 import sys
@@ -31,17 +29,14 @@ print(sum(n for _, n in store.get("autoscaler_state", sys.argv[2]).payload["disr
 
 
 def test_a_full_state_disk_mid_drain_keeps_the_node_tainted_and_the_drain_ends_once_freed(tmp_path, moto_server):
-    world = World(moto_server.url)
-    asg = world.asg(POOL, desired=4)
-    members = world.asg_members(asg)
     state = tmp_path / "state"
     state.mkdir()
-    with harness(tmp_path, world, "kubernetes") as pool:
+    with drains.four_nodes(tmp_path, moto_server) as (world, asg, members, pool):
         config, nodes, pods = drains.to_keep(pool, members)
         pool.kube.hang("evictions")
         mount = 'mount -t tmpfs -o size=4m tmpfs "$0" && exec "$@"'
-        autoscaler = drains.autoscaler(config, world.cluster, prefix=("unshare", "-m", "sh", "-c", mount, str(state)))
-        try:
+        private = ("unshare", "-m", "sh", "-c", mount, str(state))  # the state directory on its own tmpfs
+        with drains.running(config, world.cluster, prefix=private) as autoscaler:
             drains.wait_for_unanswered(pool, autoscaler)
             full = time.monotonic()
             inside(autoscaler.proc.pid, "dd", "if=/dev/zero", f"of={state}/fill", "bs=64k")
@@ -59,8 +54,6 @@ def test_a_full_state_disk_mid_drain_keeps_the_node_tainted_and_the_drain_ends_o
                 ["nsenter", "-t", str(autoscaler.proc.pid), "-m", sys.executable, "-c", READ_KEPT, config, identity],
                 capture_output=True, text=True, timeout=30, check=False,
             )  # fmt: skip
-        finally:
-            autoscaler.stop()
         assert tainted == [nodes[3]] and there == pods, autoscaler.lines()  # nothing lost while full
         assert not any(pool.kube.pod("default", p) for p in pods)  # the drain finished once freed
         assert drains.untainted(pool, nodes[3])

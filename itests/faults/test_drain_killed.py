@@ -19,10 +19,7 @@ import pytest
 from clusterman.decision.consolidate import KEEP_GIVE_UP_SECONDS
 from clusterman.state.carried import StoredState
 from clusterman.state.factory import open_state_store
-from itests.aws_world import World
 from itests.faults import drains
-from itests.pool_harness import POOL
-from itests.pool_harness import harness
 
 
 def age_the_kept_nodes(pool, seconds: float) -> None:
@@ -36,17 +33,13 @@ def age_the_kept_nodes(pool, seconds: float) -> None:
 
 @pytest.mark.parametrize("case", ["keep", "keep, its 30 minutes over", "remove"])
 def test_a_drain_killed_between_two_evictions_is_finished_by_the_next_process(tmp_path, moto_server, case):
-    world = World(moto_server.url)
-    asg = world.asg(POOL, desired=4)
-    members = world.asg_members(asg)
-    with harness(tmp_path, world, "kubernetes") as pool:
+    with drains.four_nodes(tmp_path, moto_server) as (world, asg, members, pool):
         config, nodes, pods = (drains.to_remove if case == "remove" else drains.to_keep)(pool, members)
         node = nodes[2] if case == "remove" else nodes[3]
         pool.kube.evicted_then_hang = True  # the first eviction is carried out, its answer never comes
-        first = drains.autoscaler(config, world.cluster)
-        drains.wait_for_unanswered(pool, first)
-        first.signal(signal.SIGKILL)
-        first.stop()
+        with drains.running(config, world.cluster) as first:
+            drains.wait_for_unanswered(pool, first)
+            first.signal(signal.SIGKILL)
         pool.kube.answer_again()
         assert drains.evictions(pool) == [pods[0]] and pool.tainted() == [node]
         spent = drains.kept(pool)
@@ -56,13 +49,10 @@ def test_a_drain_killed_between_two_evictions_is_finished_by_the_next_process(tm
             pool.kube.budget_refuses.add(f"default/{pods[1]}")
             age_the_kept_nodes(pool, KEEP_GIVE_UP_SECONDS + 60)
 
-        second = drains.autoscaler(config, world.cluster)
-        try:
+        with drains.running(config, world.cluster) as second:
             done = "terminate 1" if case == "remove" else "untaint 1"
             at, line = second.wait_for(lambda line: done in line, timeout=20)
             print(f"{case}: {done} {at - second.started:.1f} s after the restart")
-        finally:
-            second.stop()
         after = drains.kept(pool)
     assert after.evictions[: len(spent.evictions)] == spent.evictions, after  # the budget spent still counts
     assert after.evicted(spent.evictions[0][0]) == 2  # and nothing was counted again
