@@ -222,18 +222,16 @@ def consolidate(
     if policy.surplus > 0 and places is not None and places.per_unit > 0:
         reserved = Fraction(wanted) / places.per_unit
     tight = policy.surplus > 0 and (asked is None or view.ready_total < asked + reserved + policy.surplus)
-    if tight:  # the candidates only for a replacement, when the groups offer a smaller type at all
-        candidates = _candidates(view, policy) if _smaller_offered(view) else []
-        replace = next((r for n in candidates if (r := smaller_instance(view, n))), "")
+    if tight:
         why = f"less than {show(policy.surplus)} units above the asked capacity and the reserve"
-        return Consolidation((), why, budget, replace, slot_text, state)
+        return Consolidation((), why, budget, _replacement(view, policy), slot_text, state)
     limits = _Limits(view, asked, scaling, reserved)
     have = places.total if places is not None else 0  # on the ready nodes: capacity joining is in flight
     blocked = _removal_blocked(view, places, limits, keep, scaling)
     candidates = _candidates(view, policy)
     if not candidates or (not limits.may_remove() and have >= wanted and not blocked):
         # nothing to look at (what the last runs found stays)
-        replace = next((r for n in candidates if (r := smaller_instance(view, n))), "")
+        replace = _replacement(view, policy, candidates)
         return Consolidation((), "no node to consolidate", budget, replace, slot_text, state)
     prediction = Prediction(view.ready, policy.placement, places.slot if places is not None else None)
     for leaving in view.tainted:  # work still on leaving nodes needs a home first
@@ -294,7 +292,7 @@ def consolidate(
     next_state = state.after(now, qualified, drained, kept)
     note = "" if chosen else notes[0] if notes else "no node to consolidate"
     taken = {c.node for c in chosen}
-    replace = next((r for n in candidates if n.id not in taken and (r := smaller_instance(view, n))), "")
+    replace = _replacement(view, policy, [n for n in candidates if n.id not in taken])
     return Consolidation(tuple(chosen), note, budget, replace, slot_text, next_state)
 
 
@@ -366,6 +364,17 @@ def smaller_instance(view: PoolView, node: Node) -> str:
         f"{node.id} ({was}{node.weight:g} units): its {u.tasks} pods would fit on a {best.instance_type} "
         f"({best.weight:g} units): replacing it would save {show(saving)} units"
     )
+
+
+def _replacement(view: PoolView, policy: ConsolidationPolicy, candidates: list[Node] | None = None) -> str:
+    """What replacing the emptiest of ``candidates`` (by default every one) with a smaller type
+    would save, for ``plan``; "" when none would. The candidates are not even sorted when the
+    groups offer no smaller type at all."""
+    if not _smaller_offered(view):
+        return ""
+    if candidates is None:
+        candidates = _candidates(view, policy)
+    return next((r for n in candidates if (r := smaller_instance(view, n))), "")
 
 
 def _smaller_offered(view: PoolView) -> bool:
