@@ -50,6 +50,7 @@ class Request:
     body: bytes = b""
     # set when the server shuts down: a stream being sent for this request ends
     stopping: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    at: float = field(default_factory=time.monotonic, repr=False, compare=False)  # when it came
 
     def json(self) -> Any:
         return json.loads(self.body or b"null")
@@ -173,62 +174,123 @@ class _TlsServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+class Port:
+    """``answer`` served on one loopback port (any method), over TLS with ``tls``. The port can go
+    down as a stopped server's does (new connections refused, open ones reset) and come back."""
+
+    def __init__(self, answer: Callable[[Request], tuple[int, Body]], tls: ssl.SSLContext | None = None) -> None:
+        self.answer, self.tls = answer, tls
+        self.stopping = threading.Event()
+        self.port = 0
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def up(self) -> bool:
+        return self._server is not None
+
+    def come_up(self) -> None:
+        """Listen (again, on the same port once it had one)."""
+        port = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # chunked streams; the client may keep the connection
+
+            def setup(self) -> None:
+                super().setup()
+                with port._lock:
+                    port._open.add(self.connection)
+
+            def finish(self) -> None:
+                with port._lock:
+                    port._open.discard(self.connection)
+                try:
+                    super().finish()
+                except OSError:  # reset when the port went down
+                    pass
+
+            def handle_any(self) -> None:
+                parts = urlsplit(self.path)
+                query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status, reply = port.answer(Request(parts.path, query, headers, self.command, body, port.stopping))
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    if isinstance(reply, bytes):
+                        self.send_header("Content-Length", str(len(reply)))
+                        self.end_headers()
+                        self.wfile.write(reply)
+                        return
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    for chunk in reply:
+                        if chunk:
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except DropConnection:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:  # the client went away (a test's silent server), or the port went down
+                    self.close_connection = True
+
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = handle_any
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        server = (ThreadingHTTPServer if self.tls is None else _TlsServer)(("127.0.0.1", self.port), Handler)
+        if self.tls is not None:
+            server.socket = self.tls.wrap_socket(server.socket, server_side=True)
+        self.port = server.server_address[1]
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    def go_down(self) -> None:
+        """Stop listening and reset every open connection, as a server process that stopped."""
+        server, thread = self._server, self._thread
+        if server is None or thread is None:
+            return
+        self._server = self._thread = None
+        server.shutdown()
+        server.server_close()
+        with self._lock:
+            for connection in self._open:
+                try:
+                    connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+        thread.join()
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.go_down()
+
+
+@contextmanager
+def serving_port(answer: Callable[[Request], tuple[int, Body]], tls: ssl.SSLContext | None = None) -> Iterator[Port]:
+    port = Port(answer, tls)
+    port.come_up()
+    try:
+        yield port
+    finally:
+        port.close()
+
+
 @contextmanager
 def http_server(answer: Callable[[Request], tuple[int, Body]], tls: ssl.SSLContext | None = None) -> Iterator[str]:
     """Serve ``answer`` on a free loopback port (any method), over TLS with ``tls``; yields the base URL."""
-    stopping = threading.Event()
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # chunked streams; the client may keep the connection
-
-        def handle_any(self) -> None:
-            parts = urlsplit(self.path)
-            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            status, reply = answer(Request(parts.path, query, headers, self.command, body, stopping))
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            if isinstance(reply, bytes):
-                self.send_header("Content-Length", str(len(reply)))
-                try:
-                    self.end_headers()
-                    self.wfile.write(reply)
-                except OSError:  # the client gave up waiting (a test's silent server)
-                    self.close_connection = True
-                return
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            try:
-                for chunk in reply:
-                    if chunk:
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
-            except DropConnection:
-                self.close_connection = True
-                self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:  # the client went away
-                self.close_connection = True
-
-        do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = handle_any
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = (ThreadingHTTPServer if tls is None else _TlsServer)(("127.0.0.1", 0), Handler)
-    if tls is not None:
-        server.socket = tls.wrap_socket(server.socket, server_side=True)
-
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
-    finally:
-        stopping.set()
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving_port(answer, tls) as port:
+        yield port.url
 
 
 @contextmanager

@@ -30,6 +30,11 @@ Kubernetes
                                            out the next eviction, then falls silent for everything;
                                            ``answer_again`` ends it (the requests held meanwhile get
                                            a 503, their clients long gone)
+  a stopped server                         ``go_down`` closes the port (connections refused, open ones
+                                           reset); ``evicted_then_down`` carries out the next eviction,
+                                           then goes down without answering it; ``come_back`` listens
+                                           on the same port again, its watch history and continue
+                                           tokens lost (a restarted API server: what etcd holds stays)
 Mesos master
   GET    /master/slaves, /master/frameworks
   GET    /master/maintenance/schedule      ``{}`` when empty, as the master's protobuf JSON
@@ -60,12 +65,13 @@ from typing import TypeVar
 
 from itests.recorded_api import Body
 from itests.recorded_api import DropConnection
+from itests.recorded_api import Port
 from itests.recorded_api import Request
 from itests.recorded_api import flag
-from itests.recorded_api import http_server
 from itests.recorded_api import label
 from itests.recorded_api import lookup
 from itests.recorded_api import matches
+from itests.recorded_api import serving_port
 
 Answer = tuple[int, Body]
 
@@ -74,6 +80,7 @@ class FakeServer(abc.ABC):
     def __init__(self) -> None:
         self.requests: list[Request] = []
         self.url = ""
+        self.port: Port | None = None  # set by ``serving``
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
 
@@ -166,6 +173,8 @@ class FakeKubernetes(FakeServer):
         self.races: dict[str, int] = {}
         self.hanging = ""  # "evictions" or "all": those requests go unanswered (see ``hang``)
         self.evicted_then_hang = False  # the next eviction is carried out, then the server falls silent
+        self.evicted_then_down = False  # the next eviction is carried out, then the server stops
+        self.down = threading.Event()  # set once ``evicted_then_down`` took the server down
         self.unanswered: list[Request] = []
         self._answering = threading.Event()
         self._answering.set()
@@ -192,7 +201,13 @@ class FakeKubernetes(FakeServer):
         if not silent:
             answer = super().answer(request)
             with self._lock:
-                if not (self.evicted_then_hang and self._is_eviction(request) and answer[0] == 201):
+                carried_out = self._is_eviction(request) and answer[0] == 201
+                if self.evicted_then_down and carried_out:
+                    self.evicted_then_down = False
+                    self.go_down()
+                    self.down.set()
+                    return answer  # its connection is reset: the answer is never read
+                if not (self.evicted_then_hang and carried_out):
                     return answer
                 self.unanswered.append(request)
                 self.evicted_then_hang = False
@@ -200,6 +215,20 @@ class FakeKubernetes(FakeServer):
         while not self._answering.wait(0.05) and not request.stopping.is_set():
             pass
         return status(503, "ServiceUnavailable", "the server was silent; the client has given up")
+
+    def go_down(self) -> None:
+        """The server stops: its port refuses connections, the open ones (watches too) are reset."""
+        assert self.port is not None
+        self.port.go_down()
+
+    def come_back(self) -> None:
+        """The server starts again on the same port, having lost what it kept in memory: a watch
+        from before is answered 410 Gone, a continue token 410 Expired (the objects, in etcd, stay)."""
+        with self._lock:
+            self.compact()
+            self._snapshots.clear()
+        assert self.port is not None
+        self.port.come_up()
 
     def _is_eviction(self, request: Request) -> bool:
         return request.method == "POST" and self.EVICTION.match(request.path) is not None
@@ -527,6 +556,6 @@ F = TypeVar("F", bound=FakeServer)
 
 @contextmanager
 def serving(fake: F, tls: ssl.SSLContext | None = None) -> Iterator[F]:
-    with http_server(fake.answer, tls) as url:
-        fake.url = url
+    with serving_port(fake.answer, tls) as port:
+        fake.url, fake.port = port.url, port
         yield fake
