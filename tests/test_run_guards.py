@@ -25,6 +25,7 @@ from clusterman.run.report import Outcome
 from clusterman.signals.evaluator import SignalEvaluator
 from clusterman.signals.specs import DEFAULT_APP
 from clusterman.signals.specs import SignalSpec
+from clusterman.state.carried import StoredState
 from clusterman.state.lease import AUTOSCALER_LEASE
 from clusterman.state.lease import LEASE_REQUEST
 from clusterman.state.lease import Holder
@@ -398,3 +399,45 @@ def test_acting_stops_between_stages_when_the_lease_is_lost(pools, tmp_path):  #
     assert ("lease", "the pool's lease was lost while acting: stopped before draining") in report.applied.errors
     assert pool.groups[0].read().group.target_capacity == 4
     assert any(e.event.object_id == "lease" for e in pool.events() if e.event.detail.name == "ERROR_INTERNAL")
+
+
+def stalled_while_tainting(pool, seconds, then=lambda at: None):
+    """The run's clock jumps ``seconds`` while it taints (the process stopped or stuck); ``then``
+    runs at the new time."""
+    pool.clock_offset = 0.0
+    pool.cycle.clock = lambda: pool.now + pool.clock_offset
+    taint = pool.cycle.lifecycle.taint
+
+    def slow_taint(node_ids, now):
+        done = taint(node_ids, now)
+        pool.clock_offset += seconds
+        then(pool.now + pool.clock_offset)
+        return done
+
+    pool.cycle.lifecycle.taint = slow_taint
+
+
+def test_acting_stops_when_the_lease_lapsed_meanwhile_even_if_taken_again(pools, tmp_path):  # noqa: F811
+    kept = StoredState(SqliteStateStore(tmp_path / "state.sqlite"), POOL_ID)
+    pool = pools(work(10, end=T0 + 200), lease=lease(tmp_path, A, ttl=30), keeper=kept)
+    for _ in range(3):
+        pool.minute()
+    # B held the lease while A was stopped, and let it go: A takes it again, but B may have acted
+    stalled_while_tainting(pool, 31, then=lambda at: lease(tmp_path, B).release())
+    report = pool.minute()
+    assert report.decision is not None and report.decision.terminate
+    assert report.applied is not None and not report.applied.terminations and not report.applied.targets
+    assert ("lease", "the pool's lease was lost while acting: stopped before draining") in report.applied.errors
+    assert not pool.cycle._loaded  # the next run reads the kept state again: B may have changed it
+
+
+def test_acting_stops_between_stages_once_the_snapshot_is_older_than_the_budget(pools):  # noqa: F811
+    pool = pools(work(10, end=T0 + 200), budget_seconds=60)
+    for _ in range(3):
+        pool.minute()
+    stalled_while_tainting(pool, 61)
+    report = pool.minute()
+    assert report.applied is not None and not report.applied.terminations and not report.applied.targets
+    errors = dict(report.applied.errors)
+    assert errors["budget"].endswith("old > budget 60 s: stopped before draining"), errors
+    assert pool.groups[0].read().group.target_capacity == 4

@@ -3,7 +3,8 @@
   taint    add the ``NoSchedule`` taint ``clusterman.com/scale-down=<unix seconds>``; other taints stay;
            a node that already carries a scale-down taint (ours, Escalator's, Yelp's) keeps it and its time
   untaint  remove every scale-down taint the read side recognises (ours, Escalator's, Yelp's)
-  drain    evict every pod on the node that is not a DaemonSet or mirror pod, through the Eviction API;
+  drain    evict every pod on the node that is not a DaemonSet or mirror pod, through the Eviction API,
+           each only while the run may still act (its inputs within the budget, its lease held);
            a disruption budget's refusal (429) is "not now", as the server's rate limit (429 too, said
            apart by its message); a pod already gone (404) is fine; a pod
            annotated safe-to-evict=false is never evicted (it keeps the drain from being DONE)
@@ -49,6 +50,7 @@ from clusterman.cluster.kubernetes import request_timeout
 from clusterman.cluster.lifecycle import UNKNOWN_COUNT
 from clusterman.cluster.lifecycle import DrainResult
 from clusterman.cluster.lifecycle import DrainStatus
+from clusterman.cluster.lifecycle import GoingOn
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import NodeResult
 from clusterman.cluster.lifecycle import Outcome
@@ -148,9 +150,9 @@ class KubernetesLifecycle(NodeLifecycle):
             "untaint",
         )
 
-    def drain(self, node_id: str, now: float) -> DrainResult:
+    def drain(self, node_id: str, now: float, going_on: GoingOn = lambda: "") -> DrainResult:
         try:
-            return self._drain(node_id)
+            return self._drain(node_id, going_on)
         except ApiFailure as e:
             return DrainResult(node_id, DrainStatus.FAILED, detail=str(e), dry_run=self.dry_run)
         except Exception as e:  # one node's surprise must not stop the loop's other nodes; logged in full
@@ -196,7 +198,7 @@ class KubernetesLifecycle(NodeLifecycle):
 
     # drain -------------------------------------------------------------------------------------
 
-    def _drain(self, node_id: str) -> DrainResult:
+    def _drain(self, node_id: str, going_on: GoingOn) -> DrainResult:
         node = self._read_node(node_id)
         if node is None:
             return self._drained(node_id, DrainStatus.DONE, 0, 0, "no such node: nothing runs there")
@@ -219,7 +221,12 @@ class KubernetesLifecycle(NodeLifecycle):
             detail = "; ".join([self.would(f"evicted {len(to_evict)} pod(s)"), *kept])
             return self._drained(node_id, DrainStatus.NOT_NOW, len(pods), len(to_evict), detail)
         evicted, refused, throttled, failed = 0, [], [], []
-        for pod in to_evict:
+        stop = ""
+        for k, pod in enumerate(to_evict):
+            stop = going_on()  # a process stopped or stuck since it listed the pods acts no further
+            if stop:
+                kept.append(f"{len(to_evict) - k} not asked: {stop}")
+                break
             try:
                 self._evict(pod)
                 evicted += 1
@@ -232,7 +239,7 @@ class KubernetesLifecycle(NodeLifecycle):
                     throttled.append(f"{pod_name(pod)} ({str(e).partition(': ')[2]})")
                 else:
                     failed.append(str(e))
-        remaining = len(blocking_pods(self._pods_on(node_id)))
+        remaining = len(pods) - evicted if stop else len(blocking_pods(self._pods_on(node_id)))
         parts = [f"evicted {evicted} pod(s)", *kept]
         if refused:
             parts.append(f"{len(refused)} refused for now by a disruption budget: {', '.join(refused)}")

@@ -43,6 +43,7 @@ class NodeResult:
 
 
 Results = dict[str, NodeResult]  # by node id, in the order asked
+GoingOn = Callable[[], str]  # why the run must stop acting now ("" when it may go on)
 
 
 class DrainStatus(enum.Enum):
@@ -78,8 +79,9 @@ class NodeLifecycle(abc.ABC):
         """Take the removal mark off: the node is capacity again (an operator's cordon stays)."""
 
     @abc.abstractmethod
-    def drain(self, node_id: str, now: float) -> DrainResult:
-        """One step of moving the work off a tainted node; DONE once nothing is left that must move."""
+    def drain(self, node_id: str, now: float, going_on: GoingOn = lambda: "") -> DrainResult:
+        """One step of moving the work off a tainted node; DONE once nothing is left that must move.
+        ``going_on`` is asked before each pod is asked to leave: why the run must stop ("" to go on)."""
 
     def before_terminate(self, node_ids: Iterable[str], now: float) -> Results:
         """Tell the scheduler the machines are going down now (Mesos: ``machine/down``)."""
@@ -138,7 +140,7 @@ class WithoutDraining(NodeLifecycle):
     def untaint(self, node_ids: Iterable[str]) -> Results:
         return self.inner.untaint(node_ids)
 
-    def drain(self, node_id: str, now: float) -> DrainResult:
+    def drain(self, node_id: str, now: float, going_on: GoingOn = lambda: "") -> DrainResult:
         return DrainResult(node_id, DrainStatus.DONE, detail="draining is disabled for this pool", dry_run=self.dry_run)
 
     def before_terminate(self, node_ids: Iterable[str], now: float) -> Results:

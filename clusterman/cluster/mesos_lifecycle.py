@@ -33,6 +33,7 @@ import requests
 from clusterman.cluster.lifecycle import UNKNOWN_COUNT
 from clusterman.cluster.lifecycle import DrainResult
 from clusterman.cluster.lifecycle import DrainStatus
+from clusterman.cluster.lifecycle import GoingOn
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import Outcome
 from clusterman.cluster.lifecycle import Results
@@ -140,7 +141,7 @@ class MesosLifecycle(NodeLifecycle):
     def untaint(self, node_ids: Iterable[str]) -> Results:
         return self._with_machines(node_ids, self._release)
 
-    def drain(self, node_id: str, now: float) -> DrainResult:
+    def drain(self, node_id: str, now: float, going_on: GoingOn = lambda: "") -> DrainResult:
         try:
             agents = self._agents()
             if node_id not in agents:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from clusterman.cluster.lifecycle import DrainResult
 from clusterman.cluster.lifecycle import DrainStatus
+from clusterman.cluster.lifecycle import GoingOn
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import NodeResult
 from clusterman.cluster.lifecycle import Outcome
@@ -52,7 +53,7 @@ class SimulatedLifecycle(NodeLifecycle):
 
         return self.each(node_ids, untaint_one, "untaint")
 
-    def drain(self, node_id: str, now: float) -> DrainResult:
+    def drain(self, node_id: str, now: float, going_on: GoingOn = lambda: "") -> DrainResult:
         node = self.scheduler.node(node_id)
         if node is None:
             return DrainResult(

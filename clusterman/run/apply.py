@@ -30,6 +30,7 @@ from clusterman.decision.exact import number
 from clusterman.decision.result import Decision
 from clusterman.run.permit import Permit
 from clusterman.run.report import ApplyReport
+from clusterman.run.report import Outcome as RunOutcome
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +47,18 @@ def apply(
     report = ApplyReport(dry_run)
 
     def stop_before(stage: str) -> bool:
-        if permit.going_on() is None:
+        refusal = permit.still_acting()
+        if refusal is None:
             return False
-        report.errors.append(("lease", f"the pool's lease was lost while acting: stopped before {stage}"))
+        if refusal.outcome is RunOutcome.OVERRUN:
+            report.errors.append(("budget", f"{refusal.message}: stopped before {stage}"))
+        else:
+            report.errors.append(("lease", f"the pool's lease was lost while acting: stopped before {stage}"))
         return True
+
+    def evicting() -> str:
+        refusal = permit.still_acting()
+        return "" if refusal is None else refusal.message
 
     if decision.untaint:
         report.untainted = lifecycle.untaint(decision.untaint)
@@ -63,7 +72,7 @@ def apply(
     leaving = set(decision.terminate)
     for node_id in _draining(snapshot, report):
         if node_id not in leaving:
-            report.drains[node_id] = result = lifecycle.drain(node_id, now)
+            report.drains[node_id] = result = lifecycle.drain(node_id, now, evicting)
             if result.status is DrainStatus.FAILED:
                 report.errors.append((node_id, f"drain: {result.detail}"))
 

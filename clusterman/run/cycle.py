@@ -229,12 +229,14 @@ class Cycle:
         if self.lease is None:
             return None
         was_held = self.lease.last is not None and self.lease.last.held
+        # not held, or lapsed since (this process stopped or stuck): another may have acted meanwhile
+        won = not self.lease.held_at(now)
         try:
             status = self.lease.claim(now, hand_over=hand_over)
         except StateError as e:
             status = LeaseStatus(False, "", now, str(e))
             self.lease.last = status
-        if status.held and not was_held:
+        if status.held and won:
             self._loaded = self.keeper is None  # another autoscaler may have changed the kept state
             self._joined_before = None
             log.info("this autoscaler now holds the pool's lease: the lease %s", status.describe())
@@ -480,7 +482,7 @@ class Cycle:
                 )
         for object_id, message in applied.errors:
             log.warning("%s%s: %s", prefix, object_id, message)  # the run's line counts them; here is why
-            source = ErrorSource.INTERNAL if object_id == "lease" else ErrorSource.CLOUD
+            source = ErrorSource.INTERNAL if object_id in ("lease", "budget") else ErrorSource.CLOUD
             self.recorder.error(source, object_id, prefix + message)
 
     def _record_state_changes(self, old: AutoscalerState, new: AutoscalerState, now: float) -> None:

@@ -4,7 +4,9 @@ A run that does not hold the pool's lease reads nothing and changes nothing (``s
 whose snapshot is older than its budget when it is about to act holds instead (``overrun``), so
 nothing is ever done on old inputs. While a run reads and acts, its lease is renewed once a third
 of it is used: a run that makes progress keeps it, one stuck in a call loses it. ``apply`` asks
-the same permit between its stages and stops when it says no; the next holder decides afresh.
+the same permit between its stages, and a drain before each eviction, and stops when it says no
+(the inputs grew older than the budget, the lease was lost or lapsed meanwhile: a process stopped
+or stuck that long may find the pool changed by another); the next holder decides afresh.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from clusterman.core.timestamps import format_time
 from clusterman.run.report import Outcome
 from clusterman.state.lease import LeaseStatus
 from clusterman.state.lease import PoolLease
@@ -64,14 +67,26 @@ class Permit:
         self._read_at = self._clock()
 
     def going_on(self) -> Refusal | None:
-        """After a slow step, and between the stages of acting: the lease is still ours."""
+        """After a slow step: the lease is still ours (renewed once a third of it is used)."""
         at = self.at()
         if self._lease is None:
             return None
         last = self._lease.last
         if last is not None and last.held and last.expires_at - at > self._lease.ttl_seconds * 2 / 3:
             return None
-        return self._held(self._keep(at, False))
+        refusal = self._held(self._keep(at, False))
+        if refusal is None and last is not None and last.held and last.expires_at <= at:
+            # taken again, but another autoscaler may have held it and acted meanwhile
+            return Refusal(Outcome.STANDBY, f"the pool's lease lapsed at {format_time(last.expires_at)} during the run")
+        return refusal
+
+    def still_acting(self) -> Refusal | None:
+        """Between the steps of acting (each eviction too): the inputs are no older than the
+        budget and the lease is still ours, so a run stopped or stuck meanwhile acts no further."""
+        age = self._clock() - self._read_at
+        if self._budget is not None and age > self._budget:
+            return Refusal(Outcome.OVERRUN, f"the snapshot is {age:.1f} s old > budget {self._budget:g} s")
+        return self.going_on()
 
     def acting(self) -> Refusal | None:
         """Right before acting: the inputs are no older than the budget, and the lease renewed now."""

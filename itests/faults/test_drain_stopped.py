@@ -1,0 +1,48 @@
+"""The autoscaler is stopped (``SIGSTOP``) between two evictions of a drain, and continued later.
+
+Real autoscaler processes, their Auto Scaling group in moto's server, the stateful fake API server
+(``itests/stateful_api.py``). The first process chooses a node to drain and keep and evicts one of
+its two pods; it is stopped while the answer is on its way. It stays stopped for longer than its
+lease and several periods: a second autoscaler takes the lease over, evicts the other pod and
+untaints the emptied node, and a StatefulSet starts that pod again, same name, on another node.
+Continued, the first process must not go on with what it read before the stop: it asks no pod
+to leave (the pod of that name is a new one): the rest of its run is not done, and says why.
+"""
+
+from __future__ import annotations
+
+import copy
+import signal
+import time
+
+from itests.faults import drains
+
+
+def test_a_drain_stopped_past_its_lease_evicts_nothing_more_once_continued(tmp_path, moto_server):
+    with drains.four_nodes(tmp_path, moto_server) as (world, asg, members, pool):
+        config, nodes, pods = drains.to_keep(pool, members)
+        again = copy.deepcopy(pool.kube.pod("default", pods[1]))
+        again["spec"]["nodeName"] = nodes[0]  # where the StatefulSet's pod starts again
+        pool.kube.evicted_then_hang = True  # the first eviction is carried out, its answer held
+        with drains.running(config, world.cluster) as first:
+            drains.wait_for_unanswered(pool, first)
+            first.signal(signal.SIGSTOP)
+            stopped = time.monotonic()
+            pool.kube.answer_again()  # the answer waits in the stopped process's socket
+            with drains.running(config, world.cluster) as second:
+                second.wait_for(lambda line: "untaint 1" in line, timeout=30)
+                took_over = time.monotonic() - stopped
+                pool.kube.put("pods", again)
+                continued = time.monotonic()
+                first.signal(signal.SIGCONT)
+                time.sleep(3 * drains.PERIOD)
+                after = [line for at, line in first.out if at > continued]
+                stderr = first.stderr()
+            print(f"stopped {continued - stopped:.1f} s; the node untainted by the other after {took_over:.1f} s")
+        assert first.proc.returncode == -9, stderr[-3000:]  # it ran on until stopped by the test
+    assert drains.evictions(pool) == pods, after  # each asked to leave once, the second by the other process
+    assert pool.kube.pod("default", pods[1]) is not None  # the pod started again is left alone
+    # the run it was in says why it stopped; its next runs read afresh (and act only holding the lease)
+    assert "1 not asked: the snapshot is" in stderr and "old > budget 3 s" in stderr, stderr[-3000:]
+    assert pool.tainted() == [] and drains.untainted(pool, nodes[3])
+    assert all(world.ec2_state(m) == "running" for m in members) and world.desired(asg) == 4
