@@ -441,3 +441,16 @@ def test_acting_stops_between_stages_once_the_snapshot_is_older_than_the_budget(
     errors = dict(report.applied.errors)
     assert errors["budget"].endswith("old > budget 60 s: stopped before draining"), errors
     assert pool.groups[0].read().group.target_capacity == 4
+
+
+def test_a_short_lease_is_renewed_in_the_second_after_a_quick_run(pools):  # noqa: F811
+    """A run is never started twice in one grid slot: the loop waits a second after a quick run.
+    A lease shorter than that (a test's, a short period's) lapsed there, and a standby took it."""
+    pool = pools(work(2))
+    clock = FakeClock()
+    renewals = []
+    run_forever(
+        pool.cycle, pool.recorder, 2, 0, SleepyStop(clock), clock=clock, monotonic=clock, max_runs=3,
+        keep_lease=lambda now: renewals.append(now), lease_seconds=0.9,
+    )  # fmt: skip
+    assert len(renewals) > 6 and all(b - a < 0.9 for a, b in itertools.pairwise(renewals)), renewals

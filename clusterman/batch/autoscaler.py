@@ -124,8 +124,8 @@ def run_forever(
         runs += 1
         if max_runs and runs >= max_runs:
             break
-        if monotonic() - began < 1:  # never twice in the same grid slot
-            stop.wait(1)
+        if monotonic() - began < 1:  # never twice in the same grid slot; the lease kept meanwhile
+            _wait(stop, clock, monotonic, monotonic() + 1, keep_lease, lease_seconds, held)
     return runs
 
 

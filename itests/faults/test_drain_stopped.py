@@ -16,6 +16,7 @@ import signal
 import time
 
 from itests.faults import drains
+from itests.faults.autoscaler_procs import acted
 
 
 def test_a_drain_stopped_past_its_lease_evicts_nothing_more_once_continued(tmp_path, moto_server):
@@ -30,7 +31,7 @@ def test_a_drain_stopped_past_its_lease_evicts_nothing_more_once_continued(tmp_p
             stopped = time.monotonic()
             pool.kube.answer_again()  # the answer waits in the stopped process's socket
             with drains.running(config, world.cluster) as second:
-                second.wait_for(lambda line: "untaint 1" in line, timeout=30)
+                second.wait_for(lambda line: acted(line) and "untaint 1" in line, timeout=30)
                 took_over = time.monotonic() - stopped
                 pool.kube.put("pods", again)
                 continued = time.monotonic()
