@@ -372,6 +372,22 @@ def test_a_node_drained_to_be_kept_comes_back_once_empty_and_not_before():
     assert isinstance(AutoscalerState.from_json(stuck.state.as_json()), AutoscalerState)
 
 
+@pytest.mark.parametrize("change", [{"enabled": False}, {"evictions_per_hour": 0}])
+def test_a_drain_to_keep_is_given_up_when_a_reload_no_longer_allows_it(change):
+    """Consolidation turned off, or its eviction budget lowered below what was spent: the rest of
+    the drain would be evictions the configuration no longer allows. The node is untainted at
+    once (its pod stays) and no longer remembered."""
+    members = pool((4, 2), (4, 2), (2, 1, 1), (1,))
+    pol = replace(scaling(reserve=3), setpoint=Fraction(1))
+    first = decide_on(members, 19, pol)
+    assert first.taint == ("n3",)
+    refused = [*members[:3], replace(members[3], state=TAINTED, tainted_at=NOW)]
+    reloaded = replace(pol, consolidation=replace(pol.consolidation, **change))
+    after = decide_on(refused, 19, reloaded, first.state, NOW + 60)
+    assert after.untaint == ("n3",) and after.taint == () and after.target_capacity == 4
+    assert after.state.disruption.kept == {}
+
+
 def test_the_state_it_keeps_survives_a_restart():
     from clusterman.decision import AutoscalerState
 

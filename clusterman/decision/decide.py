@@ -44,6 +44,7 @@ from clusterman.decision.limits import clamp
 from clusterman.decision.loss_guard import NodeMemory
 from clusterman.decision.node_choice import NodeActions
 from clusterman.decision.node_choice import choose
+from clusterman.decision.policy import ConsolidationPolicy
 from clusterman.decision.policy import ScalingPolicy
 from clusterman.decision.pool_view import PoolView
 from clusterman.decision.pool_view import view_of
@@ -96,7 +97,7 @@ def decide(
     slot = largest_in(view, snapshot.pending) if policy.slot_reserve else None
     places = Places(view, slot) if slot is not None and W > 0 else None
     proposal = propose(view, util, policy, slot, places)
-    keeping = _keeping(view, state.disruption, now)
+    keeping = _keeping(view, state.disruption, now, policy.consolidation)
     plan = OFF
     if policy.consolidation.enabled:
         busy = _in_flight(view, snapshot, proposal, blocked, keeping, policy, state.disruption, now)
@@ -164,9 +165,14 @@ def decide(
     return _decision(view, util, T, group_targets, actions, head, notes, after, why, plan)
 
 
-def _keeping(view: PoolView, state: DisruptionState, now: float) -> frozenset[str]:
-    """Nodes drained to be kept that are still tainted and not given up on (their pods would not
-    leave for ``KEEP_GIVE_UP_SECONDS``: then they are untainted as any other)."""
+def _keeping(view: PoolView, state: DisruptionState, now: float, policy: ConsolidationPolicy) -> frozenset[str]:
+    """Nodes drained to be kept that are still tainted and not given up on. Given up, a node is
+    untainted as any other, its pods left in place: when they would not leave for
+    ``KEEP_GIVE_UP_SECONDS``, or when a reload turned consolidation off or lowered its eviction
+    budget below what the last hour spent (the rest of the drain would be evictions the
+    configuration no longer allows; the budget is never above it otherwise)."""
+    if not policy.enabled or state.evicted(now) > policy.evictions_per_hour:
+        return frozenset()
     tainted = {n.id for n in view.tainted}
     return frozenset(n for n, at in state.keeping if n in tainted and now - at < KEEP_GIVE_UP_SECONDS)
 

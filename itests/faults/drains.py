@@ -23,7 +23,8 @@ from itests.pool_harness import harness
 PERIOD, BUDGET = 2.0, 3.0  # each call to the API server waits at most BUDGET / 3
 
 
-def configure(pool: PoolHarness, reserve: int) -> str:
+def configure(pool: PoolHarness, reserve: int, consolidation: dict[str, Any] | None = None, **limits: Any) -> str:
+    """The pool file (``consolidation`` and ``limits`` change its defaults here); the main file's path."""
     return pool.configure(
         max_tasks_to_kill=0,
         draining=True,
@@ -31,8 +32,10 @@ def configure(pool: PoolHarness, reserve: int) -> str:
             "setpoint": 0.95,
             "target_capacity_margin": 0,
             "slot_reserve": reserve,
-            "consolidation": {"enabled": True, "consolidate_after": 0, "surplus": 0},  # a pool of four
+            # consolidate_after 0 and surplus 0: a pool of four
+            "consolidation": {"enabled": True, "consolidate_after": 0, "surplus": 0, **(consolidation or {})},
         },
+        **limits,
     )
 
 
