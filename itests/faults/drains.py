@@ -77,18 +77,20 @@ def four_nodes(tmp_path: Path, moto_server: Any) -> Iterator[tuple[World, str, l
 
 
 @contextmanager
-def running(config: str, cluster: str, prefix: tuple[str, ...] = ()) -> Iterator[Autoscaler]:
-    """The autoscaler over the pool, stopped on the way out whatever happened."""
-    process = autoscaler(config, cluster, prefix=prefix)
+def running(
+    config: str, cluster: str, prefix: tuple[str, ...] = (), args: tuple[str, ...] = ()
+) -> Iterator[Autoscaler]:
+    """The autoscaler over the pool (``args`` added to its own), stopped on the way out whatever happened."""
+    process = autoscaler(config, cluster, prefix=prefix, args=args)
     try:
         yield process
     finally:
         process.stop()
 
 
-def autoscaler(config: str, cluster: str, prefix: tuple[str, ...] = ()) -> Autoscaler:
-    args = ["--period-seconds", str(PERIOD), "--budget-seconds", str(BUDGET), "--no-splay"]
-    return Autoscaler(config, cluster, *args, scheduler="kubernetes", prefix=prefix)
+def autoscaler(config: str, cluster: str, prefix: tuple[str, ...] = (), args: tuple[str, ...] = ()) -> Autoscaler:
+    own = ["--period-seconds", str(PERIOD), "--budget-seconds", str(BUDGET), "--no-splay"]
+    return Autoscaler(config, cluster, *own, *args, scheduler="kubernetes", prefix=prefix)
 
 
 def wait_for_unanswered(pool: PoolHarness, autoscaler: Autoscaler, timeout: float = 30) -> float:
