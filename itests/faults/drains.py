@@ -78,19 +78,20 @@ def four_nodes(tmp_path: Path, moto_server: Any) -> Iterator[tuple[World, str, l
 
 @contextmanager
 def running(
-    config: str, cluster: str, prefix: tuple[str, ...] = (), args: tuple[str, ...] = ()
+    config: str,
+    cluster: str,
+    prefix: tuple[str, ...] = (),
+    args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> Iterator[Autoscaler]:
-    """The autoscaler over the pool (``args`` added to its own), stopped on the way out whatever happened."""
-    process = autoscaler(config, cluster, prefix=prefix, args=args)
+    """The autoscaler over the pool (``args`` added to its own, ``env`` to the environment),
+    stopped on the way out whatever happened."""
+    own = ["--period-seconds", str(PERIOD), "--budget-seconds", str(BUDGET), "--no-splay"]
+    process = Autoscaler(config, cluster, *own, *args, scheduler="kubernetes", prefix=prefix, env=env)
     try:
         yield process
     finally:
         process.stop()
-
-
-def autoscaler(config: str, cluster: str, prefix: tuple[str, ...] = (), args: tuple[str, ...] = ()) -> Autoscaler:
-    own = ["--period-seconds", str(PERIOD), "--budget-seconds", str(BUDGET), "--no-splay"]
-    return Autoscaler(config, cluster, *own, *args, scheduler="kubernetes", prefix=prefix)
 
 
 def wait_for_unanswered(pool: PoolHarness, autoscaler: Autoscaler, timeout: float = 30) -> float:
