@@ -16,7 +16,10 @@ from clusterman.core.resources import NO_OPINION
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
 from clusterman.datastore.datafile import write_metrics_file
+from clusterman.events.event import ChangeDetail
 from clusterman.events.exporter import AutoscalerMetrics
+from clusterman.events.exporter import NodeAction
+from clusterman.events.recorder import Recorder
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.in_process import InProcessSignal
 from clusterman.signals.protocol import SignalError
@@ -29,6 +32,8 @@ from clusterman.simulator.prices import spot_series
 from clusterman.simulator.progress import ProgressBar
 from clusterman.simulator.quiet_metrics import UPDATES
 from clusterman.simulator.quiet_metrics import QuietMetrics
+from clusterman.simulator.quiet_recorder import RECORDS
+from clusterman.simulator.quiet_recorder import QuietRecorder
 from clusterman.simulator.workload import demand_points
 
 SYS = MetricType.SYSTEM_METRICS
@@ -129,6 +134,20 @@ def test_quiet_metrics_silence_every_update():
     for metrics in (loud, quiet):
         metrics.observe_tasks(running=5, pending=1)
     assert b'state="running"' in loud.exposition() and b'state="running"' not in quiet.exposition()
+
+
+def test_the_quiet_recorder_records_nothing():
+    records = {name for name, _ in inspect.getmembers(Recorder, inspect.isfunction) if not name.startswith("_")}
+    assert records == set(RECORDS)
+    quiet = QuietRecorder("c1", "web")
+    quiet.decision(ChangeDetail.NODE_JOIN, 1.0, target=1, demand={}, capacity={}, utilisation={}, setpoint=0.7,
+                   explanation="")  # fmt: skip
+    quiet.node(NodeAction.JOIN, "n1", "g1")
+    assert not quiet.publisher._pending and isinstance(quiet.metrics, QuietMetrics)
+    with pytest.raises(ValueError, match="DECISION_"):  # the loud one builds the event, and checks it
+        Recorder(quiet.publisher, quiet.metrics, "web").decision(
+            ChangeDetail.NODE_JOIN, 1.0, target=1, demand={}, capacity={}, utilisation={}, setpoint=0.7, explanation=""
+        )
 
 
 def test_the_progress_bar_redraws_in_place_and_ends_the_line():

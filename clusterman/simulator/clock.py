@@ -17,10 +17,6 @@ class SimClock:
     def __call__(self) -> float:
         return self.now
 
-    def ns(self) -> int:
-        """For the event recorder, which stamps events in nanoseconds."""
-        return int(self.now * 1_000_000_000)
-
 
 @dataclass(frozen=True)
 class Steps:

@@ -12,7 +12,7 @@ Wiring (the same pieces as the autoscaler batch, each simulated):
   metrics          an in-memory store holding the files' series, where each minute the pool's own
                    system metrics (``metrics.collector.collect``) replace the real pool's
   the run          ``manager.cycle.Cycle`` every period, with the pool's ``ScalingPolicy``; its
-                   events go to a recorder whose publisher is never started (a bounded deque)
+                   recorder keeps no events and no metrics (``quiet_recorder.py``)
 Each minute: move the clock, snapshot, write the pool's metrics, run the cycle when due, then charge
 the minute (``costs.Ledger``). Every random choice comes from generators seeded by the run's seed,
 so the same inputs and seed give the same run.
@@ -44,9 +44,6 @@ from clusterman.datastore.pool_metrics import collect
 from clusterman.datastore.store import InMemoryStore
 from clusterman.datastore.store import split_key
 from clusterman.decision.result import Action
-from clusterman.events.publisher import EventPublisher
-from clusterman.events.recorder import Recorder
-from clusterman.events.ring import EventRing
 from clusterman.run.cycle import Cycle
 from clusterman.run.demand_source import DemandSource
 from clusterman.run.demand_source import InternalDemand
@@ -60,15 +57,13 @@ from clusterman.simulator.costs import Totals
 from clusterman.simulator.costs import oracle_cost
 from clusterman.simulator.prices import PriceBook
 from clusterman.simulator.prices import spot_series
-from clusterman.simulator.quiet_metrics import QuietMetrics
+from clusterman.simulator.quiet_recorder import QuietRecorder
 from clusterman.simulator.signals import RunnerProcesses
 from clusterman.simulator.signals import SignalMode
 from clusterman.simulator.signals import collected_names
 from clusterman.simulator.signals import signal_demand
 from clusterman.wiring.connectors import simulated_connector
 from clusterman.wiring.setup import PoolSetup
-
-EVENT_QUEUE = 10_000  # events kept from a run (the recorder's publisher is never drained)
 
 
 @dataclass(frozen=True)
@@ -173,8 +168,7 @@ def wire(scenario: Scenario, clock: SimClock) -> Wiring:
     else:
         demand, runners = signal_demand(setup, store, scenario.signals)
         collected = collected_names(setup)
-    publisher = EventPublisher(EventRing(EVENT_QUEUE), queue_size=EVENT_QUEUE)  # never started: nothing drains it
-    recorder = Recorder(publisher, QuietMetrics(identity.cluster, identity.pool), identity.pool, clock.ns)
+    recorder = QuietRecorder(identity.cluster, identity.pool)
     cycle = Cycle(
         connector=connector, cloud=cloud, lifecycle=lifecycle, demand=demand, policy=setup.policy, recorder=recorder
     )
