@@ -6,6 +6,7 @@ import pytest
 
 from clusterman_signals.clusterman import ForecastHeadroom
 from clusterman_signals.clusterman.forecast_headroom import NARROW
+from clusterman_signals.clusterman.forecast_headroom import Demand
 from clusterman_signals.clusterman.forecast_headroom import Rule
 from clusterman_signals.clusterman.forecast_headroom import find_period
 from clusterman_signals.clusterman.forecast_headroom import sliding_max
@@ -159,7 +160,7 @@ def test_a_period_that_scores_barely_better_is_not_used(monkeypatch):
     values = waves(1200)
     signal = ForecastHeadroom("c", "p", {})
     scores = {0: 100.0, 360: 99.0}
-    monkeypatch.setattr(signal, "_headroom", lambda _values, rule: (5.0, scores[rule.period]))
+    monkeypatch.setattr(signal, "_headroom", lambda _values, rule, _seen: (5.0, scores[rule.period]))
     assert signal.refresh(values, 60.0, T0).period == 0
     scores[360] = 97.0
     assert signal.refresh(values, 60.0, T0).period == 360
@@ -198,3 +199,18 @@ def test_a_sliding_window_picks_each_windows_own_largest_and_least(width):
             ahead = [pick(values[j : j + width]) for j in range(n)]
             assert sliding_max(values, width, ahead=False, pick=pick) == behind
             assert sliding_max(values, width, ahead=True, pick=pick) == ahead
+
+
+@pytest.mark.parametrize("kept", [0, 1, 7, 30])
+def test_demand_reads_a_shorter_pending_window_as_by_timestamp(kept):
+    rng = random.Random(kept)
+    allocated = [[T0 + 60 * k, float(rng.randint(0, 40))] for k in range(30)]
+    pending = [[t, float(rng.randint(-2, 9))] for t, _ in allocated[30 - kept :]]  # the collector's tail
+    by_time = {t: v for t, v in pending}
+    expected = [a + max(by_time.get(t, 0.0), 0.0) for t, a in allocated]
+    d = Demand(allocated, pending)
+    assert [d[j] for j in range(30)] == expected and [d[j] for j in range(-30, 0)] == expected
+    for start in range(30):
+        assert d[start:30] == expected[start:] and d[start : start + 5] == expected[start : start + 5]
+    shifted = [[t + 30, v] for t, v in pending]  # not the same minutes: read by timestamp (none match)
+    assert Demand(allocated, shifted)[0:30] == [a for _, a in allocated]

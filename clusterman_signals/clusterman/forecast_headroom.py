@@ -105,14 +105,22 @@ class Model:
 
 
 class Demand:
-    """allocated + pending as a sequence, without building it: pending aligned by index when both
-    series have the same timestamps (the collector writes them together), else by timestamp."""
+    """allocated + pending as a sequence, without building it: pending aligned by index when its
+    timestamps are the last ones of allocated's (the collector writes them together; a shorter
+    window of pending is their tail), else by timestamp."""
 
     def __init__(self, allocated: Sequence[Sequence[float]], pending: Sequence[Sequence[float]]) -> None:
         self.allocated = allocated
         self.n = len(allocated)
+        # allocated[j] pairs with pending[j - skip]; the first ``skip`` points have no pending point
+        self._skip = self.n - len(pending)
         self._pending = pending
-        self._aligned = bool(pending) and len(pending) == self.n and pending[0][0] == allocated[0][0]
+        self._aligned = (
+            bool(pending)
+            and self._skip >= 0
+            and pending[0][0] == allocated[self._skip][0]
+            and pending[-1][0] == allocated[-1][0]
+        )
         self._by_time: dict[float, float] | None = None
         if pending and not self._aligned:
             self._by_time = {float(t): float(v) for t, v in pending}
@@ -124,8 +132,9 @@ class Demand:
     def __getitem__(self, j: int | slice) -> float | list[float]:
         if isinstance(j, slice):
             start, stop, stride = j.indices(self.n)
-            if self._aligned and stride == 1:  # the common case, a run's every minute: no call per point
-                pairs = zip(self.allocated[start:stop], self._pending[start:stop], strict=True)
+            skip = self._skip
+            if self._aligned and stride == 1 and start >= skip:  # a run's every minute: no call per point
+                pairs = zip(self.allocated[start:stop], self._pending[start - skip : stop - skip], strict=True)
                 return [float(a[1]) + max(float(p[1]), 0.0) for a, p in pairs]
             return [self.at(k) for k in range(start, stop, stride)]
         return self.at(j)
@@ -133,7 +142,8 @@ class Demand:
     def at(self, j: int) -> float:
         a = float(self.allocated[j][1])
         if self._aligned:
-            return a + max(float(self._pending[j][1]), 0.0)
+            j %= self.n  # a negative index counts from the end, as a list's does
+            return a + (max(float(self._pending[j - self._skip][1]), 0.0) if j >= self._skip else 0.0)
         if self._by_time is not None:
             return a + max(self._by_time.get(float(self.allocated[j][0]), 0.0), 0.0)
         return a
@@ -220,33 +230,31 @@ class ForecastHeadroom(BaseSignal):
         """The period and the headroom, from the whole window (once every ``refresh_minutes``)."""
         diffs = sorted(map(abs, map(operator.sub, values[1:], values[:-1])))  # |b - a|, in C
         noise = diffs[len(diffs) // 2] if diffs else 0.0
-        headroom, score = self._headroom(values, Rule(self, step, 0, noise))
+        rule = Rule(self, step, 0, noise)
+        if len(values) <= rule.horizon:  # no error can be measured yet
+            return Model(now, 0, 0.0, noise)
+        seen = Hindsight.of(values, rule)
+        headroom, score = self._headroom(values, rule, seen)
         best = Model(now, 0, headroom, noise)
         if self.p("seasonal") > 0:
             period = find_period(values, int(self.p("min_period_minutes") * 60 / step), self.p("min_correlation"))
             if period:
-                seasonal_headroom, seasonal_score = self._headroom(values, Rule(self, step, period, noise))
+                seasonal_headroom, seasonal_score = self._headroom(values, Rule(self, step, period, noise), seen)
                 if seasonal_score < PERIOD_GAIN * score:
                     best = Model(now, period, seasonal_headroom, noise)
         return best
 
-    def _headroom(self, values: list[float], rule: Rule) -> tuple[float, float]:
+    def _headroom(self, values: list[float], rule: Rule, seen: Hindsight) -> tuple[float, float]:
         """(median + k × MAD of this rule's errors at the horizon, its score): the score is the mean
         request plus ``SHORTFALL_WEIGHT`` times the mean demand it would have left unmet. The early
         release depends on the headroom: it is measured first without it, then again with it."""
         n, h = len(values), rule.horizon
-        if n <= h:
-            return 0.0, 0.0
         base = rule.bases(values)
         long, short = sliding_max(base, rule.hold, ahead=False), sliding_max(base, rule.release, ahead=False)
-        future = future_max(values, h)
+        future = seen.future
         first = self._spread([future[j] - long[j] for j in range(n - h)])
         threshold = rule.release_by * max(first, 0.0)
-        fell = [
-            a - b
-            for a, b in zip(*(sliding_max(values, w, ahead=False) for w in (rule.hold, rule.release)), strict=True)
-        ]
-        held = [release(a, b, f, threshold) for a, b, f in zip(long, short, fell, strict=True)]
+        held = [release(a, b, f, threshold) for a, b, f in zip(long, short, seen.fell, strict=True)]
         errors = [future[j] - held[j] for j in range(n - h)]
         headroom = self._spread(errors)
         short_sum = math.fsum(e - headroom for e in errors if e > headroom) / len(errors)
@@ -258,6 +266,21 @@ class ForecastHeadroom(BaseSignal):
         median = ordered[len(ordered) // 2]
         mad = sorted(abs(e - median) for e in ordered)[len(ordered) // 2]
         return median + self.p("spread_k") * mad
+
+
+@dataclass(frozen=True)
+class Hindsight:
+    """What a refresh measures every rule against (the same with and without the period): per point,
+    the demand's top over the horizon after it, and how far it fell (its top over the hold less its
+    top over the last ``release_minutes``)."""
+
+    future: list[float]
+    fell: list[float]
+
+    @staticmethod
+    def of(values: list[float], rule: Rule) -> Hindsight:
+        behind = (sliding_max(values, w, ahead=False) for w in (rule.hold, rule.release))
+        return Hindsight(future_max(values, rule.horizon), [a - b for a, b in zip(*behind, strict=True)])
 
 
 class Rule:
@@ -302,8 +325,8 @@ class Rule:
         refresh asks for every point: windows per point cost more than the rest of it). The same
         values in the same operations as ``base``: the same floats."""
         n, p, h = len(values), self.period, self.horizon
-        if not p or n - p - SLACK <= 0:
-            return [self.base(values, j) for j in range(n)]
+        if not p or n - p - SLACK <= 0:  # no point has a period behind it: each base is its ramp alone
+            return [self._ramped(values, j, values[j], 0.0) for j in range(n)]
         leads = (LEAD, SHORT_LEAD)
         recent_low = sliding_max(values, SLACK + 1, ahead=False, pick=min)  # min(d[j - SLACK .. j])
         lows = {lead: sliding_max(values, SLACK + h + lead + 1, ahead=False, pick=min) for lead in leads}
