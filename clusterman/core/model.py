@@ -9,6 +9,7 @@ A node joins the cloud's view (instance id, group, weight, launch time) and the 
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 from collections.abc import Hashable
 from collections.abc import Iterable
@@ -22,7 +23,6 @@ from clusterman.core.resources import MICRO
 from clusterman.core.resources import Resources
 
 NO_TIME = -1.0  # "never happened" for a timestamp field (a node that was never tainted)
-_DIMS = range(4)  # the resources of a ``Resources``, by position
 
 
 class NodeState(enum.Enum):
@@ -180,7 +180,13 @@ class Node:
             *usage.revocable,
         )
         object.__setattr__(self, "vector", v)
-        object.__setattr__(self, "free", tuple([max(round((v[d] - v[8 + d] - v[12 + d]) * MICRO), 0) for d in _DIMS]))
+        free = (
+            max(round((v[0] - v[8] - v[12]) * MICRO), 0),
+            max(round((v[1] - v[9] - v[13]) * MICRO), 0),
+            max(round((v[2] - v[10] - v[14]) * MICRO), 0),
+            max(round((v[3] - v[11] - v[15]) * MICRO), 0),
+        )  # per resource: allocatable less allocated_reserved and allocated_unreserved
+        object.__setattr__(self, "free", free)
 
     def moved(self, **changes: Any) -> Node:
         """``dataclasses.replace`` for fields no sum depends on (not tasks, allocatable, reserved):
@@ -339,7 +345,7 @@ def _figures(chunk: tuple[Node, ...], group_ids: Hashable) -> ChunkFigures:
         tasks,
         tuple(markets.items()),
         joined_weight,
-        tuple(map(sum, zip(*[n.vector for n in chunk], strict=True))),
+        tuple(map(sum, zip(*[n.vector for n in chunk], strict=False))),  # vectors are all 20 long
         tuple(sets[0]),
         tuple(sets[1]),
         tuple(sets[2]),
@@ -357,9 +363,14 @@ _FIGURES = NodeFold(_figures)
 
 
 def column_max(sizes: list[tuple[float, ...]]) -> tuple[float, ...] | None:
-    """Per resource the largest finite value, at least 0; None for no sizes."""
+    """Per resource the largest finite value, at least 0; None for no sizes. When every value is
+    finite (a finite sum of them all, checked in C, the common case) each column's plain max is it,
+    taken over the sizes at once (``map(max, *sizes)``) without building the columns."""
     if not sizes:
         return None
+    if math.isfinite(sum(itertools.chain.from_iterable(sizes))):
+        tops = map(max, *sizes) if len(sizes) > 1 else sizes[0]
+        return tuple([max(0.0, top) for top in tops])
     return tuple(max(0.0, _finite_max(column)) for column in zip(*sizes, strict=True))
 
 
