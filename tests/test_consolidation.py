@@ -369,6 +369,12 @@ def test_a_node_drained_to_be_kept_comes_back_once_empty_and_not_before():
     # a pod that never leaves: given up on after half an hour, the node is untainted as any other
     stuck = decide_on(refused, 19, pol, later.state, NOW + 1860)
     assert stuck.untaint == ("n3",)
+    # and it rests for an hour: not tainted again at once for the same pod to refuse
+    assert stuck.state.disruption.resting(NOW + 1860) == {"n3"}
+    resting = decide_on(members, 19, pol, stuck.state, NOW + 1920)
+    assert "n3" not in resting.taint and resting.state.disruption.resting(NOW + 1920) == {"n3"}
+    rested = decide_on(members, 19, pol, stuck.state, NOW + 1860 + 3600)
+    assert rested.taint == ("n3",) and rested.state.disruption.given_up == ()
     assert isinstance(AutoscalerState.from_json(stuck.state.as_json()), AutoscalerState)
 
 
@@ -393,7 +399,11 @@ def test_the_state_it_keeps_survives_a_restart():
 
     state = AutoscalerState(
         disruption=DisruptionState(
-            since=(("a", NOW - 5),), evictions=((NOW - 9, 3),), keeping=(("b", NOW),), grew_at=NOW - 30
+            since=(("a", NOW - 5),),
+            evictions=((NOW - 9, 3),),
+            keeping=(("b", NOW),),
+            grew_at=NOW - 30,
+            given_up=(("c", NOW - 60),),
         )
     )
     assert AutoscalerState.from_json(state.as_json()) == state

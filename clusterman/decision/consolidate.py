@@ -228,7 +228,7 @@ def consolidate(
     limits = _Limits(view, asked, scaling, reserved)
     have = places.total if places is not None else 0  # on the ready nodes: capacity joining is in flight
     blocked = _removal_blocked(view, places, limits, keep, scaling)
-    candidates = _candidates(view, policy)
+    candidates = _candidates(view, policy, state.resting(now))
     if not candidates or (not limits.may_remove() and have >= wanted and not blocked):
         # nothing to look at (what the last runs found stays)
         replace = _replacement(view, policy, candidates)
@@ -422,13 +422,14 @@ def _removal_blocked(view: PoolView, places: Places | None, limits: _Limits, kee
     )
 
 
-def _candidates(view: PoolView, policy: ConsolidationPolicy) -> list[Node]:
-    """The emptiest ready nodes whose every pod may move: least requested first (the mean share of
-    CPUs and memory), then fewest pods, then newest."""
+def _candidates(view: PoolView, policy: ConsolidationPolicy, resting: frozenset[str] = frozenset()) -> list[Node]:
+    """The emptiest ready nodes whose every pod may move, but those ``resting`` after a drain given
+    up: least requested first (the mean share of CPUs and memory), then fewest pods, then newest."""
     movable = [
         n
         for n in view.ready
         if n.usage.tasks
+        and n.id not in resting
         and not n.usage.pinned
         and not n.usage.bare
         and (policy.evict_local_storage or not n.usage.local_storage)

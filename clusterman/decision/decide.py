@@ -155,7 +155,7 @@ def decide(
     waiting = achieved - W - actions.untainted_weight + actions.tainted_weight
     if achieved <= T and waiting > 0:
         notes.append(f"{show(waiting)} already requested, waiting to join")
-    disruption = _disruption_after(view, state.disruption, plan, actions, policy.consolidation.enabled)
+    disruption = _disruption_after(view, state.disruption, plan, actions, policy.consolidation.enabled, now)
     if achieved > T and policy.consolidation.enabled:
         disruption = replace(disruption, grew_at=now)
     after = AutoscalerState(lock, breaker, _remember(snapshot, joined, state.memory, actions.terminate), disruption)
@@ -215,14 +215,18 @@ def _in_flight(
 
 
 def _disruption_after(
-    view: PoolView, before: DisruptionState, plan: Consolidation, actions: NodeActions, enabled: bool
+    view: PoolView, before: DisruptionState, plan: Consolidation, actions: NodeActions, enabled: bool, now: float
 ) -> DisruptionState:
     """What consolidation remembers for the next run: nodes drained to be kept stay remembered
-    while they are tainted and not untainted now."""
+    while they are tainted and not untainted now; one untainted with its pods was given up on."""
     state = plan.state if enabled else before
     still = {n.id for n in view.tainted} - set(actions.untaint) - set(actions.terminate)
     released = [n for n, _ in state.keeping if n not in still and n not in {c.node for c in plan.chosen}]
-    return state.after_release(released) if released else state
+    if not released:
+        return state
+    busy = {n.id for n in view.tainted if n.usage.tasks}
+    given_up = [n for n in released if n in busy and n in actions.untaint]
+    return state.after_release(released, given_up, now)
 
 
 def _hold_reason(view: PoolView, lock: ScaleLock, live_ready: Fraction, now: float) -> str:

@@ -6,6 +6,9 @@ Remembered in the ``AutoscalerState`` (and so in the state store: a restart keep
              once it has been one in every run for ``consolidate_after``
   evictions  (time, pods) for each node consolidation drained, over the last hour
   keeping    per node drained to be kept, when: it is untainted once its pods are gone
+  given_up   per node whose drain to keep was given up (its pods would not leave, or a reload
+             stopped it), when: it is not drained again for ``REST_SECONDS``, so that a pod a
+             disruption budget protects for good does not keep its node tainted most of the time
   grew_at    when a decision last raised the pool's target: nothing is drained for
              ``consolidate_after`` after it (demand that rose may go on rising)
 """
@@ -22,6 +25,7 @@ from typing import Any
 from clusterman.core.model import NO_TIME
 
 HOUR = 3600.0
+REST_SECONDS = HOUR  # a node given up on is not looked at again for this long
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,7 @@ class DisruptionState:
     evictions: tuple[tuple[float, int], ...] = ()
     keeping: tuple[tuple[str, float], ...] = ()
     grew_at: float = NO_TIME
+    given_up: tuple[tuple[str, float], ...] = ()
 
     def evicted(self, now: float) -> int:
         """Pods consolidation evicted within the last hour."""
@@ -37,6 +42,10 @@ class DisruptionState:
 
     def candidate_since(self, node_id: str) -> float | None:
         return dict(self.since).get(node_id)
+
+    def resting(self, now: float) -> frozenset[str]:
+        """Nodes given up on within ``REST_SECONDS``: not candidates now."""
+        return frozenset(n for n, at in self.given_up if now - at < REST_SECONDS)
 
     @property
     def kept(self) -> dict[str, float]:
@@ -57,13 +66,17 @@ class DisruptionState:
         evictions += tuple((now, pods) for pods in drained.values() if pods)
         keeping = dict(self.keeping)
         keeping.update((n, now) for n in kept)
-        return replace(self, since=fresh, evictions=evictions, keeping=tuple(sorted(keeping.items())))
+        resting = tuple((n, at) for n, at in self.given_up if now - at < REST_SECONDS)
+        return replace(self, since=fresh, evictions=evictions, keeping=tuple(sorted(keeping.items())), given_up=resting)
 
-    def after_release(self, released: Iterable[str]) -> DisruptionState:
-        """The same, without the kept nodes ``released`` (untainted, terminated or gone)."""
+    def after_release(self, released: Iterable[str], given_up: Iterable[str], now: float) -> DisruptionState:
+        """The same, without the kept nodes ``released`` (untainted, terminated or gone), those
+        ``given_up`` on (untainted with their pods) resting from ``now``."""
         gone = set(released)
         keeping = tuple((n, t) for n, t in self.keeping if n not in gone)
-        return replace(self, keeping=keeping)
+        resting = {n: at for n, at in self.given_up if now - at < REST_SECONDS}
+        resting.update((n, now) for n in given_up)
+        return replace(self, keeping=keeping, given_up=tuple(sorted(resting.items())))
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -71,6 +84,7 @@ class DisruptionState:
             "evictions": [[at, pods] for at, pods in self.evictions],
             "keeping": {n: t for n, t in self.keeping},
             "grew_at": None if self.grew_at == NO_TIME else self.grew_at,
+            "given_up": {n: t for n, t in self.given_up},
         }
 
     @staticmethod
@@ -94,6 +108,7 @@ class DisruptionState:
             tuple((float(at), int(pods)) for at, pods in evictions),
             _times(data, "keeping"),
             NO_TIME if grew is None else float(grew),
+            _times(data, "given_up"),
         )
 
 
