@@ -42,3 +42,19 @@ def test_targets(text, expected):
 def test_bad_targets(text):
     with pytest.raises(ValueError, match="--target-capacity"):
         parse_target(text, policy())
+
+
+def test_status_names_the_nodes_drained_to_be_kept_and_those_resting():
+    from clusterman.core.timestamps import format_time
+    from clusterman.decision.autoscaler_state import AutoscalerState
+    from clusterman.decision.disruption import REST_SECONDS
+    from clusterman.decision.disruption import DisruptionState
+    from clusterman.wiring.pool_status import describe_kept
+
+    now = 1_700_000_000.0
+    disruption = DisruptionState(keeping=(("k1", now - 60),), given_up=(("n3", now - 600), ("old", now - REST_SECONDS)))
+    line = describe_kept(AutoscalerState(disruption=disruption), now)
+    assert "1 node(s) being drained to be kept" in line
+    assert f"n3 rests until {format_time(now - 600 + REST_SECONDS)}" in line
+    assert "old" not in line  # its hour is over
+    assert describe_kept(AutoscalerState(), now) == "scale lock free, breaker closed"

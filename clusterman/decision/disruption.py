@@ -45,7 +45,11 @@ class DisruptionState:
 
     def resting(self, now: float) -> frozenset[str]:
         """Nodes given up on within ``REST_SECONDS``: not candidates now."""
-        return frozenset(n for n, at in self.given_up if now - at < REST_SECONDS)
+        return frozenset(self.rest_ends(now))
+
+    def rest_ends(self, now: float) -> dict[str, float]:
+        """Per node resting now, when its rest ends."""
+        return {n: at + REST_SECONDS for n, at in self.given_up if now - at < REST_SECONDS}
 
     @property
     def kept(self) -> dict[str, float]:

@@ -508,6 +508,10 @@ def describe_kept(state: AutoscalerState, now: float) -> str:
         parts.append("breaker closed")
     if state.memory.terminating:
         parts.append(f"{len(state.memory.terminating)} node(s) being terminated")
+    if state.disruption.keeping:
+        parts.append(f"{len(state.disruption.keeping)} node(s) being drained to be kept")
+    for node, until in sorted(state.disruption.rest_ends(now).items()):
+        parts.append(f"{node} rests until {format_time(until)} (its drain to keep was given up)")
     return ", ".join(parts)
 
 
