@@ -49,7 +49,11 @@ class DisruptionState:
 
     def rest_ends(self, now: float) -> dict[str, float]:
         """Per node resting now, when its rest ends."""
-        return {n: at + REST_SECONDS for n, at in self.given_up if now - at < REST_SECONDS}
+        return {n: at + REST_SECONDS for n, at in self._given_up_since(now).items()}
+
+    def _given_up_since(self, now: float) -> dict[str, float]:
+        """Per node still resting at ``now``, when it was given up on."""
+        return {n: at for n, at in self.given_up if now - at < REST_SECONDS}
 
     @property
     def kept(self) -> dict[str, float]:
@@ -70,7 +74,7 @@ class DisruptionState:
         evictions += tuple((now, pods) for pods in drained.values() if pods)
         keeping = dict(self.keeping)
         keeping.update((n, now) for n in kept)
-        resting = tuple((n, at) for n, at in self.given_up if now - at < REST_SECONDS)
+        resting = tuple(self._given_up_since(now).items())
         return replace(self, since=fresh, evictions=evictions, keeping=tuple(sorted(keeping.items())), given_up=resting)
 
     def after_release(self, released: Iterable[str], given_up: Iterable[str], now: float) -> DisruptionState:
@@ -78,7 +82,7 @@ class DisruptionState:
         ``given_up`` on (untainted with their pods) resting from ``now``."""
         gone = set(released)
         keeping = tuple((n, t) for n, t in self.keeping if n not in gone)
-        resting = {n: at for n, at in self.given_up if now - at < REST_SECONDS}
+        resting = self._given_up_since(now)
         resting.update((n, now) for n in given_up)
         return replace(self, keeping=keeping, given_up=tuple(sorted(resting.items())))
 
