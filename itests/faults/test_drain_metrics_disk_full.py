@@ -52,7 +52,10 @@ def test_a_full_metrics_disk_mid_drain_holds_the_termination_and_loses_no_point(
             inside(autoscaler.proc.pid, "dd", "if=/dev/zero", f"of={metrics}/fill", "bs=64k")
             held, _ = autoscaler.wait_for(lambda line: "metrics could not be written" in line, timeout=20, after=full)
             pool.kube.answer_again()  # the drain can go on now
-            time.sleep(3 * drains.PERIOD)
+            deadline = time.monotonic() + 20  # a loaded machine's runs take longer than their period
+            while [p for p in pods if pool.kube.pod("default", p)] and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(2 * drains.PERIOD)  # runs that could terminate the emptied node, were it not held
             there, instance = [p for p in pods if pool.kube.pod("default", p)], world.ec2_state(members[2])
             freed = time.monotonic()
             inside(autoscaler.proc.pid, "rm", f"{metrics}/fill")
