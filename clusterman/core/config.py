@@ -12,6 +12,7 @@ import math
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 from typing import ClassVar
 
@@ -697,7 +698,7 @@ class PoolIdentity:
     pool: str
     scheduler: Scheduler
 
-    @property
+    @cached_property  # read for every metric key, every run
     def pool_with_scheduler(self) -> str:
         """How Clusterman names the pool in metric dimensions: ``<pool>.<scheduler>``."""
         return f"{self.pool}.{self.scheduler.value}"

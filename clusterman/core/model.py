@@ -172,13 +172,15 @@ class Node:
     def __post_init__(self) -> None:
         usage = NodeUsage.of(self.tasks)
         object.__setattr__(self, "usage", usage)
+        a, r, u = self.allocatable, self.reserved, usage
+        ar, au, rv = u.allocated_reserved, u.allocated_unreserved, u.revocable
         v = (
-            *self.allocatable,
-            *self.reserved,
-            *usage.allocated_reserved,
-            *usage.allocated_unreserved,
-            *usage.revocable,
-        )
+            a.cpus, a.mem, a.disk, a.gpus,
+            r.cpus, r.mem, r.disk, r.gpus,
+            ar.cpus, ar.mem, ar.disk, ar.gpus,
+            au.cpus, au.mem, au.disk, au.gpus,
+            rv.cpus, rv.mem, rv.disk, rv.gpus,
+        )  # fmt: skip
         object.__setattr__(self, "vector", v)
         free = (
             max(round((v[0] - v[8] - v[12]) * MICRO), 0),

@@ -35,6 +35,7 @@ _FIGURE_NAMES = {
     figure: tuple(f"{r}_{figure}" for r in RESOURCE_NAMES)
     for figure in ("allocated", "reserved", "slack", "revocable", "total", "pending")
 }
+_STATE_NAMES = {state: f"{state.value}_nodes" for state in NodeState}
 
 
 def market_key(instance_type: str, market: str) -> str:
@@ -81,10 +82,10 @@ def collect(
             for resource, name in zip(RESOURCE_NAMES, names_of, strict=True):
                 add(metric_type, name, amounts[resource])
 
-    if wanted(*(f"{state.value}_nodes" for state in NodeState)):
+    if wanted(*_STATE_NAMES.values()):
         counts = snapshot.counts_by_state
-        for state in NodeState:
-            add(METADATA, f"{state.value}_nodes", counts[state])
+        for state, name in _STATE_NAMES.items():
+            add(METADATA, name, counts[state])
 
     if snapshot.groups:  # without the cloud's view there is no target to report, not a target of 0
         add(METADATA, "target_capacity", snapshot.target_capacity)

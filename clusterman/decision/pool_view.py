@@ -56,9 +56,9 @@ class PoolView:
         """Clusterman's T: the sum of the targets of the groups that are not stale."""
         return sum((exact(g.target_capacity) for g in self.groups.values() if not g.stale), ZERO)
 
-    @property
-    def live_groups(self) -> list[ResourceGroup]:
-        return sorted((g for g in self.groups.values() if not g.stale), key=lambda g: g.id)
+    @functools.cached_property
+    def live_groups(self) -> tuple[ResourceGroup, ...]:
+        return tuple(sorted((g for g in self.groups.values() if not g.stale), key=lambda g: g.id))
 
     def unit_resources(self) -> dict[str, Fraction]:
         """Resources per weight unit measured on joined nodes that are not ready (for a pool with no

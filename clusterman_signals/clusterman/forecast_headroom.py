@@ -203,10 +203,11 @@ class ForecastHeadroom(BaseSignal):
         self._bases[resource] = recent
         bases = list(recent.values())
         first = max(0, i - rule.hold + 1)
-        fell = max(d[first : i + 1]) - max(d[max(first, i - rule.release + 1) : i + 1])
+        window = d[first : i + 1]
+        fell = max(window) - max(window[max(0, i - rule.release + 1 - first) :])
         held = release(max(bases), max(bases[-rule.release :]), fell, rule.release_by * max(model.headroom, 0.0))
         if self.p("follow_falls") > 0:
-            followed = steady_fall(d[first : i + 1], bases, rule.floor, self.p("fall_evenness"))
+            followed = steady_fall(window, bases, rule.floor, self.p("fall_evenness"))
             if followed is not None:
                 held = min(held, max(followed, level))
         stuck = self.stuck(resource, d, bases[: -rule.horizon], model, now)
