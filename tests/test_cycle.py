@@ -128,6 +128,18 @@ def test_capacity_follows_demand_up_and_down(pools):
     assert {"DECISION_UTILISATION", "GROUP_TARGET", "NODE_TAINT", "NODE_TERMINATE"} <= details
 
 
+def test_a_run_that_records_nothing_decides_and_acts_the_same(pools):
+    """``record=False`` (the simulator's) skips building the run's events, not its decisions."""
+    loud, quiet = pools(work(10, end=T0 + 600)), pools(work(10, end=T0 + 600), record=False)
+    for _ in range(20):
+        a, b = loud.minute(), quiet.minute()
+        assert a.decision == b.decision and a.applied == b.applied
+    assert quiet.groups[0].read().group.target_capacity == loud.groups[0].read().group.target_capacity == 1
+    recorded = {e.event.detail.name.split("_")[0] for e in quiet.events()}
+    assert {"DECISION", "NODE", "GROUP"} <= {e.event.detail.name.split("_")[0] for e in loud.events()}
+    assert not recorded & {"DECISION", "NODE", "GROUP", "SIGNAL"}
+
+
 def test_the_line_and_the_event_of_a_run_agree_while_capacity_joins(pools):
     """10 cpus on one 4-cpu node: target 1 -> 4; nodes take 5 minutes to join, and the work ends
     meanwhile: the target goes down while the ready capacity is still 1. The action, the arrow,

@@ -118,7 +118,10 @@ class Cycle:
         lease: PoolLease | None = None,
         budget_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        record: bool = True,
     ) -> None:
+        """``record``: False when nothing reads the runs' events, pool metrics and signal health (a
+        simulation, whose recorder keeps none): the run then does not work out what it would record."""
         self.connector = connector
         self.cloud = cloud
         self.lifecycle = lifecycle
@@ -141,6 +144,7 @@ class Cycle:
         self._joined_before: NodeSets | None = None  # the last snapshot's node sets, for its joined ids
         self._last_target: float | None = None
         self.signal_outcomes = SignalOutcomes()  # for /healthz and ``clusterman status``
+        self.record = record
 
     def run_once(self, now: float) -> RunReport:
         permit = self._permit(now)
@@ -167,8 +171,9 @@ class Cycle:
         if not unreadable:
             self._last_target = snapshot.target_capacity
         permit.going_on()  # a run that makes progress keeps its lease; ``acting`` asks before it acts
-        self._observe_pool(snapshot)
-        self._record_joins(snapshot, now)
+        if self.record:
+            self._observe_pool(snapshot)
+            self._record_joins(snapshot, now)
         if self.write_metrics is not None:
             try:
                 self.write_metrics(snapshot)
@@ -185,8 +190,9 @@ class Cycle:
             self.signal_outcomes.no_answer(str(e), now)
             return self._no_change(now, Outcome.NO_DEMAND, f"no usable demand, target kept: {e}", None, snapshot)
         permit.going_on()
-        self._record_signals(requests)
-        self.signal_outcomes.observe(requests.evaluations, now)
+        if self.record:
+            self._record_signals(requests)
+            self.signal_outcomes.observe(requests.evaluations, now)
         for reason, stale in ((HoldReason.SCHEDULER_STALE, snapshot.stale), (HoldReason.SIGNALS_STALE, requests.stale)):
             if stale:
                 log.warning("%s: no scale-down this run", stale)
@@ -209,7 +215,9 @@ class Cycle:
                 message = f"cannot keep the autoscaler state before acting: {unsaved}: nothing changed"
                 return self._no_change(now, Outcome.NO_STATE, message, ErrorSource.INTERNAL, snapshot)
         applied = apply(decision, snapshot, reading.groups_by_id, self.lifecycle, now, permit, self.dry_run)
-        self._record(decision, applied, snapshot)
+        if self.record:
+            self._record(decision, applied, snapshot)
+        self._record_errors(applied)
         if not self.dry_run:
             self._record_state_changes(self.state, decision.state, now)
             self.state = decision.state
@@ -480,6 +488,9 @@ class Cycle:
                 self.recorder.group_target(
                     change.group_id, before.get(change.group_id, change.previous), change.target, note
                 )
+
+    def _record_errors(self, applied: ApplyReport) -> None:
+        prefix = "dry run: " if applied.dry_run else ""
         for object_id, message in applied.errors:
             log.warning("%s%s: %s", prefix, object_id, message)  # the run's line counts them; here is why
             source = ErrorSource.INTERNAL if object_id in ("lease", "budget") else ErrorSource.CLOUD

@@ -170,7 +170,13 @@ def wire(scenario: Scenario, clock: SimClock) -> Wiring:
         collected = collected_names(setup)
     recorder = QuietRecorder(identity.cluster, identity.pool)
     cycle = Cycle(
-        connector=connector, cloud=cloud, lifecycle=lifecycle, demand=demand, policy=setup.policy, recorder=recorder
+        connector=connector,
+        cloud=cloud,
+        lifecycle=lifecycle,
+        demand=demand,
+        policy=setup.policy,
+        recorder=recorder,
+        record=False,
     )
     return Wiring(groups, cloud, connector, cycle, store, collected, runners)
 
