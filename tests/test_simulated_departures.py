@@ -71,3 +71,14 @@ def test_the_block_names_a_bad_departure_mode_and_refuses_both_task_shapes():
         parse(SimulationConfig, {"demand_task": {"cpus": 1}, "demand_mix": [{"weight": 1, "cpus": 1}]}, "p", "")
     sim = parse(SimulationConfig, {"demand_mix": [{"weight": 2, "cpus": 0.5}], "departures": "random"}, "p", "")
     assert sim.demand_mix[0].cpus == 0.5 and sim.departures == "random"
+
+
+def test_asking_again_at_the_same_time_changes_nothing():
+    """The pool is read more than once a minute (the collector, then the decision): the running
+    tasks must be those of one read, or demand would depend on how often it is read."""
+    points = [(60 * k, Resources(cpus=200 + (k % 7) * 13.0)) for k in range(60)]
+    once = DemandTrace(points, ONE, mix=MIX, departures="random", seed=3)
+    twice = DemandTrace(points, ONE, mix=MIX, departures="random", seed=3)
+    for t, _ in points:
+        assert twice.changes(t) == once.changes(t)
+        assert twice.changes(t) == ([], [])

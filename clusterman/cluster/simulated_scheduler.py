@@ -159,6 +159,7 @@ class DemandTrace:
         self._next_size: Resources | None = None
         self._ends: list[tuple[float, str]] = []
         self._index: dict[str, int] = {}  # task id -> position in _running (random departures)
+        self._asked = -math.inf  # the last time changes were drawn for
 
     def tasks_for(self, demand: Resources) -> int:
         return max(
@@ -167,6 +168,11 @@ class DemandTrace:
         )
 
     def changes(self, now: float) -> tuple[list[WorkItem], list[str]]:
+        """What arrives and leaves by ``now``. Asked again at the same time, nothing: how often the
+        pool is read must not change its demand."""
+        if now == self._asked:
+            return [], []
+        self._asked = now
         i = bisect.bisect_right(self._times, now) - 1
         demand = self._points[i][1] if i >= 0 else Resources()
         departures = self._ended(now)
