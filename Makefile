@@ -61,9 +61,14 @@ itests: venv
 acceptance: venv
 	$(BIN)/pytest -q acceptance
 
+# lint and typecheck side by side (and their two venvs). The sources are byte-compiled before the
+# tests: where PYTHONDONTWRITEBYTECODE is set, each of the hundreds of processes the tests start
+# (autoscalers, bootstraps, CLIs) compiled clusterman again, a tenth of the tests' CPU time.
 # Slowest first (the acceptance run is 150 s of `make run`), so no worker ends waiting on it alone;
 # three workers on two cores, since most tests wait on real processes, not the CPU.
-test: system-deps lint typecheck
+test: system-deps
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint typecheck
+	$(BIN)/python -m compileall -q -j0 clusterman clusterman_signals itests bench
 	$(BIN)/pytest -q -n 3 --dist loadgroup --durations=25 acceptance itests tests
 
 bench: venv
