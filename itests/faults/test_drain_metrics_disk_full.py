@@ -47,6 +47,10 @@ def test_a_full_metrics_disk_mid_drain_holds_the_termination_and_loses_no_point(
                 return int(out.stdout.strip() or -1)
 
             drains.wait_for_unanswered(pool, autoscaler)
+            deadline = time.monotonic() + 30  # a run that overran stopped before lowering it: a later one does
+            while world.desired(asg) != 3:
+                assert time.monotonic() < deadline, autoscaler.lines()
+                time.sleep(0.2)
             before = written()
             full = time.monotonic()
             inside(autoscaler.proc.pid, "dd", "if=/dev/zero", f"of={metrics}/fill", "bs=64k")
