@@ -171,7 +171,7 @@ def _keeping(view: PoolView, state: DisruptionState, now: float, policy: Consoli
     ``KEEP_GIVE_UP_SECONDS``, or when a reload turned consolidation off or lowered its eviction
     budget below what the last hour spent (the rest of the drain would be evictions the
     configuration no longer allows; the budget is never above it otherwise)."""
-    if not policy.enabled or state.evicted(now) > policy.evictions_per_hour:
+    if not state.keeping or not policy.enabled or state.evicted(now) > policy.evictions_per_hour:
         return frozenset()
     tainted = {n.id for n in view.tainted}
     return frozenset(n for n, at in state.keeping if n in tainted and now - at < KEEP_GIVE_UP_SECONDS)
@@ -220,6 +220,8 @@ def _disruption_after(
     """What consolidation remembers for the next run: nodes drained to be kept stay remembered
     while they are tainted and not untainted now; one untainted with its pods was given up on."""
     state = plan.state if enabled else before
+    if not state.keeping:
+        return state
     still = {n.id for n in view.tainted} - set(actions.untaint) - set(actions.terminate)
     released = [n for n, _ in state.keeping if n not in still and n not in {c.node for c in plan.chosen}]
     if not released:

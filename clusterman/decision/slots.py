@@ -152,6 +152,7 @@ class Places:
         self.places = node_counts(view.ready, slot)  # in the order of ``nodes``
         self.total = sum(self.places)
         self._free: dict[int, Fraction] = {}
+        self._wanted: dict[tuple[int, Fraction], int] = {}
 
     def free(self, d: int) -> Fraction:
         """The ready nodes' free room in resource ``d``, in its units (``Node.free``, summed)."""
@@ -160,10 +161,13 @@ class Places:
         return self._free[d]
 
     def wanted(self, reserve: int, fraction: Fraction) -> int:
-        """The places to keep: ``reserve``, or ``fraction`` of those the ready capacity holds."""
-        if fraction > 0:
-            return max(reserve, ceil(fraction * self.ready_total * self.per_unit))
-        return reserve
+        """The places to keep: ``reserve``, or ``fraction`` of those the ready capacity holds.
+        Worked out once per run: the reserve and consolidation both ask."""
+        key = (reserve, fraction)
+        if key not in self._wanted:
+            more = ceil(fraction * self.ready_total * self.per_unit) if fraction > 0 else reserve
+            self._wanted[key] = max(reserve, more)
+        return self._wanted[key]
 
     @functools.cached_property
     def prefix(self) -> tuple[list[int], list[int] | list[Fraction], bool]:
