@@ -120,10 +120,12 @@ class Budget:
 
     @staticmethod
     def of(policy: ConsolidationPolicy, ready: int, tainted: int, state: DisruptionState, now: float) -> Budget:
-        """The budget of a pool with ``ready`` and ``tainted`` nodes, and what the last hour spent."""
+        """The budget of a pool with ``ready`` and ``tainted`` nodes, and what the last hour spent.
+        The share's floor from its integer parts: the same number, without a Fraction each run."""
+        share = policy.max_disrupted_share
         return Budget(
             disrupted=tainted,
-            max_disrupted=max(1, math.floor(policy.max_disrupted_share * (ready + tainted))),
+            max_disrupted=max(1, share.numerator * (ready + tainted) // share.denominator),
             evicted=state.evicted(now),
             max_evictions=policy.evictions_per_hour,
             max_drains=policy.drains_per_run,

@@ -227,13 +227,14 @@ class Places:
 
 
 def _unit_slots(view: PoolView, slot: Need) -> Fraction:
-    """Slots in one new weight unit: the ready nodes' capacity per unit, divided by the slot."""
+    """Slots in one new weight unit: the ready nodes' capacity per unit, divided by the slot, in
+    whole slots: capacity × MICRO // (W × slot), worked out on the fractions' integer parts (the
+    same floor as with Fractions, without their normalising at each step)."""
     W = view.ready_total
-    count: Fraction | None = None
-    for d, name in enumerate(RESOURCE_NAMES):
-        if slot[d] <= 0:
-            continue
-        per_unit = view.capacity.get(name, ZERO) / W
-        fits = Fraction(int(per_unit * MICRO // slot[d]))
-        count = fits if count is None else min(count, fits)
-    return count or ZERO
+    fits = [
+        c.numerator * W.denominator * MICRO // (c.denominator * W.numerator * slot[d])
+        for d, name in enumerate(RESOURCE_NAMES)
+        if slot[d] > 0
+        for c in (view.capacity.get(name, ZERO),)
+    ]
+    return Fraction(min(fits)) if fits else ZERO
