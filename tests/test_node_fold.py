@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from hypothesis import given
 from hypothesis import settings
@@ -32,11 +33,14 @@ def node(i: int, state: NodeState = NodeState.READY, tasks: int = 0, group: str 
 def forget() -> None:
     """Drop every memo, so the next call is a fresh pass."""
     fold._recent.clear()
-    for module_fold in gc_folds():
+    for module_fold in module_folds():
         module_fold._memo = []
 
 
-def gc_folds() -> list[NodeFold]:
+@functools.cache
+def module_folds() -> list[NodeFold]:
+    """The folds the modules made at import, found once: a scan of the heap per step took most of
+    the property's time in a full run, where the heap holds every test's objects."""
     import gc
 
     return [o for o in gc.get_objects() if isinstance(o, NodeFold)]
