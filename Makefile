@@ -8,7 +8,7 @@ DURATION ?= 0
 CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: venv system-deps run test lint format typecheck unit itests acceptance bench wheel image clean
+.PHONY: venv system-deps run test test-suite lint format typecheck unit itests acceptance bench wheel image clean
 
 # uv installs the pinned sets in seconds where pip took three minutes on a fresh machine; pip stays
 # in the venvs for what the program itself runs (signal venvs, the wheel's install test).
@@ -61,15 +61,19 @@ itests: venv
 acceptance: venv
 	$(BIN)/pytest -q acceptance
 
-# lint and typecheck side by side (and their two venvs). The sources are byte-compiled before the
-# tests: where PYTHONDONTWRITEBYTECODE is set, each of the hundreds of processes the tests start
-# (autoscalers, bootstraps, CLIs) compiled clusterman again, a tenth of the tests' CPU time.
-# Slowest first (the acceptance run is 150 s of `make run`), so no worker ends waiting on it alone;
-# three workers on two cores, since most tests wait on real processes, not the CPU.
-test: system-deps
-	$(MAKE) --no-print-directory -j2 --output-sync=target lint typecheck
+# lint and typecheck (and the checkov venv) run beside the tests: the tests leave most of the CPU
+# idle waiting on real processes. The sources are byte-compiled before the tests: where
+# PYTHONDONTWRITEBYTECODE is set, each of the hundreds of processes the tests start (autoscalers,
+# bootstraps, CLIs) compiled clusterman again, a tenth of the tests' CPU time.
+test: system-deps venv
 	$(BIN)/python -m compileall -q -j0 clusterman clusterman_signals itests bench
-	$(BIN)/pytest -q -n 3 --dist loadgroup --durations=25 acceptance itests tests
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck test-suite
+
+# Slowest first (the acceptance run is 150 s of `make run`), so no worker ends waiting on it alone;
+# four workers on two cores, since most tests wait on real processes, not the CPU. The tests see no
+# MAKEFLAGS: the `make run` one starts must print as it goes, not when it ends (--output-sync).
+test-suite: venv
+	env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL $(BIN)/pytest -q -n 4 --dist loadgroup --durations=25 acceptance itests tests
 
 bench: venv
 	$(BIN)/python -m bench
