@@ -152,7 +152,6 @@ class Places:
         self.places = node_counts(view.ready, slot)  # in the order of ``nodes``
         self.total = sum(self.places)
         self._free: dict[int, Fraction] = {}
-        self._wanted: dict[tuple[int, Fraction], int] = {}
 
     def free(self, d: int) -> Fraction:
         """The ready nodes' free room in resource ``d``, in its units (``Node.free``, summed)."""
@@ -161,13 +160,10 @@ class Places:
         return self._free[d]
 
     def wanted(self, reserve: int, fraction: Fraction) -> int:
-        """The places to keep: ``reserve``, or ``fraction`` of those the ready capacity holds.
-        Worked out once per run: the reserve and consolidation both ask."""
-        key = (reserve, fraction)
-        if key not in self._wanted:
-            more = ceil(fraction * self.ready_total * self.per_unit) if fraction > 0 else reserve
-            self._wanted[key] = max(reserve, more)
-        return self._wanted[key]
+        """The places to keep: ``reserve``, or ``fraction`` of those the ready capacity holds."""
+        if fraction > 0:
+            return max(reserve, ceil(fraction * self.ready_total * self.per_unit))
+        return reserve
 
     @functools.cached_property
     def prefix(self) -> tuple[list[int], list[int] | list[Fraction], bool]:
@@ -231,10 +227,9 @@ def _unit_slots(view: PoolView, slot: Need) -> Fraction:
     whole slots: capacity × MICRO // (W × slot), worked out on the fractions' integer parts (the
     same floor as with Fractions, without their normalising at each step)."""
     W = view.ready_total
-    fits = [
-        c.numerator * W.denominator * MICRO // (c.denominator * W.numerator * slot[d])
-        for d, name in enumerate(RESOURCE_NAMES)
-        if slot[d] > 0
-        for c in (view.capacity.get(name, ZERO),)
-    ]
+    fits = []
+    for d, name in enumerate(RESOURCE_NAMES):
+        if slot[d] > 0:
+            c = view.capacity.get(name, ZERO)
+            fits.append(c.numerator * W.denominator * MICRO // (c.denominator * W.numerator * slot[d]))
     return Fraction(min(fits)) if fits else ZERO
