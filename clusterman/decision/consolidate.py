@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import enum
 import math
-import operator
 from dataclasses import dataclass
 from dataclasses import field
 from fractions import Fraction
@@ -59,7 +58,6 @@ from clusterman.decision.slots import slot_counts
 
 CANDIDATES = 8  # the emptiest nodes looked at each run
 KEEP_GIVE_UP_SECONDS = 1800.0  # a node drained to be kept whose pods will not leave is untainted after this
-_WEIGHT = operator.attrgetter("weight")
 
 
 class Choice(enum.Enum):
@@ -385,7 +383,7 @@ def _smaller_offered(view: PoolView) -> bool:
     """Does a live group offer a type of fewer weight units than some ready node (else no node has a
     ``smaller_instance``)?"""
     weights = [o.weight for g in view.live_groups for o in g.offers if o.weight > 0 and any(o.resources)]
-    return bool(weights) and max(map(_WEIGHT, view.ready), default=0.0) > min(weights)
+    return bool(weights) and max((n.weight for n in view.ready), default=0) > min(weights)
 
 
 def _removal(
