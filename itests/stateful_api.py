@@ -29,7 +29,8 @@ Kubernetes
                                            open watches send nothing; ``evicted_then_hang`` carries
                                            out the next eviction, then falls silent for everything;
                                            ``answer_again`` ends it (the requests held meanwhile get
-                                           a 503, their clients long gone)
+                                           a 503, their clients long gone); ``on_held`` is called
+                                           with each request ``hang`` holds, its client waiting
   a stopped server                         ``go_down`` closes the port (connections refused, open ones
                                            reset); ``evicted_then_down`` carries out the next eviction,
                                            then goes down without answering it; ``come_back`` listens
@@ -58,6 +59,7 @@ import re
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -176,6 +178,9 @@ class FakeKubernetes(FakeServer):
         self.evicted_then_down = False  # the next eviction is carried out, then the server stops
         self.down = threading.Event()  # set once ``evicted_then_down`` took the server down
         self.unanswered: list[Request] = []
+        # called with each request ``hang`` holds, before it is held (in the server's thread, while
+        # the client waits for the answer): a test may stop the client right there
+        self.on_held: Callable[[Request], None] = lambda request: None
         self._answering = threading.Event()
         self._answering.set()
 
@@ -198,7 +203,9 @@ class FakeKubernetes(FakeServer):
             if silent:
                 self.requests.append(request)
                 self.unanswered.append(request)
-        if not silent:
+        if silent:
+            self.on_held(request)
+        else:
             answer = super().answer(request)
             with self._lock:
                 carried_out = self._is_eviction(request) and answer[0] == 201
