@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 import json
 import math
+from fractions import Fraction
 
 from clusterman.batch.autoscaler import run_forever
 from clusterman.core.config import MetricType
@@ -441,6 +442,46 @@ def test_acting_stops_between_stages_once_the_snapshot_is_older_than_the_budget(
     errors = dict(report.applied.errors)
     assert errors["budget"].endswith("old > budget 60 s: stopped before draining"), errors
     assert pool.groups[0].read().group.target_capacity == 4
+    assert f"target 4 -> {report.decision.target_capacity} not set (" in report.line(), report.line()
+
+
+def test_a_node_the_decision_keeps_is_not_drained_when_its_untaint_fails():
+    """An untaint refused (a conflict, an API error) leaves the node tainted, but the decision keeps
+    it: the run drains the other tainted node only, and the next run tries the untaint again."""
+    from clusterman.cluster.lifecycle import DrainResult
+    from clusterman.cluster.lifecycle import DrainStatus
+    from clusterman.cluster.lifecycle import NodeLifecycle
+    from clusterman.cluster.lifecycle import Outcome as NodeOutcome
+    from clusterman.decision.result import Action
+    from clusterman.decision.result import Decision
+    from clusterman.run.apply import apply
+    from clusterman.run.permit import Permit
+    from tests.scaling_builders import NOW
+    from tests.scaling_builders import TAINTED
+    from tests.scaling_builders import node
+    from tests.scaling_builders import pods
+    from tests.scaling_builders import snapshot
+
+    class RefusingUntaint(NodeLifecycle):
+        drained: list[str] = []
+
+        def taint(self, node_ids, now):
+            return self.unchanged(node_ids, "already tainted")
+
+        def untaint(self, node_ids):
+            return {n: self.result(n, NodeOutcome.FAILED, "409 Conflict") for n in node_ids}
+
+        def drain(self, node_id, now, going_on=lambda: ""):
+            self.drained.append(node_id)
+            return DrainResult(node_id, DrainStatus.NOT_NOW, 2, 2, "evicted 2 pod(s)")
+
+    snap = snapshot([node(n, state=TAINTED, tainted_at=NOW - 60, cpus=2, tasks=pods(2)) for n in ("kept", "leaving")])
+    decision = Decision(Action.NONE, Fraction(0), Fraction(2), Fraction(2), {}, "keep kept", untaint=("kept",))
+    lifecycle = RefusingUntaint()
+    report = apply(decision, snap, {}, lifecycle, NOW, Permit(NOW))
+    assert not report.untainted["kept"].ok
+    assert lifecycle.drained == ["leaving"]
+    assert ("kept", "untaint: 409 Conflict") in report.errors, report.errors
 
 
 def test_a_short_lease_is_renewed_in_the_second_after_a_quick_run(pools):  # noqa: F811

@@ -50,6 +50,7 @@ def apply(
         refusal = permit.still_acting()
         if refusal is None:
             return False
+        report.stopped_before = stage
         if refusal.outcome is RunOutcome.OVERRUN:
             report.errors.append(("budget", f"{refusal.message}: stopped before {stage}"))
         else:
@@ -70,7 +71,7 @@ def apply(
     if stop_before("draining"):
         return report
     leaving = set(decision.terminate)
-    for node_id in _draining(snapshot, report):
+    for node_id in _draining(decision, snapshot, report):
         if node_id not in leaving:
             report.drains[node_id] = result = lifecycle.drain(node_id, now, evicting)
             if result.status is DrainStatus.FAILED:
@@ -95,11 +96,12 @@ def apply(
     return report
 
 
-def _draining(snapshot: PoolSnapshot, report: ApplyReport) -> list[str]:
-    """Nodes tainted before this run, plus those tainted now, minus those untainted now."""
-    untainted = {n for n, r in report.untainted.items() if r.ok}
+def _draining(decision: Decision, snapshot: PoolSnapshot, report: ApplyReport) -> list[str]:
+    """Nodes tainted before this run, plus those tainted now, minus those the decision keeps: a node
+    whose untaint failed is still one to keep, and evicting its pods would move them for nothing."""
+    keep = set(decision.untaint)
     tainted_now = [n for n, r in report.tainted.items() if r.ok]
-    earlier = [node_id for node_id in snapshot.node_sets.tainted_ids if node_id not in untainted]
+    earlier = [node_id for node_id in snapshot.node_sets.tainted_ids if node_id not in keep]
     return list(dict.fromkeys([*earlier, *tainted_now]))
 
 

@@ -33,6 +33,7 @@ class ApplyReport:
     terminations: list[Termination] = field(default_factory=list)
     targets: list[TargetChange] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)  # (object id, message)
+    stopped_before: str = ""  # the stage acting stopped before (lease lost, budget spent); "" when it went through
 
     @property
     def terminated(self) -> list[str]:
@@ -85,9 +86,12 @@ class RunReport:
 
     def _target_text(self, d: Decision) -> str:
         """The pool's target before and after, or what is known of it when groups could not be read."""
+        change = f"{number(d.current_target)} -> {number(d.target_capacity)}"
+        if self.applied is not None and self.applied.stopped_before and d.target_capacity != d.current_target:
+            change += " not set"  # the targets are set last: a run that stopped before them changed none
         if not self.unreadable_groups:
-            return f"target {number(d.current_target)} -> {number(d.target_capacity)}"
+            return f"target {change}"
         unread = f"{self.unreadable_groups} resource group(s) could not be read"
         if d.reason is Reason.NO_GROUPS:
             return f"target unknown ({unread})"
-        return f"target of the readable groups {number(d.current_target)} -> {number(d.target_capacity)} ({unread})"
+        return f"target of the readable groups {change} ({unread})"
