@@ -463,7 +463,8 @@ def test_a_node_the_decision_keeps_is_not_drained_when_its_untaint_fails():
     from tests.scaling_builders import snapshot
 
     class RefusingUntaint(NodeLifecycle):
-        drained: list[str] = []
+        def __init__(self) -> None:
+            self.drained: list[str] = []
 
         def taint(self, node_ids, now):
             return self.unchanged(node_ids, "already tainted")

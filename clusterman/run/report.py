@@ -87,7 +87,7 @@ class RunReport:
     def _target_text(self, d: Decision) -> str:
         """The pool's target before and after, or what is known of it when groups could not be read."""
         change = f"{number(d.current_target)} -> {number(d.target_capacity)}"
-        if self.applied is not None and self.applied.stopped_before and d.target_capacity != d.current_target:
+        if self.applied is not None and self.applied.stopped_before and d.delta:
             change += " not set"  # the targets are set last: a run that stopped before them changed none
         if not self.unreadable_groups:
             return f"target {change}"

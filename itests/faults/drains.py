@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEYS
 from clusterman.decision.disruption import DisruptionState
 from clusterman.state.carried import StoredState
@@ -92,6 +94,20 @@ def running(
         yield process
     finally:
         process.stop()
+
+
+def on_tmpfs(directory: Path) -> tuple[str, ...]:
+    """The command prefix that gives the autoscaler ``directory`` on a 4 MB tmpfs of its own (in a
+    mount namespace of its own): a disk the test can fill without touching the host's."""
+    mount = 'mount -t tmpfs -o size=4m tmpfs "$0" && exec "$@"'
+    return ("unshare", "-m", "sh", "-c", mount, str(directory))
+
+
+def metrics_in(config: str, directory: Path) -> None:
+    """The main file's metrics store moved into ``directory`` (to put it on a disk of its own)."""
+    main = yaml.safe_load(Path(config).read_text())
+    main["metrics"] = {"sqlite_path": str(directory / "metrics.sqlite3")}
+    Path(config).write_text(yaml.safe_dump(main))
 
 
 def wait_for_unanswered(pool: PoolHarness, autoscaler: Autoscaler, timeout: float = 30) -> float:

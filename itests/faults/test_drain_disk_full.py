@@ -34,9 +34,7 @@ def test_a_full_state_disk_mid_drain_keeps_the_node_tainted_and_the_drain_ends_o
     with drains.four_nodes(tmp_path, moto_server) as (world, asg, members, pool):
         config, nodes, pods = drains.to_keep(pool, members)
         pool.kube.hang("evictions")
-        mount = 'mount -t tmpfs -o size=4m tmpfs "$0" && exec "$@"'
-        private = ("unshare", "-m", "sh", "-c", mount, str(state))  # the state directory on its own tmpfs
-        with drains.running(config, world.cluster, prefix=private) as autoscaler:
+        with drains.running(config, world.cluster, prefix=drains.on_tmpfs(state)) as autoscaler:
             drains.wait_for_unanswered(pool, autoscaler)
             full = time.monotonic()
             inside(autoscaler.proc.pid, "dd", "if=/dev/zero", f"of={state}/fill", "bs=64k")

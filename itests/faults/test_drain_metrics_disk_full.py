@@ -15,9 +15,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-import yaml
 
 from itests.faults import drains
 from itests.faults.test_run_disk_full import inside
@@ -33,12 +30,9 @@ def test_a_full_metrics_disk_mid_drain_holds_the_termination_and_loses_no_point(
     metrics.mkdir()
     with drains.four_nodes(tmp_path, moto_server) as (world, asg, members, pool):
         config, _, pods = drains.to_remove(pool, members)
-        main = yaml.safe_load(Path(config).read_text())
-        main["metrics"] = {"sqlite_path": str(metrics / "metrics.sqlite3")}
-        Path(config).write_text(yaml.safe_dump(main))
+        drains.metrics_in(config, metrics)
         pool.kube.hang("evictions")
-        mount = 'mount -t tmpfs -o size=4m tmpfs "$0" && exec "$@"'
-        private = ("unshare", "-m", "sh", "-c", mount, str(metrics))  # the metrics directory on its own tmpfs
+        private = drains.on_tmpfs(metrics)
         with drains.running(config, world.cluster, prefix=private, args=("--collect-metrics",)) as autoscaler:
 
             def written() -> int:

@@ -28,10 +28,7 @@ import signal
 import threading
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from itests.aws_proxy import FaultyProxy
 from itests.aws_world import World
@@ -69,14 +66,11 @@ def test_a_drain_that_overran_then_held_on_stale_inputs_is_given_up_with_nothing
         assert pool.kube is not None
         config, nodes, pods = drains.to_remove(pool, members)
         node = nodes[2]
-        main = yaml.safe_load(Path(config).read_text())
-        main["metrics"] = {"sqlite_path": str(metrics / "metrics.sqlite3")}
-        Path(config).write_text(yaml.safe_dump(main))
+        drains.metrics_in(config, metrics)
         before = world.desired(asg)
         pool.kube.hang("evictions")
-        mount = 'mount -t tmpfs -o size=4m tmpfs "$0" && exec "$@"'
-        private = ("unshare", "-m", "sh", "-c", mount, str(metrics))  # the metrics directory on its own tmpfs
         stuck = threading.Event()
+        private = drains.on_tmpfs(metrics)
         with drains.running(config, world.cluster, prefix=private, args=("--collect-metrics",)) as autoscaler:
 
             def stop_in_eviction(request: Request) -> None:
