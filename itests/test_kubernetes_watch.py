@@ -242,15 +242,24 @@ def test_a_bad_object_fails_the_snapshots_that_need_it_until_it_is_fixed(world):
         connector.close()
 
 
-def test_a_silent_api_server_makes_the_view_stale_and_says_why(world):
+@pytest.mark.parametrize("quiet", ["silent", "down"])
+def test_an_api_server_that_stops_answering_makes_the_view_stale_and_says_why(world, quiet):
+    """A silent server holds every request, watches too; a server that is down refuses them. A
+    watch sent again is not the server heard from: retries well inside the 1.5 s keep it stale."""
     fake, config = world
     connector = KubernetesConnector(POOL, config, timeout_seconds=0.5, watch_seconds=1, stale_after_seconds=1.5)
+    cache = connector.cache()
+    for reflector in (cache.node_reflector, cache.pod_reflector):
+        reflector.backoff.initial, reflector.backoff.cap = 0.05, 0.1
     try:
         assert connector.scheduler_view(NOW).stale == ""
-        with fake.changed:  # the server stops answering: requests wait on its lock
-            time.sleep(3.5)
-            stale = connector.scheduler_view(NOW).stale  # the run does not wait for the API
+        fake.hang("all") if quiet == "silent" else fake.go_down()
+        time.sleep(3.5)
+        stale = connector.scheduler_view(NOW).stale  # the run does not wait for the API
         assert "has not heard from the API server for" in stale and "(> 1.5 s;" in stale
+        if quiet == "down":  # refused at once: sent again and again
+            assert min(r.watches for r in (cache.node_reflector, cache.pod_reflector)) >= 3
+        fake.answer_again() if quiet == "silent" else fake.come_back()
         deadline = time.monotonic() + 15
         while connector.scheduler_view(NOW).stale and time.monotonic() < deadline:
             time.sleep(0.05)
