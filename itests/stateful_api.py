@@ -173,7 +173,9 @@ class FakeKubernetes(FakeServer):
         self.eviction_errors: dict[str, Answer] = {}  # "ns/name": any other answer to its eviction
         # node name -> how many of its next PATCHes race another writer, which adds a taint first
         self.races: dict[str, int] = {}
-        self.hanging = ""  # "evictions" or "all": those requests go unanswered (see ``hang``)
+        # "evictions" or "all": those requests go unanswered; "streams": watches are answered, and
+        # then send nothing and never end (see ``hang``)
+        self.hanging = ""
         self.evicted_then_hang = False  # the next eviction is carried out, then the server falls silent
         self.evicted_then_down = False  # the next eviction is carried out, then the server stops
         self.down = threading.Event()  # set once ``evicted_then_down`` took the server down
@@ -185,7 +187,7 @@ class FakeKubernetes(FakeServer):
         self._answering.set()
 
     def hang(self, what: str) -> None:
-        """From now on leave ``what`` ("evictions" or "all") unanswered, until ``answer_again``."""
+        """From now on leave ``what`` ("evictions", "all" or "streams") unanswered, until ``answer_again``."""
         with self._lock:
             self.hanging = what
             self._answering.clear()
@@ -365,8 +367,8 @@ class FakeKubernetes(FakeServer):
             return
         seen = since
         next_bookmark = time.monotonic() + self.bookmark_seconds
-        while time.monotonic() < deadline and not request.stopping.is_set():
-            if self.hanging == "all":  # a silent server's open watches send nothing, bookmarks neither
+        while (time.monotonic() < deadline or self.hanging == "streams") and not request.stopping.is_set():
+            if self.hanging in ("all", "streams"):  # a silent server's open watches send nothing, bookmarks neither
                 self._answering.wait(0.05)
                 yield b""
                 continue

@@ -242,10 +242,11 @@ def test_a_bad_object_fails_the_snapshots_that_need_it_until_it_is_fixed(world):
         connector.close()
 
 
-@pytest.mark.parametrize("quiet", ["silent", "down"])
+@pytest.mark.parametrize("quiet", ["silent", "streams", "down"])
 def test_an_api_server_that_stops_answering_makes_the_view_stale_and_says_why(world, quiet):
-    """A silent server holds every request, watches too; a server that is down refuses them. A
-    watch sent again is not the server heard from: retries well inside the 1.5 s keep it stale."""
+    """A silent server holds every request, watches too; one whose streams are stuck answers each
+    watch and then says nothing; a server that is down refuses them. Neither a watch sent again nor
+    one answered is word from the server: retries well inside the 1.5 s keep the view stale."""
     fake, config = world
     connector = KubernetesConnector(POOL, config, timeout_seconds=0.5, watch_seconds=1, stale_after_seconds=1.5)
     cache = connector.cache()
@@ -253,13 +254,13 @@ def test_an_api_server_that_stops_answering_makes_the_view_stale_and_says_why(wo
         reflector.backoff.initial, reflector.backoff.cap = 0.05, 0.1
     try:
         assert connector.scheduler_view(NOW).stale == ""
-        fake.hang("all") if quiet == "silent" else fake.go_down()
+        fake.go_down() if quiet == "down" else fake.hang("all" if quiet == "silent" else "streams")
         time.sleep(3.5)
         stale = connector.scheduler_view(NOW).stale  # the run does not wait for the API
         assert "has not heard from the API server for" in stale and "(> 1.5 s;" in stale
         if quiet == "down":  # refused at once: sent again and again
             assert min(r.watches for r in (cache.node_reflector, cache.pod_reflector)) >= 3
-        fake.answer_again() if quiet == "silent" else fake.come_back()
+        fake.come_back() if quiet == "down" else fake.answer_again()
         deadline = time.monotonic() + 15
         while connector.scheduler_view(NOW).stale and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -250,15 +250,16 @@ class Reflector(Generic[O]):
         self._state = "watching"
         started = self.clock()
         self.watches += 1
-        events = self.source.watch(self.version)
-        self._heard()  # the server answered the watch
-        for event in events:
+        # An answered watch is not yet word from the server: a stream that then says nothing until
+        # it times out would keep the cache fresh. Its events and its clean end are.
+        for event in self.source.watch(self.version):
             self._heard()
             if event.type != BOOKMARK:
                 assert event.obj is not None
                 self.store.update(event.type, event.obj)
             if event.version:
                 self.version = event.version
+        self._heard()  # the server ended the stream
         # The server ended the stream at its timeoutSeconds: watch again at once. A stream that
         # ended as soon as it began means the server is not well, so the backoff applies.
         if self.clock() - started < self.healthy_after_seconds:
