@@ -135,9 +135,6 @@ class KubernetesSource(Generic[O]):
             self._response = response
             if self._stopped:  # stopped while the request was on its way
                 response.shutdown()
-        return self._stream(response)
-
-    def _stream(self, response: Any) -> Iterator[Event[O]]:
         try:
             yield from self._events(response)
         except (urllib3.exceptions.HTTPError, OSError) as e:

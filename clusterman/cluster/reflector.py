@@ -69,8 +69,7 @@ class Source(Protocol[O]):
     def page(self, token: str | None) -> Page[O]: ...
 
     def watch(self, version: str) -> Iterator[Event[O]]:
-        """Returns once the server has answered the watch (raising its refusal): the events after
-        ``version`` until the server ends the stream; ``stop`` ends it from outside."""
+        """Events after ``version`` until the server ends the stream; ``stop`` ends it from outside."""
         ...
 
     def stop(self) -> None: ...
