@@ -3,7 +3,8 @@
 boto3 talks to the proxy as if it were AWS; the proxy forwards to moto and records every request
 that reached it. A ``Fault`` turns matching requests into an AWS error response, either instead
 of forwarding (the call never happened) or after forwarding (the call happened and the client
-cannot know): the ambiguous case that retries must survive.
+cannot know): the ambiguous case that retries must survive. A slow ``Fault`` answers moto's own
+answer late instead: held before forwarding, or forwarded at once and its answer held.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import http.client
 import re
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
@@ -30,6 +32,9 @@ class Fault:
     times: int | None = 1  # how many matching requests to answer with the error; None = all
     after: bool = False  # forward to moto first, then answer the error anyway
     message: str = "Rate exceeded"
+    # > 0: no error, moto's own answer, late: the request is held this long before it is forwarded,
+    # or with ``after``, forwarded at once and its answer held (the write landed, the caller waits)
+    slow_seconds: float = 0.0
     hits: int = 0
 
 
@@ -103,10 +108,15 @@ class FaultyProxy:
                 action = params.get("Action", "")
                 fault = proxy._fault_for(action, self.path + " " + body.decode(errors="replace"))
                 reply: tuple[int, list[tuple[str, str]], bytes] | None = None
-                if fault is None or fault.after:
+                slow = fault.slow_seconds if fault is not None else 0.0
+                if slow and fault is not None and not fault.after:
+                    time.sleep(slow)
+                if fault is None or fault.after or slow:
                     reply = self._forward(body)
+                if slow and fault is not None and fault.after:
+                    time.sleep(slow)
                 proxy._record(Request(service, action, params, reached_moto=reply is not None))
-                if fault is not None:
+                if fault is not None and not slow:
                     reply = (
                         fault.status,
                         [("Content-Type", "text/xml")],

@@ -432,6 +432,36 @@ def test_acting_stops_when_the_lease_lapsed_meanwhile_even_if_taken_again(pools,
     assert not pool.cycle._loaded  # the next run reads the kept state again: B may have changed it
 
 
+def test_a_lease_that_lapsed_while_its_renewal_was_on_the_way_is_not_acted_on(pools, tmp_path):  # noqa: F811
+    """The renewal right before acting is answered after A's lease ran out (the store slow, the
+    process stopped meanwhile): B held it meanwhile and let it go, so A's write landed, but B may
+    have acted. Nothing is done, and the kept state is read again at the next run."""
+    kept = StoredState(SqliteStateStore(tmp_path / "state.sqlite"), POOL_ID)
+    a = lease(tmp_path, A, ttl=30)
+    pool = pools(work(10, end=T0 + 200), lease=a, keeper=kept)
+    for _ in range(3):
+        pool.minute()
+    pool.clock_offset = 0.0
+    pool.cycle.clock = lambda: pool.now + pool.clock_offset
+    claim, claims = a.store.claim, []
+
+    def slow_claim(item, owner, now):
+        claims.append(now)
+        if len(claims) == 2:  # the renewal before acting (the first: the run's start)
+            pool.clock_offset += 31
+            assert lease(tmp_path, B).claim(pool.now + pool.clock_offset).held
+            lease(tmp_path, B).release()
+        return claim(item, owner, now)
+
+    a.store.claim = slow_claim
+    report = pool.minute()  # the work ended: A would scale down
+    assert len(claims) == 2 and report.outcome is Outcome.STANDBY, report.line()
+    assert "lapsed at" in report.message and "its renewal was answered 31.0 s after it was sent" in report.message
+    assert report.decision is not None and report.decision.terminate and report.applied is None
+    assert pool.groups[0].read().group.target_capacity == 4
+    assert not pool.cycle._loaded  # the next run reads the kept state again: B may have changed it
+
+
 def test_acting_stops_between_stages_once_the_snapshot_is_older_than_the_budget(pools):  # noqa: F811
     pool = pools(work(10, end=T0 + 200), budget_seconds=60)
     for _ in range(3):

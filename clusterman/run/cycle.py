@@ -236,14 +236,17 @@ class Cycle:
         """
         if self.lease is None:
             return None
-        was_held = self.lease.last is not None and self.lease.last.held
-        # not held, or lapsed since (this process stopped or stuck): another may have acted meanwhile
-        won = not self.lease.held_at(now)
+        last = self.lease.last
+        was_held = last is not None and last.held
+        sent = self.clock()
         try:
             status = self.lease.claim(now, hand_over=hand_over)
         except StateError as e:
             status = LeaseStatus(False, "", now, str(e))
             self.lease.last = status
+        # not held, or lapsed before the store answered (this process stopped or stuck, the store
+        # slow): another may have acted meanwhile
+        won = not (was_held and last is not None and now + (self.clock() - sent) < last.expires_at)
         if status.held and won:
             self._loaded = self.keeper is None  # another autoscaler may have changed the kept state
             self._joined_before = None

@@ -74,11 +74,7 @@ class Permit:
         last = self._lease.last
         if last is not None and last.held and last.expires_at - at > self._lease.ttl_seconds * 2 / 3:
             return None
-        refusal = self._held(self._keep(at, False))
-        if refusal is None and last is not None and last.held and last.expires_at <= at:
-            # taken again, but another autoscaler may have held it and acted meanwhile
-            return Refusal(Outcome.STANDBY, f"the pool's lease lapsed at {format_time(last.expires_at)} during the run")
-        return refusal
+        return self._renewed(at)
 
     def still_acting(self) -> Refusal | None:
         """Between the steps of acting (each eviction too): the inputs are no older than the
@@ -97,7 +93,23 @@ class Permit:
             return Refusal(Outcome.OVERRUN, f"{old}: nothing changed, the next run reads afresh")
         if self._lease is None:
             return None
-        return self._held(self._keep(at, False))
+        return self._renewed(at)
+
+    def _renewed(self, at: float) -> Refusal | None:
+        """Renew the lease at ``at``. A lease that ran out before the store's answer came (a slow
+        answer, a process stopped meanwhile) was not ours all along, renewed or not: another
+        autoscaler may have held it and acted meanwhile, or hold it now."""
+        assert self._lease is not None
+        last = self._lease.last
+        refusal = self._held(self._keep(at, False))
+        answered = self.at()
+        if refusal is None and last is not None and last.held and last.expires_at <= answered:
+            late = answered - at
+            why = f" (its renewal was answered {late:.1f} s after it was sent)" if last.expires_at > at else ""
+            return Refusal(
+                Outcome.STANDBY, f"the pool's lease lapsed at {format_time(last.expires_at)} during the run{why}"
+            )
+        return refusal
 
     @staticmethod
     def _held(status: LeaseStatus | None) -> Refusal | None:
