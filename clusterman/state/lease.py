@@ -202,7 +202,9 @@ def take_on_request(
     """Ask the holder to hand the lease over, and take it within ``wait_seconds``.
 
     Returns the held status, or the last answer (who holds it, until when) when the wait ran
-    out. The request is withdrawn either way: once we hold the lease nobody else can take it.
+    out. A claim answered after the lease it wrote ran out is not the lease taken (a slow store:
+    the autoscaler may have taken it back meanwhile): it is claimed again. The request is
+    withdrawn either way: once we hold the lease nobody else can take it.
     It lives ``lapse_seconds`` at a time and is renewed while we wait, so a requester killed
     meanwhile (``kill -9``) blocks the autoscaler that handed the lease over that long at most,
     not the whole wait.
@@ -225,6 +227,11 @@ def take_on_request(
         while True:
             status = lease.claim(clock())
             now = clock()
+            if status.held and now >= status.expires_at:  # another may hold it by now: claimed again
+                status = LeaseStatus(
+                    False, lease.holder.id, status.expires_at, "its claim was answered after it ran out"
+                )
+                lease.last = status
             if status.held or now >= deadline:
                 return status
             if until < last_until and until - now < lapse_seconds / 2:
