@@ -462,6 +462,29 @@ def test_a_lease_that_lapsed_while_its_renewal_was_on_the_way_is_not_acted_on(po
     assert not pool.cycle._loaded  # the next run reads the kept state again: B may have changed it
 
 
+def test_a_lease_lost_while_the_state_was_kept_before_acting_changes_no_taint(pools, tmp_path):  # noqa: F811
+    """The state is kept after the renewal before acting and before the first taint: a save that
+    took past the lease (a slow disk or store, the process stopped) while B held it acts on nothing."""
+    pool = pools(work(10, end=T0 + 200), lease=lease(tmp_path, A, ttl=30))
+    for _ in range(3):
+        pool.minute()
+    pool.clock_offset = 0.0
+    pool.cycle.clock = lambda: pool.now + pool.clock_offset
+    save = pool.cycle._save
+
+    def slow_save(state, now):
+        pool.clock_offset += 31
+        assert lease(tmp_path, B, ttl=60).claim(pool.now + pool.clock_offset).held
+        return save(state, now)
+
+    pool.cycle._save = slow_save
+    report = pool.minute()  # the work ended: A would taint, drain and terminate
+    assert report.decision is not None and report.decision.taint and report.applied is not None
+    assert not report.applied.tainted and not report.applied.terminations and not report.applied.targets
+    assert ("lease", "the pool's lease was lost while acting: stopped before changing taints") in report.applied.errors
+    assert pool.ready() == 4  # no node tainted
+
+
 def test_acting_stops_between_stages_once_the_snapshot_is_older_than_the_budget(pools):  # noqa: F811
     pool = pools(work(10, end=T0 + 200), budget_seconds=60)
     for _ in range(3):

@@ -61,6 +61,8 @@ def apply(
         refusal = permit.still_acting()
         return "" if refusal is None else refusal.message
 
+    if stop_before("changing taints"):  # keeping the state before acting may have been slow
+        return report
     if decision.untaint:
         report.untainted = lifecycle.untaint(decision.untaint)
     if decision.taint:
