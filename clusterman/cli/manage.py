@@ -114,9 +114,12 @@ def run_manage(args: argparse.Namespace) -> int:
             f"nothing changed: the pool's lease {status.describe()}, and it was not handed over {waited}; "
             "try again, or give a longer --wait"
         )
-    renewing = _keep_renewed(lease)
+    renewing, lapses = _keep_renewed(lease)
     try:
         print(f"{setup.identity}: took the pool's lease after {time.monotonic() - asked:.1f} s")
+        why = lapses[0] if lapses else still_ours(lease)
+        if why:
+            raise ManualTargetError(f"nothing changed: {why}; try again")
         now = time.time()
         result = set_pool_target(found.groups, requested, policy, now, False)
         for line in report_lines(str(setup.identity), result):
@@ -132,19 +135,38 @@ def run_manage(args: argparse.Namespace) -> int:
     return 1 if result.errors else 0
 
 
-def _keep_renewed(lease: PoolLease) -> Callable[[], None]:
-    """Renew the held lease every third of its TTL until the returned function is called (it waits for the thread)."""
+def still_ours(lease: PoolLease, clock: Callable[[], float] = time.time) -> str:
+    """Renew the held lease: "" while it is ours, else why not. A lease that ran out before this
+    answer (the process stopped, a Ctrl-Z, a slow store) was not ours all along: the autoscaler
+    may have taken it back and acted meanwhile, even if it is ours again now."""
+    last = lease.last
+    try:
+        status = lease.claim(clock())
+    except StateError as e:
+        if lease.held_at(clock()):  # not renewed, but still ours until it runs out
+            print(f"clusterman manage: cannot renew the pool's lease: {e}", file=sys.stderr)
+            return ""
+        return f"cannot renew the pool's lease, and it ran out: {e}"
+    if not status.held:
+        return f"lost the pool's lease: it {status.describe()}"
+    if last is not None and last.expires_at <= clock():
+        ran_out = format_time(last.expires_at)
+        return f"the pool's lease ran out at {ran_out} before the change (was this process stopped?)"
+    return ""
+
+
+def _keep_renewed(lease: PoolLease, clock: Callable[[], float] = time.time) -> tuple[Callable[[], None], list[str]]:
+    """Renew the held lease every third of its TTL until the returned function is called (it
+    waits for the thread); the list gathers why it stopped being ours."""
     done = threading.Event()
+    lapses: list[str] = []
 
     def renew() -> None:
         while not done.wait(lease.ttl_seconds / 3):
-            try:
-                status = lease.claim(time.time())
-            except StateError as e:
-                print(f"clusterman manage: cannot renew the pool's lease: {e}", file=sys.stderr)
-                continue
-            if not status.held:
-                print(f"clusterman manage: lost the pool's lease: it {status.describe()}", file=sys.stderr)
+            why = still_ours(lease, clock)
+            if why:
+                lapses.append(why)
+                print(f"clusterman manage: {why}", file=sys.stderr)
 
     thread = threading.Thread(target=renew, name="lease-renewal", daemon=True)
     thread.start()
@@ -153,7 +175,7 @@ def _keep_renewed(lease: PoolLease) -> Callable[[], None]:
         done.set()
         thread.join()
 
-    return stop
+    return stop, lapses
 
 
 def _after_change(store: StateStore, identity: PoolIdentity, now: float, until: int | None, reason: str) -> None:
