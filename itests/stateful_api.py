@@ -30,7 +30,9 @@ Kubernetes
                                            out the next eviction, then falls silent for everything;
                                            ``answer_again`` ends it (the requests held meanwhile get
                                            a 503, their clients long gone); ``on_held`` is called
-                                           with each request ``hang`` holds, its client waiting
+                                           with each request ``hang`` holds, its client waiting;
+                                           ``after_answer`` with each request answered and its
+                                           answer, before the client reads it
   a stopped server                         ``go_down`` closes the port (connections refused, open ones
                                            reset); ``evicted_then_down`` carries out the next eviction,
                                            then goes down without answering it; ``come_back`` listens
@@ -183,6 +185,9 @@ class FakeKubernetes(FakeServer):
         # called with each request ``hang`` holds, before it is held (in the server's thread, while
         # the client waits for the answer): a test may stop the client right there
         self.on_held: Callable[[Request], None] = lambda request: None
+        # called with each request answered and its answer, before the client reads it (in the
+        # server's thread): a test may change the state right after a given call
+        self.after_answer: Callable[[Request, Answer], None] = lambda request, answer: None
         self._answering = threading.Event()
         self._answering.set()
 
@@ -209,6 +214,7 @@ class FakeKubernetes(FakeServer):
             self.on_held(request)
         else:
             answer = super().answer(request)
+            self.after_answer(request, answer)
             with self._lock:
                 carried_out = self._is_eviction(request) and answer[0] == 201
                 if self.evicted_then_down and carried_out:

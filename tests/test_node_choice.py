@@ -156,6 +156,7 @@ class TestTermination:
         d = run(snapshot(members, [group("g1", 2)]), request(1), policy(soft_delete_grace_period_seconds=60))
         assert d.terminate == ("old",)
         assert "empty, tainted 90s ≥ soft_delete_grace_period 60s" in d.node_reasons["old"]
+        assert d.terminate_with == {"old": 0}  # it goes only as empty as it was read
 
     def test_hard_grace_period_terminates_regardless(self):
         members = [*nodes(2), tainted("busy", ago=700, tasks=4)]
@@ -163,6 +164,7 @@ class TestTermination:
         d = run(snapshot(members, [group("g1", 2)]), request(1), pol)
         assert d.terminate == ("busy",)
         assert "hard_delete_grace_period 600s" in d.node_reasons["busy"]
+        assert d.terminate_with == {}  # it goes whatever runs there
 
     def test_max_tasks_to_kill_is_a_budget_per_run(self):
         members = [
@@ -173,6 +175,7 @@ class TestTermination:
         ]
         d = run(snapshot(members, [group("g1", 2)]), request(1), policy(max_tasks_to_kill=5))
         assert d.terminate == ("a", "c")  # b's 3 tasks would take the run to 6 > 5
+        assert d.terminate_with == {"a": 3, "c": 1}  # no more than the budget counted
         d = run(snapshot(members, [group("g1", 2)]), request(1), policy(max_tasks_to_kill=0))
         assert d.terminate == ()
 
@@ -204,6 +207,7 @@ class TestTermination:
         d = run(snapshot(members, groups), request(2.1))  # ceil(2 × 105 / 70) = 3: one more needed
         assert d.target_capacity == 3
         assert set(d.terminate) == {"lost", "surplus", "stale-orphan"}
+        assert d.terminate_with == {}  # never joined: nothing runs there
         assert "not joined 2000s after launch (limit 1800s)" in d.node_reasons["lost"]
         assert "joining" not in d.terminate
 

@@ -8,6 +8,8 @@
            a disruption budget's refusal (429) is "not now", as the server's rate limit (429 too, said
            apart by its message); a pod already gone (404) is fine; a pod
            annotated safe-to-evict=false is never evicted (it keeps the drain from being DONE)
+  running  the pods a drain would still have to move (not DaemonSet or mirror pods), listed from
+           the API server itself (not the watch cache) right before termination
   cordons  ``spec.unschedulable`` is an operator's: never written here. A node is only drained when
            it carries a scale-down taint, so a cordoned node is drained only if the decision tainted it
 
@@ -158,6 +160,18 @@ class KubernetesLifecycle(NodeLifecycle):
         except Exception as e:  # one node's surprise must not stop the loop's other nodes; logged in full
             log.exception("drain %s failed", node_id)
             return DrainResult(node_id, DrainStatus.FAILED, detail=f"{type(e).__name__}: {e}", dry_run=self.dry_run)
+
+    def running(self, node_ids: Iterable[str]) -> dict[str, int]:
+        """Each node's pods that are not DaemonSet or mirror pods, listed from the API server (not
+        the watch cache); ``UNKNOWN_COUNT`` when the list fails (logged)."""
+        counts: dict[str, int] = {}
+        for node_id in dict.fromkeys(node_ids):
+            try:
+                counts[node_id] = len(blocking_pods(self._pods_on(node_id)))
+            except ApiFailure as e:
+                log.warning("cannot read the pods on %s before terminating it: %s", node_id, e)
+                counts[node_id] = UNKNOWN_COUNT
+        return counts
 
     def close(self) -> None:
         if self._client is not None:

@@ -83,6 +83,14 @@ class NodeLifecycle(abc.ABC):
         """One step of moving the work off a tainted node; DONE once nothing is left that must move.
         ``going_on`` is asked before each pod is asked to leave: why the run must stop ("" to go on)."""
 
+    def running(self, node_ids: Iterable[str]) -> dict[str, int]:
+        """The work on each node that must move before it goes (as a drain counts it), read from the
+        scheduler itself right before termination: work may have come since the run's snapshot (a
+        pod bound by name, one that tolerates the taint, a watch cache behind). ``UNKNOWN_COUNT``
+        for a node whose work cannot be read. An adapter that leaves a node out (this default
+        leaves them all) is not read again: the snapshot's count stands."""
+        return {}
+
     def before_terminate(self, node_ids: Iterable[str], now: float) -> Results:
         """Tell the scheduler the machines are going down now (Mesos: ``machine/down``)."""
         return self.unchanged(node_ids, "nothing to do before termination")
@@ -142,6 +150,9 @@ class WithoutDraining(NodeLifecycle):
 
     def drain(self, node_id: str, now: float, going_on: GoingOn = lambda: "") -> DrainResult:
         return DrainResult(node_id, DrainStatus.DONE, detail="draining is disabled for this pool", dry_run=self.dry_run)
+
+    def running(self, node_ids: Iterable[str]) -> dict[str, int]:
+        return self.inner.running(node_ids)
 
     def before_terminate(self, node_ids: Iterable[str], now: float) -> Results:
         return self.inner.before_terminate(node_ids, now)

@@ -321,6 +321,7 @@ def _decision(
         untaint=actions.untaint,
         taint=actions.taint,
         terminate=actions.terminate,
+        terminate_with=actions.terminate_with,
         node_reasons=actions.reasons,
         state=state,
         consolidation=consolidation,

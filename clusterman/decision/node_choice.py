@@ -41,6 +41,9 @@ class NodeActions:
     untainted_weight: Fraction = ZERO
     tainted_weight: Fraction = ZERO
     kept: tuple[str, ...] = ()  # would have been removed, but their tasks fit on no remaining node
+    # the most tasks a node to terminate may run when it goes: the count it was chosen on (a node
+    # past the hard grace period, or an orphan, is not named: it goes whatever runs there)
+    terminate_with: dict[str, int] = field(default_factory=dict)
 
 
 class _Choice:
@@ -61,6 +64,7 @@ class _Choice:
         self.ready = {gid: micro(w) for gid, w in view.ready_weight.items()}
         self.reasons: dict[str, str] = {}
         self.kept: list[str] = []
+        self.terminate_with: dict[str, int] = {}
         self.untainted: list[Node] = []
         self.tainted: list[Node] = []
         self._order: list[Node] | None = None
@@ -223,6 +227,8 @@ class _Choice:
             joined -= w
             killed += tasks
             chosen.append(node.id)
+            if age < hard:
+                self.terminate_with[node.id] = load.tasks
             before = self.reasons.get(node.id)
             self.reasons[node.id] = f"{before}; terminate: {why}" if before else f"terminate: {why}"
         return chosen
@@ -266,6 +272,7 @@ def choose(
         terminate=tuple(terminate),
         reasons=c.reasons,
         kept=tuple(c.kept),
+        terminate_with={n: c.terminate_with[n] for n in terminate if n in c.terminate_with},
         untainted_weight=from_micro(sum(micro(n.weight) for n in untainted)),
         # a node drained to be kept comes back: it is no scale-down
         tainted_weight=from_micro(

@@ -57,6 +57,9 @@ class Decision:
     taint: tuple[str, ...] = ()
     terminate: tuple[str, ...] = ()
     node_reasons: dict[str, str] = field(default_factory=dict)
+    # the most tasks each node to terminate may run when it goes (read again right before): the
+    # count it was chosen on; a node not named goes whatever runs there (hard grace period, orphan)
+    terminate_with: dict[str, int] = field(default_factory=dict)
     state: AutoscalerState = field(default_factory=AutoscalerState)
     consolidation: Consolidation = OFF
 

@@ -1,7 +1,12 @@
 """Carry out a Decision on the scheduler and the cloud, in the one safe order.
 
-    untaint → taint → drain (one step per tainted node) → before_terminate → cloud terminate
-            → after_terminate → set every group's absolute target
+    untaint → taint → drain (one step per tainted node) → read the leaving nodes' work again
+            → before_terminate → cloud terminate → after_terminate → set every group's absolute target
+
+A node chosen to leave on its count of tasks (empty, or within ``max_tasks_to_kill``) is read
+again from the scheduler right before termination, since work may have come onto it since the
+snapshot (a pod bound to it by name, one that tolerates the taint, a watch cache behind the API
+server); one with more work than it was chosen on is not terminated this run.
 
 Terminating lowers a group's target by the instances' weight, so the absolute targets are set
 last and nothing is lowered twice. Between the stages the run's ``Permit`` is asked whether acting
@@ -15,10 +20,12 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from collections.abc import Mapping
 
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import ResourceGroupError
+from clusterman.cluster.lifecycle import UNKNOWN_COUNT
 from clusterman.cluster.lifecycle import DrainStatus
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import Outcome
@@ -81,7 +88,8 @@ def apply(
 
     if stop_before("terminating"):
         return report
-    _terminate(decision, snapshot, groups, lifecycle, now, dry_run, report)
+    if not _terminate(decision, snapshot, groups, lifecycle, now, dry_run, report, stop_before):
+        return report
 
     if stop_before("setting the groups' targets"):
         return report
@@ -115,9 +123,12 @@ def _terminate(
     now: float,
     dry_run: bool,
     report: ApplyReport,
-) -> None:
+    stop_before: Callable[[str], bool],
+) -> bool:
+    """Terminate the decision's nodes whose work is still what it was chosen on; False when acting
+    stopped (the permit, asked again after reading their work)."""
     if not decision.terminate:
-        return
+        return True
     nodes = {n.id: n for n in snapshot.nodes}
     by_group: dict[str, list[Node]] = defaultdict(list)
     for node_id in decision.terminate:
@@ -128,6 +139,13 @@ def _terminate(
         by_group[node.group_id].append(node)
     # orphans never joined the scheduler: it has nothing to prepare (and would not know them)
     joined = [n.id for g in by_group.values() for n in g if n.state is not NodeState.ORPHAN]
+    counted = [n for n in joined if n in decision.terminate_with]
+    if counted:
+        busy = _busy(decision, lifecycle.running(counted), report)
+        if stop_before("terminating"):  # reading the nodes' work took time: ask again
+            return False
+        by_group = {g: [n for n in members if n.id not in busy] for g, members in by_group.items()}
+        joined = [n for n in joined if n not in busy]
     ready = lifecycle.before_terminate(joined, now) if joined else {}
     _fail_nodes(report, ready, "before terminate")
     for group_id, members in sorted(by_group.items()):
@@ -150,6 +168,24 @@ def _terminate(
         gone = [n.id for n in going if n.instance_id in done and n.state is not NodeState.ORPHAN]
         if gone:
             _fail_nodes(report, lifecycle.after_terminate(gone), "after terminate")
+    return True
+
+
+def _busy(decision: Decision, running: Mapping[str, int], report: ApplyReport) -> set[str]:
+    """The nodes whose work, read right before termination, is more than the decision chose them
+    on (or could not be read): they stay tainted, and the next run decides on what runs there."""
+    busy = set()
+    for node_id, count in running.items():
+        allowed = decision.terminate_with.get(node_id)
+        if allowed is None or 0 <= count <= allowed:
+            continue
+        busy.add(node_id)
+        if count == UNKNOWN_COUNT:
+            why = "its work could not be read right before termination"
+        else:
+            why = f"{count} task(s) on it now, {allowed} when decided"
+        report.errors.append((node_id, f"not terminated: {why}; the next run decides again"))
+    return busy
 
 
 def _fail_nodes(report: ApplyReport, results: Results, what: str) -> None:
