@@ -13,6 +13,7 @@ from clusterman.aws.session import AwsSettings
 from clusterman.aws.session import CallBudgetExceeded
 from clusterman.aws.session import client
 from clusterman.cloud.asg import AutoScalingGroup
+from clusterman.cloud.clients import AwsClients
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.spot_fleet import SpotFleetGroup
 from itests.aws_proxy import Fault
@@ -119,3 +120,31 @@ def test_a_call_throttled_until_its_budget_runs_out_says_throttled(proxy):
     proxy.add(Fault(action="DescribeAutoScalingGroups", times=None))
     with pytest.raises(CallBudgetExceeded, match=r"throttled \(Throttling\) on every attempt within the call budget"):
         autoscaling.describe_auto_scaling_groups()
+
+
+def test_a_termination_that_landed_and_was_answered_past_the_budget_is_read_back(world, proxy):
+    """Each attempt reaches moto and its answer comes after the attempt's timeout (AWS slow to
+    answer): the call ends past its budget (``CallBudgetExceeded``), yet the first attempt landed.
+    The group is read back: the instance is terminated, not failed."""
+    name = world.asg("web", desired=3)
+    budgeted = AwsClients(AwsSettings("us-west-2", endpoint_url=proxy.url), timeout_seconds=3)
+    group = AutoScalingGroup(name, budgeted, sleep=no_sleep)
+    doomed = world.asg_members(name)[0]
+    proxy.add(Fault(action="TerminateInstanceInAutoScalingGroup", after=True, slow_seconds=4, times=None))
+
+    result = group.terminate_instances([doomed])
+
+    assert world.ec2_state(doomed) in ("shutting-down", "terminated") and doomed not in world.asg_members(name)
+    assert result.terminated == (doomed,) and result.failed == (), result
+    assert world.desired(name) == 2
+
+
+def test_a_target_that_landed_and_was_answered_past_the_budget_is_read_back(world, proxy):
+    name = world.asg("web", desired=2)
+    budgeted = AwsClients(AwsSettings("us-west-2", endpoint_url=proxy.url), timeout_seconds=3)
+    group = AutoScalingGroup(name, budgeted, sleep=no_sleep)
+    proxy.add(Fault(action="SetDesiredCapacity", after=True, slow_seconds=4, times=None))
+
+    change = group.set_target_capacity(4)  # before: "SetDesiredCapacity failed: CallBudgetExceeded"
+
+    assert change.target == 4 and world.desired(name) == 4

@@ -2,6 +2,7 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.exceptions import ReadTimeoutError
 
+from clusterman.aws.session import CallBudgetExceeded
 from clusterman.cloud.aws_calls import cloud_call
 from clusterman.cloud.aws_calls import is_ambiguous
 from clusterman.cloud.aws_calls import write_absolute
@@ -71,6 +72,8 @@ def test_ambiguous_errors_are_those_the_service_may_have_applied():
     assert is_ambiguous(client_error("RequestLimitExceeded", 503))
     assert is_ambiguous(client_error("Whatever", 500))
     assert is_ambiguous(ReadTimeoutError(endpoint_url="http://x"))
+    # an attempt was sent before the budget stopped the next: it may have landed
+    assert is_ambiguous(CallBudgetExceeded(url="http://x", why="no answer", budget=3))
     assert not is_ambiguous(client_error("AccessDenied", 403))
     assert not is_ambiguous(client_error("ValidationError"))
 
@@ -97,6 +100,9 @@ class Remote:
             outcome = self.failures.pop(0) if self.failures else "ok"
             if outcome in ("ok", "applied"):
                 self.value = wanted
+            if outcome == "late":  # lost, and past the call's budget
+                with cloud_call("asg g", "SetDesiredCapacity"):
+                    raise CallBudgetExceeded(url="http://x", why="no answer", budget=3)
             if outcome != "ok":
                 with cloud_call("asg g", "SetDesiredCapacity"):
                     raise client_error("AccessDenied" if outcome == "refused" else "Throttling")
@@ -126,3 +132,8 @@ def test_write_absolute_reads_back_before_any_retry():
     with pytest.raises(ResourceGroupError, match=r"did not take after 3 attempts \(still 2\)") as err:
         write_absolute("asg g", "SetDesiredCapacity", 5, hopeless.writer(5), hopeless.read, sleep=lambda s: None)
     assert err.value.ambiguous and hopeless.writes == 3
+
+    late = Remote(2, ["late"] * 5)  # the budget is spent: read back once, never sent again
+    with pytest.raises(ResourceGroupError, match=r"did not take after 1 attempt \(still 2\)"):
+        write_absolute("asg g", "SetDesiredCapacity", 5, late.writer(5), late.read, sleep=lambda s: None)
+    assert (late.writes, late.reads) == (1, 1)

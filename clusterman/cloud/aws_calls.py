@@ -23,6 +23,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.exceptions import HTTPClientError
 from botocore.parsers import ResponseParserError
 
+from clusterman.aws.session import CallBudgetExceeded
 from clusterman.cloud.resource_group import ResourceGroupError
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,9 @@ def is_ambiguous(e: BaseException) -> bool:
         status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
         code = error_code(e)
         return code in THROTTLING_CODES or code in SERVER_ERROR_CODES or status >= 500
-    return isinstance(e, (BotoConnectionError, HTTPClientError, ResponseParserError))
+    # a call past its budget sent at least one attempt (the budget stops the next one), which may
+    # have landed while its answer was late
+    return isinstance(e, (BotoConnectionError, HTTPClientError, ResponseParserError, CallBudgetExceeded))
 
 
 def explain(e: BaseException) -> str:
@@ -108,10 +111,11 @@ def write_absolute(
         if current == wanted:
             log.info("%s: %s was applied despite the error (%s)", label, what, failure.problem)
             return
-        if attempt == attempts:
+        if attempt == attempts or isinstance(failure.__cause__, CallBudgetExceeded):  # no time for another
             raise ResourceGroupError(
                 label,
-                f"{what} to {wanted:g} did not take after {attempts} attempts (still {current:g}): {failure.problem}",
+                f"{what} to {wanted:g} did not take after {attempt} attempt{'s' * (attempt > 1)} (still {current:g}): "
+                f"{failure.problem}",
                 ambiguous=True,
             )
         log.warning("%s: %s failed (%s); still %g, trying again", label, what, failure.problem, current)
