@@ -146,14 +146,34 @@ def test_orphans_are_terminated_past_the_threshold_and_joined_nodes_are_not(tmp_
 
 @pytest.mark.parametrize("action", ["DescribeAutoScalingGroups", "SetDesiredCapacity"])
 def test_a_failing_group_does_not_stop_the_other(tmp_path, world, moto_server, action):
+    """Both groups read once (an unreadable group's capacity counts within max_capacity, so the
+    run must have read it before), then more work comes while one group fails."""
     broken = world.asg("web", desired=1)
     good = world.asg("web", desired=1)
-    with FaultyProxy(moto_server.url) as proxy, harness(tmp_path, world, aws_url=proxy.url) as pool:
+    with (
+        FaultyProxy(moto_server.url) as proxy,
+        harness(tmp_path, world, "kubernetes", aws_url=proxy.url) as pool,
+    ):
+        nodes = pool.join(world.asg_members(broken) + world.asg_members(good))
+        for node in nodes:
+            pool.run_pods(node, 1, 1.4)  # 70%: nothing to do
+        pool.configure(max_weight_to_add=20)
+        cycle = pool.cycle()
+        now = time.time()
+        calm = cycle.run_once(now)
+        assert calm.decision is not None and calm.decision.target_capacity == 2
         proxy.add(Fault(action=action, contains=broken, code="AccessDenied", status=403, times=None))
-        pool.configure(tasks=10, max_weight_to_add=20)
-        report = pool.cycle().run_once(time.time())
+        for node in nodes:  # 120%: the pool needs more (put: the watches see them)
+            for name in pool.run_pods(node, 1, 1.0, prefix=f"{node}-more"):
+                pool.kube.put("pods", pool.kube.pods.pop(("default", name)))  # an ADDED event
+        watched = cycle.connector.cache().pod_reflector  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 15
+        while int(watched.version or 0) < pool.kube.version:  # the run reads them from its watch cache
+            assert time.monotonic() < deadline, "the watch cache did not see the new pods"
+            time.sleep(0.02)
+        report = cycle.run_once(now + 60)
     assert report.outcome is Outcome.ACTED and report.decision is not None
-    assert world.desired(broken) == 1 and world.desired(good) > 1
+    assert world.desired(broken) == 1 and world.desired(good) > 1, report.line()
     errors = [e.event.object_id + e.event.message for e in pool.events("ERROR_CLOUD")]
     assert any(broken in e for e in errors) and not any(good in e for e in errors)
 
@@ -209,3 +229,26 @@ def test_a_mistagged_group_of_another_pool_is_reported_and_holds_nothing(tmp_pat
     assert world.desired(ours) == 1 and len(world.asg_members(ours)) == 1
     (warning,) = pool.events("ERROR_CLOUD")
     assert "expected JSON like" in warning.event.message
+
+
+def test_a_group_that_cannot_be_read_still_counts_within_max_capacity(tmp_path, world, moto_server):
+    """A pool at its max_capacity 6 (groups of 5 and 1) whose larger group then cannot be read,
+    under demand for more: the other group may not grow past what the maximum leaves. A restart
+    meanwhile (the group never read by this process) does not grow the pool at all."""
+    broken = world.asg("web", desired=5)
+    good = world.asg("web", desired=1)
+    with FaultyProxy(moto_server.url) as proxy, harness(tmp_path, world, aws_url=proxy.url) as pool:
+        pool.configure(tasks=12, max_weight_to_add=20, max_capacity=6)
+        cycle = pool.cycle()
+        full = cycle.run_once(time.time())
+        assert full.decision is not None and full.decision.target_capacity == 6  # at its max, as it is
+        proxy.add(
+            Fault(action="DescribeAutoScalingGroups", contains=broken, code="AccessDenied", status=403, times=None)
+        )
+        partial = cycle.run_once(time.time() + 60)
+        assert partial.decision is not None and "max_capacity 6 less 5 in groups not read" in partial.line()
+        assert (world.desired(broken), world.desired(good)) == (5, 1), partial.line()  # before: (5, 6)
+
+        restarted = pool.cycle().run_once(time.time() + 120)
+        assert restarted.decision is not None and "of unknown capacity: no growth" in restarted.line()
+        assert (world.desired(broken), world.desired(good)) == (5, 1), restarted.line()

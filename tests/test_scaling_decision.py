@@ -125,6 +125,26 @@ def test_clusterman_clamping(current, proposed, limits, blocked, expected, note)
     assert (note in result.notes) if note else not result.notes
 
 
+@pytest.mark.parametrize(
+    ("current", "proposed", "unseen", "expected", "note"),
+    [
+        (1, 9, 5, 1, "max_capacity 6 less 5 in groups not read"),  # the pool is at its max already
+        (1, 9, 3, 3, "max_capacity 6 less 3 in groups not read"),
+        (1, 2, 3, 2, ""),  # within what is left
+        (1, 9, None, 1, "groups not read, of unknown capacity: no growth"),
+        (4, 0, 3, 4, "min_capacity 5"),  # with the unread 3 the pool is above min 5: not raised
+        (1, 0, 2, 3, "min_capacity 5"),  # raised to min counting the unread 2
+        (1, 0, None, 1, "groups not read, of unknown capacity: no growth"),  # below min, but max unknown
+    ],
+)  # fmt: skip
+def test_groups_not_read_count_within_the_bounds(current, proposed, unseen, expected, note):
+    holds = (Hold(HoldReason.GROUPS_UNREADABLE, "not read"),)
+    pol = policy(min_capacity=5, max_capacity=6)
+    result = clamp(Fraction(current), Fraction(proposed), pol, holds, None if unseen is None else Fraction(unseen))
+    assert result.target == expected
+    assert (note in result.notes) if note else not result.notes
+
+
 def test_limits_appear_in_the_explanation():
     d = run(snapshot(nodes(2)), request(5), policy(max_weight_to_add=4))
     assert d.target_capacity == 6

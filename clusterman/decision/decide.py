@@ -67,12 +67,15 @@ def decide(
     state: AutoscalerState,
     now: float,
     holds: tuple[Hold, ...] = (),
+    unseen: Fraction | None = ZERO,
 ) -> Decision:
     """What the pool should look like at ``now`` (Unix seconds), and why.
 
     ``requests`` holds one request per app (its signal's answer, the default signal's, or
     ``demand_from_snapshot`` for internal pools). ``holds`` are reasons the caller knows for not
-    shrinking this run (e.g. a resource group it could not read). Raises
+    shrinking this run (e.g. a resource group it could not read). ``unseen``: the capacity of the
+    groups that could not be read (their last targets known), which counts within the pool's
+    min and max; None when not known: the pool does not grow. Raises
     SnapshotError for a snapshot it cannot trust; the caller then keeps the pool as it is.
     """
     view = view_of(snapshot)
@@ -107,7 +110,7 @@ def decide(
             proposal = again if again.target >= T else Proposal(T, f"{again.reason}; keep {show(T)}", again.asked)
         elif plan.removed:
             proposal = Proposal(T - plan.removed, proposal.reason, proposal.asked)
-    clamped = clamp(T, proposal.target, policy, blocked)
+    clamped = clamp(T, proposal.target, policy, blocked, unseen)
     why = Reason.CONSOLIDATION if plan.removed else clamped.reason
     reason = proposal.reason
     if clamped.notes:

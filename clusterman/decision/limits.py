@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from clusterman.decision.exact import ZERO
 from clusterman.decision.exact import show
 from clusterman.decision.holds import Hold
 from clusterman.decision.holds import HoldReason
@@ -30,19 +31,31 @@ def clamp(
     proposed: Fraction,
     policy: ScalingPolicy,
     holds: tuple[Hold, ...] = (),
+    unseen: Fraction | None = ZERO,
 ) -> Clamped:
-    """``holds``: why scale-down is blocked this run (none when it is not)."""
+    """``holds``: why scale-down is blocked this run (none when it is not). ``unseen``: the
+    capacity of the pool's groups that could not be read (``current`` leaves it out), counted
+    within the pool's bounds; None when it is not known, and then the pool does not grow."""
     notes = []
     reasons = []
     delta = proposed - current
-    if delta > 0 and current + delta > policy.max_capacity:
-        delta = policy.max_capacity - current
-        notes.append(f"max_capacity {show(policy.max_capacity)}")
+    if unseen is None:
+        top, cap = min(current, policy.max_capacity), "groups not read, of unknown capacity: no growth"
+    else:
+        top, cap = policy.max_capacity - unseen, f"max_capacity {show(policy.max_capacity)}"
+        cap += f" less {show(unseen)} in groups not read" if unseen else ""
+    bottom = policy.min_capacity - (unseen or ZERO)
+    if delta > 0 and current + delta > top:
+        delta = top - current
+        notes.append(cap)
         reasons.append(Reason.MAX_CAPACITY)
-    elif delta < 0 and current + delta < policy.min_capacity:
-        delta = policy.min_capacity - current
+    elif delta < 0 and current + delta < bottom:
+        delta = bottom - current
         notes.append(f"min_capacity {show(policy.min_capacity)}")
         reasons.append(Reason.MIN_CAPACITY)
+        if current + delta > top:  # the unread groups' capacity: the minimum is not worth the maximum
+            delta = max(ZERO, top - current)
+            notes.append(cap)
     if delta > policy.max_weight_to_add:
         delta = policy.max_weight_to_add
         notes.append(f"max_weight_to_add {show(policy.max_weight_to_add)}")

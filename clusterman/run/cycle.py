@@ -27,6 +27,7 @@ import math
 import time
 from collections.abc import Callable
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Protocol
 
 from clusterman.cloud.groups_view import GroupsCloudView
@@ -43,6 +44,8 @@ from clusterman.core.resources import Resources
 from clusterman.datastore.store import MetricsError
 from clusterman.decision.autoscaler_state import AutoscalerState
 from clusterman.decision.decide import decide
+from clusterman.decision.exact import ZERO
+from clusterman.decision.exact import exact
 from clusterman.decision.holds import Hold
 from clusterman.decision.holds import HoldReason
 from clusterman.decision.policy import ScalingPolicy
@@ -143,6 +146,7 @@ class Cycle:
         self.clock = clock  # only to measure how old a run's inputs are (monotonic); decisions use ``now``
         self._joined_before: NodeSets | None = None  # the last snapshot's node sets, for its joined ids
         self._last_target: float | None = None
+        self._group_targets: dict[str, float] = {}  # each group's target as last read, by id
         self.signal_outcomes = SignalOutcomes()  # for /healthz and ``clusterman status``
         self.record = record
 
@@ -170,6 +174,7 @@ class Cycle:
             self.recorder.error(ErrorSource.CLOUD, error.group, error.problem)
         if not unreadable:
             self._last_target = snapshot.target_capacity
+        unseen = self._unseen(snapshot, unreadable)
         permit.going_on()  # a run that makes progress keeps its lease; ``acting`` asks before it acts
         if self.record:
             self._observe_pool(snapshot)
@@ -202,7 +207,7 @@ class Cycle:
             text = f"{unreadable} resource group(s) could not be read: no scale-down this run"
             holds.append(Hold(HoldReason.GROUPS_UNREADABLE, text))
         try:
-            decision = decide(snapshot, requests.by_app, self.policy, self.state, now, tuple(holds))
+            decision = decide(snapshot, requests.by_app, self.policy, self.state, now, tuple(holds), unseen)
         except SnapshotError as e:
             return self._no_change(now, Outcome.NO_SNAPSHOT, f"snapshot refused: {e}", ErrorSource.SCHEDULER, snapshot)
 
@@ -372,6 +377,22 @@ class Cycle:
         target = snapshot.target_capacity if snapshot is not None else self._known_target()
         self._record_no_decision(detail, target, message)
         return RunReport(now, outcome, message, snapshot)
+
+    def _unseen(self, snapshot: PoolSnapshot, unreadable: int) -> Fraction | None:
+        """The capacity of the groups this read missed, at their targets as last read: the pool's
+        bounds count it (a pool at its max with one group unreadable must not grow the others).
+        None when a group missed was never read (or not since its own id is not known)."""
+        for g in snapshot.groups:
+            self._group_targets[g.id] = g.target_capacity
+        if not unreadable:
+            if len(self._group_targets) > len(snapshot.groups):  # a group deleted: forget it
+                self._group_targets = {g.id: g.target_capacity for g in snapshot.groups}
+            return ZERO
+        read = {g.id for g in snapshot.groups}
+        missed = [t for gid, t in self._group_targets.items() if gid not in read]
+        if len(missed) < unreadable:
+            return None
+        return sum((exact(t) for t in missed), ZERO)
 
     def _known_target(self) -> float:
         """The pool's target as last read in full, or NaN (unknown): never a made-up 0."""
