@@ -53,6 +53,7 @@ class Counted(NodeLifecycle):
         self.now_running = running
         self.asked: list[str] = []
         self.downed: list[str] = []
+        self.drained: list[str] = []
         self.then = then
 
     def taint(self, node_ids, now):
@@ -62,7 +63,8 @@ class Counted(NodeLifecycle):
         return self.unchanged(node_ids, "not tainted")
 
     def drain(self, node_id, now, going_on=lambda: ""):
-        return DrainResult(node_id, DrainStatus.DONE, 0)
+        self.drained.append(node_id)
+        return DrainResult(node_id, DrainStatus.NOT_NOW, 1, 1)
 
     def running(self, node_ids):
         self.asked.extend(node_ids)
@@ -100,6 +102,7 @@ def test_work_that_came_since_the_snapshot_or_cannot_be_read_keeps_the_node():
     assert errors["came"] == "not terminated: 1 task(s) on it now, 0 when decided; the next run decides again"
     assert errors["unread"].startswith("not terminated: its work could not be read right before termination")
     assert set(errors) == {"came", "unread"}
+    assert lifecycle.drained == ["came", "unread"]  # kept: their work is moved, for the next run
 
 
 def test_without_draining_the_work_is_still_read_again():
@@ -113,5 +116,5 @@ def test_a_run_whose_budget_ran_out_while_reading_the_work_terminates_nothing():
     lifecycle, group = Counted({}, then=lambda: clock.__setitem__(0, 10.0)), Group()
     permit = Permit(NOW, budget_seconds=5, clock=lambda: clock[0])
     report = apply(DECISION, SNAPSHOT, {"g1": group}, lifecycle, NOW, permit)
-    assert lifecycle.asked and group.terminated == [] and lifecycle.downed == []
+    assert lifecycle.asked and group.terminated == [] and lifecycle.downed == [] and lifecycle.drained == []
     assert report.stopped_before == "terminating" and not report.targets

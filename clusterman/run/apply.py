@@ -1,12 +1,13 @@
 """Carry out a Decision on the scheduler and the cloud, in the one safe order.
 
     untaint → taint → drain (one step per tainted node) → read the leaving nodes' work again
-            → before_terminate → cloud terminate → after_terminate → set every group's absolute target
+            → before_terminate → cloud terminate → after_terminate → drain the leaving nodes kept
+            → set every group's absolute target
 
 A node chosen to leave on its count of tasks (empty, or within ``max_tasks_to_kill``) is read
 again from the scheduler right before termination, since work may have come onto it since the
 snapshot (a pod bound to it by name, one that tolerates the taint, a watch cache behind the API
-server); one with more work than it was chosen on is not terminated this run.
+server); one with more work than it was chosen on is not terminated this run, but drained.
 
 Terminating lowers a group's target by the instances' weight, so the absolute targets are set
 last and nothing is lowered twice. Between the stages the run's ``Permit`` is asked whether acting
@@ -88,8 +89,13 @@ def apply(
 
     if stop_before("terminating"):
         return report
-    if not _terminate(decision, snapshot, groups, lifecycle, now, dry_run, report, stop_before):
+    busy = _terminate(decision, snapshot, groups, lifecycle, now, dry_run, report, stop_before)
+    if busy is None:
         return report
+    for node_id in busy:  # work came onto it since the snapshot: move it, so the next run may go on
+        report.drains[node_id] = result = lifecycle.drain(node_id, now, evicting)
+        if result.status is DrainStatus.FAILED:
+            report.errors.append((node_id, f"drain: {result.detail}"))
 
     if stop_before("setting the groups' targets"):
         return report
@@ -124,11 +130,12 @@ def _terminate(
     dry_run: bool,
     report: ApplyReport,
     stop_before: Callable[[str], bool],
-) -> bool:
-    """Terminate the decision's nodes whose work is still what it was chosen on; False when acting
-    stopped (the permit, asked again after reading their work)."""
+) -> list[str] | None:
+    """Terminate the decision's nodes whose work is still what it was chosen on; the others, kept
+    for more work than that (to be drained), or None when acting stopped (the permit, asked again
+    after reading their work)."""
     if not decision.terminate:
-        return True
+        return []
     nodes = {n.id: n for n in snapshot.nodes}
     by_group: dict[str, list[Node]] = defaultdict(list)
     for node_id in decision.terminate:
@@ -140,10 +147,11 @@ def _terminate(
     # orphans never joined the scheduler: it has nothing to prepare (and would not know them)
     joined = [n.id for g in by_group.values() for n in g if n.state is not NodeState.ORPHAN]
     counted = [n for n in joined if n in decision.terminate_with]
+    busy: list[str] = []
     if counted:
         busy = _busy(decision, lifecycle.running(counted), report)
         if stop_before("terminating"):  # reading the nodes' work took time: ask again
-            return False
+            return None
         by_group = {g: [n for n in members if n.id not in busy] for g, members in by_group.items()}
         joined = [n for n in joined if n not in busy]
     ready = lifecycle.before_terminate(joined, now) if joined else {}
@@ -168,18 +176,18 @@ def _terminate(
         gone = [n.id for n in going if n.instance_id in done and n.state is not NodeState.ORPHAN]
         if gone:
             _fail_nodes(report, lifecycle.after_terminate(gone), "after terminate")
-    return True
+    return busy
 
 
-def _busy(decision: Decision, running: Mapping[str, int], report: ApplyReport) -> set[str]:
+def _busy(decision: Decision, running: Mapping[str, int], report: ApplyReport) -> list[str]:
     """The nodes whose work, read right before termination, is more than the decision chose them
     on (or could not be read): they stay tainted, and the next run decides on what runs there."""
-    busy = set()
+    busy = []
     for node_id, count in running.items():
         allowed = decision.terminate_with.get(node_id)
         if allowed is None or 0 <= count <= allowed:
             continue
-        busy.add(node_id)
+        busy.append(node_id)
         if count == UNKNOWN_COUNT:
             why = "its work could not be read right before termination"
         else:
