@@ -69,6 +69,11 @@ def apply(
         refusal = permit.still_acting()
         return "" if refusal is None else refusal.message
 
+    def drain(node_id: str) -> None:
+        report.drains[node_id] = result = lifecycle.drain(node_id, now, evicting)
+        if result.status is DrainStatus.FAILED:
+            report.errors.append((node_id, f"drain: {result.detail}"))
+
     if stop_before("changing taints"):  # keeping the state before acting may have been slow
         return report
     if decision.untaint:
@@ -83,9 +88,7 @@ def apply(
     leaving = set(decision.terminate)
     for node_id in _draining(decision, snapshot, report):
         if node_id not in leaving:
-            report.drains[node_id] = result = lifecycle.drain(node_id, now, evicting)
-            if result.status is DrainStatus.FAILED:
-                report.errors.append((node_id, f"drain: {result.detail}"))
+            drain(node_id)
 
     if stop_before("terminating"):
         return report
@@ -93,9 +96,7 @@ def apply(
     if busy is None:
         return report
     for node_id in busy:  # work came onto it since the snapshot: move it, so the next run may go on
-        report.drains[node_id] = result = lifecycle.drain(node_id, now, evicting)
-        if result.status is DrainStatus.FAILED:
-            report.errors.append((node_id, f"drain: {result.detail}"))
+        drain(node_id)
 
     if stop_before("setting the groups' targets"):
         return report
