@@ -27,7 +27,11 @@ from itests.faults.autoscaler_procs import start_runner
 from itests.faults.autoscaler_procs import steady_signal
 from itests.faults.autoscaler_procs import write_config
 
-PERIOD = 3.0
+# The budget (the period's) is what the stopped runner must not overrun, so it is the subject; but a
+# run's own work needs room beside the app's share (3/8 of it). Loaded (two cores, load 5-6), the runs
+# with the runner stopped took 1.5-2.8 s of a 3 s budget; at 4 s the same work has a third more room,
+# and a wait as long as the budget (the bug this guards) overruns whatever the budget.
+PERIOD = 4.0
 
 
 def test_a_stopped_app_runner_costs_its_app_the_fallback_not_the_run(tmp_path, moto_server):
@@ -55,9 +59,13 @@ def test_a_stopped_app_runner_costs_its_app_the_fallback_not_the_run(tmp_path, m
         env={"CMAN_HEARTBEAT_FILE": str(heartbeat)},
     )
     try:
-        autoscaler.wait_for(acted, timeout=60)
-        beat = next_beat(heartbeat, after=0.0)  # written when the run ends, just after its decision line
+        at, _ = autoscaler.wait_for(acted, timeout=60)
+        printed = time.time() - (time.monotonic() - at)
+        beat = next_beat(heartbeat, after=printed)  # written when that run ends (its overrun counted before)
         assert beat["period_seconds"] == PERIOD and abs(beat["finished_at"] - time.time()) < 30
+        # counted from here: a new process's first runs (imports, cold clients) may overrun on a
+        # loaded machine before anything is stopped (seen: 3.0 s > 3 s)
+        overruns_before = overruns(autoscaler)
 
         stopped = time.monotonic()
         runners[1].send_signal(signal.SIGSTOP)
@@ -77,10 +85,7 @@ def test_a_stopped_app_runner_costs_its_app_the_fallback_not_the_run(tmp_path, m
         autoscaler.wait_for(lambda line: True, timeout=3 * PERIOD, after=settled)
         assert not [line for when, line in autoscaler.err if when > settled and fallback in line]  # answers again
         print(f"{len(during)} runs decided while the app's runner was stopped; its own signal answers again")
-        overruns = [
-            line for line in metrics_text(autoscaler).splitlines() if line.startswith("clusterman_run_overruns")
-        ]
-        assert all(line.endswith(" 0.0") for line in overruns), overruns
+        assert overruns(autoscaler) == overruns_before, metrics_text(autoscaler)
     finally:
         autoscaler.stop()
         for proc in runners:
@@ -97,6 +102,16 @@ def next_beat(path: Path, after: float, timeout: float = 10.0) -> dict[str, Any]
             return beat
         assert time.monotonic() < deadline, f"no heartbeat after {after} in {path}: {beat}"
         time.sleep(0.05)
+
+
+def overruns(autoscaler: Autoscaler) -> float:
+    """The autoscaler's count of runs that overran their budget, as /metrics says it (no sample
+    before the first)."""
+    text = metrics_text(autoscaler)
+    assert "# TYPE clusterman_run_overruns_total counter" in text, text
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("clusterman_run_overruns_total")
+    )
 
 
 def metrics_text(autoscaler: Autoscaler) -> str:
