@@ -34,7 +34,7 @@ class Group(CloudGroup):
         self.terminated: list[str] = []
 
     def read(self) -> GroupState:
-        raise NotImplementedError
+        raise AssertionError("apply never reads a group: it acts on the run's snapshot")
 
     def set_target_capacity(self, new_target: float, dry_run: bool = False) -> TargetChange:
         return TargetChange(self.id, new_target, new_target, new_target, dry_run)

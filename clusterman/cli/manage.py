@@ -149,7 +149,7 @@ def still_ours(lease: PoolLease, clock: Callable[[], float] = time.time) -> str:
         return f"cannot renew the pool's lease, and it ran out: {e}"
     if not status.held:
         return f"lost the pool's lease: it {status.describe()}"
-    if last is not None and last.expires_at <= clock():
+    if last is not None and not last.covers(clock()):
         ran_out = format_time(last.expires_at)
         return f"the pool's lease ran out at {ran_out} before the change (was this process stopped?)"
     return ""

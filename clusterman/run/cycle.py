@@ -251,7 +251,7 @@ class Cycle:
             self.lease.last = status
         # not held, or lapsed before the store answered (this process stopped or stuck, the store
         # slow): another may have acted meanwhile
-        won = not (was_held and last is not None and now + (self.clock() - sent) < last.expires_at)
+        won = not (last is not None and last.covers(now + (self.clock() - sent)))
         if status.held and won:
             self._loaded = self.keeper is None  # another autoscaler may have changed the kept state
             self._joined_before = None

@@ -103,7 +103,7 @@ class Permit:
         last = self._lease.last
         refusal = self._held(self._keep(at, False))
         answered = self.at()
-        if refusal is None and last is not None and last.held and last.expires_at <= answered:
+        if refusal is None and last is not None and last.held and not last.covers(answered):
             late = answered - at
             why = f" (its renewal was answered {late:.1f} s after it was sent)" if last.expires_at > at else ""
             return Refusal(

@@ -76,6 +76,11 @@ class LeaseStatus:
     requested: bool = False  # not held yet: handed over on request to ``holder``, at most until ``expires_at``
     since: float = 0.0  # Unix seconds: when the holder took it (0: unknown, written by an older version)
 
+    def covers(self, at: float) -> bool:
+        """Whether this is our lease and it still runs at ``at``. A claim's answer that came after
+        the lease before it ran out finds it lapsed: another may have held it and acted meanwhile."""
+        return self.held and at < self.expires_at
+
     def describe(self) -> str:
         """What follows "the pool's lease": ``is held by pid 42 on host-b (started …) until …``."""
         if self.error:
@@ -158,7 +163,7 @@ class PoolLease:
 
     def held_at(self, now: float) -> bool:
         """Whether our last claim still covers ``now`` (no store call)."""
-        return self.last is not None and self.last.held and now < self.last.expires_at
+        return self.last is not None and self.last.covers(now)
 
     def release(self) -> None:
         """Give the lease up at a clean stop, so a successor need not wait for the TTL."""
@@ -227,7 +232,7 @@ def take_on_request(
         while True:
             status = lease.claim(clock())
             now = clock()
-            if status.held and now >= status.expires_at:  # another may hold it by now: claimed again
+            if status.held and not status.covers(now):  # another may hold it by now: claimed again
                 status = LeaseStatus(
                     False, lease.holder.id, status.expires_at, "its claim was answered after it ran out"
                 )
