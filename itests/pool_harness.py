@@ -1,10 +1,10 @@
 """A pool wired from srv-configs exactly as the batch wires it (``build_cycle``), over moto's server.
 
 The resource groups are real Auto Scaling groups and Spot Fleets in moto (``aws_world``), reached
-over HTTP (optionally through the fault-injecting proxy). The scheduler is either simulated (its
-work a fixed task list from the pool file) or Kubernetes: a stateful fake API server on loopback
-driven by the real client, where the test decides which instances join as nodes and which pods
-run where. Events go to a ring the test reads; the state store is the pool's SQLite file, so a
+over HTTP (optionally through the fault-injecting proxy). The scheduler is simulated (its work a
+fixed task list from the pool file), Kubernetes or Mesos: a stateful fake API server or master on
+loopback driven by the real client, where the test decides which instances join as nodes (Mesos
+agents, joined by their private IP) and which pods or tasks run where. Events go to a ring the test reads; the state store is the pool's SQLite file, so a
 new cycle over the same harness is a restart of the autoscaler.
 """
 
@@ -33,6 +33,7 @@ from itests.aws_world import ZONE
 from itests.aws_world import World
 from itests.recorded_api import kubeconfig
 from itests.stateful_api import FakeKubernetes
+from itests.stateful_api import FakeMesosMaster
 from itests.stateful_api import serving
 
 POOL = "web"
@@ -46,6 +47,7 @@ class PoolHarness:
         self.scheduler = scheduler
         self.aws_url = aws_url or world.url
         self.kube: FakeKubernetes | None = None
+        self.mesos: FakeMesosMaster | None = None
         self.kubeconfig = ""
         self.service = EventService(EventsConfig(port=0, ring_capacity=10_000), world.cluster, f"{POOL}.{scheduler}")
         self.service.publisher.start()
@@ -55,6 +57,8 @@ class PoolHarness:
         if scheduler == "kubernetes":
             self.kube = self._stack.enter_context(serving(FakeKubernetes([], [])))
             self.kubeconfig = kubeconfig(tmp_path / "kubeconfig", self.kube.url)
+        if scheduler == "mesos":
+            self.mesos = self._stack.enter_context(serving(FakeMesosMaster({"slaves": []}, {"frameworks": []})))
 
     # --- config ---------------------------------------------------------------------------------
 
@@ -74,6 +78,8 @@ class PoolHarness:
         cluster: dict[str, Any] = {"aws_region": "us-west-2"}
         if self.kubeconfig:
             cluster["kubeconfig_path"] = self.kubeconfig
+        if self.mesos is not None:
+            cluster["mesos_master_fqdn"] = self.mesos.url
         main = {
             "clusters": {self.world.cluster: cluster},
             "aws": {"region": "us-west-2", "endpoint_url": self.aws_url},
@@ -110,9 +116,9 @@ class PoolHarness:
         identity = PoolIdentity(self.world.cluster, POOL, parse_scheduler(self.scheduler))
         return PoolSetup(main, identity, load_pool_config(main, identity))
 
-    def cycle(self, dry_run: bool = False) -> Cycle:
+    def cycle(self, dry_run: bool = False, budget_seconds: float | None = None) -> Cycle:
         """A new autoscaler over the pool (a restart, when there was one before)."""
-        cycle = build_cycle(self.setup(), self.service.recorder, dry_run=dry_run)
+        cycle = build_cycle(self.setup(), self.service.recorder, dry_run=dry_run, budget_seconds=budget_seconds)
         self._cycles.append(cycle)
         return cycle
 
@@ -203,6 +209,32 @@ class PoolHarness:
     def tainted(self) -> list[str]:
         assert self.kube is not None
         return sorted(n for n, obj in self.kube.nodes.items() if obj["spec"].get("taints"))
+
+    # --- the Mesos side --------------------------------------------------------------------------
+
+    def register(self, instance_ids: list[str], cpus: float = 2, mem: float = 8000) -> list[str]:
+        """Register instances as active agents of the pool, by their private IP (the join Mesos
+        pools use); returns the agent ids."""
+        assert self.mesos is not None
+        found = self.world.ec2.describe_instances(InstanceIds=instance_ids)["Reservations"]
+        ips = {i["InstanceId"]: i["PrivateIpAddress"] for r in found for i in r["Instances"]}
+        ids = []
+        for n, instance_id in enumerate(instance_ids):
+            ip = ips[instance_id]
+            agent_id = f"a1b2c3d4-0000-4000-8000-{instance_id.removeprefix('i-')[-12:]:0>12}-S{n}"
+            self.mesos.agents.append(
+                {
+                    "id": agent_id,
+                    "hostname": f"ip-{ip.replace('.', '-')}.us-west-2.compute.internal",
+                    "pid": f"slave(1)@{ip}:5051",
+                    "attributes": {"pool": POOL},
+                    "resources": {"cpus": float(cpus), "mem": float(mem), "disk": 100000.0, "gpus": 0.0},
+                    "registered_time": 0.0,
+                    "active": True,
+                }
+            )
+            ids.append(agent_id)
+        return ids
 
     def close(self) -> None:
         for cycle in self._cycles:

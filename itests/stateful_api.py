@@ -47,6 +47,10 @@ Mesos master
   POST   /master/machine/down, /up         only DRAINING machines go down (agents removed, tasks lost);
                                            only DOWN machines come up (and leave the schedule)
   GET    /master/maintenance/status        draining and down machines
+  a master in trouble                      ``refusing[path] = 503`` refuses a path's GETs ("No leader
+                                           elected"); ``hang(path)`` leaves them unanswered until
+                                           ``answer_again``; ``after_answer`` as for Kubernetes;
+                                           ``add_task`` is a framework launching a task on an agent
 
 Every request is kept (``requests``; ``writes`` are the ones that are not GETs) so a test can show
 that a dry run wrote nothing. Kubernetes requests must carry the kubeconfig's bearer token.
@@ -471,14 +475,75 @@ class FakeMesosMaster(FakeServer):
         self.frameworks: list[dict[str, Any]] = copy.deepcopy(frameworks["frameworks"])
         self.windows: list[dict[str, Any]] = []
         self.modes: dict[tuple[str, str], str] = {}  # machines in maintenance: DRAINING or DOWN
+        # path -> status: its GETs are refused (503: a master that lost its leadership, or has none)
+        self.refusing: dict[str, int] = {}
+        self.hanging: set[str] = set()  # paths whose GETs go unanswered until ``answer_again``
+        self.unanswered: list[Request] = []
+        # called with each request answered and its answer, before the client reads it (in the
+        # server's thread): a test may change the state right after a given call
+        self.after_answer: Callable[[Request, Answer], None] = lambda request, answer: None
+        self._answering = threading.Event()
+        self._answering.set()
+
+    def hang(self, path: str) -> None:
+        """From now on leave the GETs of ``path`` unanswered (a master stuck behind a live port)."""
+        with self._lock:
+            self.hanging.add(path)
+            self._answering.clear()
+
+    def answer_again(self) -> None:
+        with self._lock:
+            self.hanging.clear()
+            self._answering.set()
+
+    def add_task(self, agent_id: str, task_id: str, cpus: float, framework: str = "marathon") -> None:
+        """A framework launches a task on the agent (maintenance is cooperative: a DRAINING agent
+        still takes work from a framework that ignores its inverse offers)."""
+        task = {
+            "id": task_id,
+            "name": task_id.split(".")[0],
+            "framework_id": framework,
+            "slave_id": agent_id,
+            "state": "TASK_RUNNING",
+            "resources": {"cpus": cpus, "mem": 100.0, "disk": 0.0, "gpus": 0.0},
+        }
+        with self._lock:
+            for fw in self.frameworks:
+                if fw.get("name") == framework:
+                    fw.setdefault("tasks", []).append(task)
+                    return
+            self.frameworks.append({"id": framework, "name": framework, "active": True, "tasks": [task]})
+
+    def tasks_on(self, agent_id: str) -> list[str]:
+        with self._lock:
+            return [t["id"] for fw in self.frameworks for t in fw.get("tasks") or () if t.get("slave_id") == agent_id]
+
+    def answer(self, request: Request) -> Answer:
+        """As any fake, except that a GET of a hanging path is held (outside the state's lock) until
+        the master answers again, or the server stops."""
+        with self._lock:
+            held = request.method == "GET" and request.path in self.hanging
+            if held:
+                self.requests.append(request)
+                self.unanswered.append(request)
+        if not held:
+            answer = super().answer(request)
+            self.after_answer(request, answer)
+            return answer
+        while not self._answering.wait(0.05) and not request.stopping.is_set():
+            pass
+        return 503, b"the master was silent; the client has given up"
 
     def finish_tasks(self, agent_id: str) -> None:
         """The frameworks moved their work off the agent."""
-        for framework in self.frameworks:
-            framework["tasks"] = [t for t in framework.get("tasks") or () if t.get("slave_id") != agent_id]
+        with self._lock:
+            for framework in self.frameworks:
+                framework["tasks"] = [t for t in framework.get("tasks") or () if t.get("slave_id") != agent_id]
 
     def handle(self, request: Request) -> Answer:
         route = (request.method, request.path)
+        if request.method == "GET" and request.path in self.refusing:
+            return self.refusing[request.path], b"No leader elected"
         if route == ("GET", "/master/slaves"):
             return self._ok({"slaves": self.agents, "recovered_slaves": []})
         if route == ("GET", "/master/frameworks"):
