@@ -4,8 +4,9 @@ The resource groups are real Auto Scaling groups and Spot Fleets in moto (``aws_
 over HTTP (optionally through the fault-injecting proxy). The scheduler is simulated (its work a
 fixed task list from the pool file), Kubernetes or Mesos: a stateful fake API server or master on
 loopback driven by the real client, where the test decides which instances join as nodes (Mesos
-agents, joined by their private IP) and which pods or tasks run where. Events go to a ring the test reads; the state store is the pool's SQLite file, so a
-new cycle over the same harness is a restart of the autoscaler.
+agents, joined by their private IP) and which pods or tasks run where. Events go to a ring the
+test reads; the state store is the pool's SQLite file, so a new cycle over the same harness is a
+restart of the autoscaler.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """The Mesos node lifecycle (maintenance windows) against a stateful fake master on loopback, driven
 by the real ``requests``; the fake validates schedules and machine transitions as the master does."""
 
+import logging
+
 import pytest
 
+from clusterman.cluster.lifecycle import UNKNOWN_COUNT
 from clusterman.cluster.lifecycle import DrainStatus
 from clusterman.cluster.lifecycle import Outcome
 from clusterman.cluster.mesos import OUR_WINDOW_SIGNATURE_NANOS
@@ -114,6 +117,39 @@ def test_drain_only_follows_a_maintenance_window(master, lifecycle):
     gone = lifecycle.drain("S-unknown", NOW)
     assert (gone.status, gone.remaining) == (DrainStatus.DONE, 0)
     assert master.writes == []
+
+
+def frameworks_reads(master):
+    return [r for r in master.requests if (r.method, r.path) == ("GET", "/master/frameworks")]
+
+
+def test_running_reads_every_agents_tasks_at_once(master, lifecycle):
+    """Right before termination: one read of the frameworks for all the agents asked."""
+    master.add_task(S.format(3), "batch.0", 1.0, framework="chronos")  # launched on it after the snapshot
+    counts = lifecycle.running([S.format(0), S.format(3), S.format(2), "S-unknown", S.format(0)])
+    assert counts == {S.format(0): 4, S.format(3): 2, S.format(2): 1, "S-unknown": 0}  # not registered: none
+    assert len(frameworks_reads(master)) == 1
+    assert lifecycle.running([]) == {} and len(frameworks_reads(master)) == 1
+    master.finish_tasks(S.format(0))
+    assert lifecycle.running([S.format(0)]) == {S.format(0): 0}
+
+
+def test_running_is_unknown_for_every_agent_when_the_frameworks_cannot_be_read(master, lifecycle, caplog):
+    asked = [S.format(0), S.format(3)]
+    master.refusing["/master/frameworks"] = 503  # no leader
+    with caplog.at_level(logging.WARNING, logger="clusterman.cluster.mesos_lifecycle"):
+        assert lifecycle.running(asked) == dict.fromkeys(asked, UNKNOWN_COUNT)
+        del master.refusing["/master/frameworks"]
+        master.frameworks = {"marathon": []}  # a surprise: not a list of frameworks
+        assert lifecycle.running(asked) == dict.fromkeys(asked, UNKNOWN_COUNT)
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2, warnings  # once per call, not once per agent
+    assert warnings[0].startswith(f"cannot read the tasks on {S.format(0)}, {S.format(3)} before terminating: ")
+    assert "503 Service Unavailable: No leader elected" in warnings[0]
+    assert warnings[1].endswith("ValueError: /master/frameworks: the answer has no 'frameworks' list")
+    lifecycle.taint([S.format(0)], NOW)  # the drain reads the same way: a surprise is no "done"
+    drained = lifecycle.drain(S.format(0), NOW)
+    assert (drained.status, drained.remaining) == (DrainStatus.FAILED, UNKNOWN_COUNT), drained
 
 
 def test_untaint_leaves_the_schedule_or_brings_a_down_machine_up(master, lifecycle):

@@ -21,6 +21,7 @@ from clusterman.cluster.mesos import OUR_WINDOW_SIGNATURE_NANOS
 from clusterman.cluster.mesos_lifecycle import NANOS
 from clusterman.cluster.mesos_lifecycle import Machine
 from clusterman.cluster.mesos_lifecycle import MesosLifecycle
+from clusterman.cluster.mesos_lifecycle import active_tasks
 from clusterman.cluster.mesos_lifecycle import down_machines
 from clusterman.cluster.mesos_lifecycle import scheduled
 from clusterman.cluster.mesos_lifecycle import with_machines
@@ -140,6 +141,40 @@ def test_down_machines_from_the_status():
     status = {"draining_machines": [{"id": {"hostname": "x", "ip": "1.2.3.4"}}], "down_machines": [A.json()]}
     assert down_machines(status) == {A.key}
     assert down_machines({}) == set()
+
+
+def task(agent, state="TASK_RUNNING", key="slave_id"):
+    return {"id": f"t-{agent}-{state}", "state": state, key: agent}
+
+
+def test_active_tasks_count_per_agent_in_the_states_a_drain_waits_for():
+    body = {
+        "frameworks": [
+            {"name": "marathon", "tasks": [task("S0"), task("S0", "TASK_STAGING"), task("S1", "TASK_KILLING")]},
+            {"name": "chronos", "tasks": [task("S0", "TASK_STARTING"), task("S1", "TASK_FINISHED")]},
+            {"name": "spark", "tasks": [task("S2", key="agent_id"), task("S1", "TASK_LOST")]},
+            {"name": "idle"},  # a framework with no task list at all
+            {"name": "none", "tasks": None},
+        ]
+    }
+    counts = active_tasks(body)
+    assert (counts["S0"], counts["S1"], counts["S2"], counts["S9"]) == (3, 1, 1, 0)  # S9: not registered
+    assert active_tasks({"frameworks": []}) == {}
+
+
+@pytest.mark.parametrize(
+    "body, problem",
+    [
+        ({}, "no 'frameworks' list"),  # read as "no tasks", it would let a busy agent go
+        ({"frameworks": {"marathon": []}}, "no 'frameworks' list"),
+        ({"frameworks": ["marathon"]}, "a framework that is not an object"),
+        ({"frameworks": [{"tasks": {"t": task("S0")}}]}, "'tasks' is not a list"),
+        ({"frameworks": [{"tasks": ["t"]}]}, "a task that is not an object"),
+    ],
+)
+def test_active_tasks_refuse_an_answer_of_another_shape(body, problem):
+    with pytest.raises(ValueError, match=problem):
+        active_tasks(body)
 
 
 # --- per-node results and the simulated adapter ---

@@ -86,9 +86,10 @@ class NodeLifecycle(abc.ABC):
     def running(self, node_ids: Iterable[str]) -> dict[str, int]:
         """The work on each node that must move before it goes (as a drain counts it), read from the
         scheduler itself right before termination: work may have come since the run's snapshot (a
-        pod bound by name, one that tolerates the taint, a watch cache behind). ``UNKNOWN_COUNT``
-        for a node whose work cannot be read. An adapter that leaves a node out (this default
-        leaves them all) is not read again: the snapshot's count stands."""
+        pod bound by name, one that tolerates the taint, a watch cache behind, a Mesos framework
+        that ignores its inverse offers). ``UNKNOWN_COUNT`` for a node whose work cannot be read.
+        An adapter that leaves a node out (this default leaves them all) is not read again: the
+        snapshot's count stands."""
         return {}
 
     def before_terminate(self, node_ids: Iterable[str], now: float) -> Results:

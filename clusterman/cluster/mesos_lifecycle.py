@@ -9,6 +9,9 @@ unavailability (start and duration, in nanoseconds), and each machine at most on
   untaint          take it out of the schedule (``machine/up`` instead if it is already DOWN)
   drain            DONE once the agent runs no active task; Mesos moves nothing itself: frameworks
                    do, and the decision's hard grace period bounds the wait
+  running          the agents' active tasks, one ``/master/frameworks`` read right before
+                   termination: maintenance is cooperative, and a framework that ignores its
+                   inverse offers may still launch tasks on a DRAINING agent after the snapshot
   before_terminate ``machine/down``: the master shuts the agent down and removes it
   after_terminate  ``machine/up``: the machine leaves the schedule, so a new instance that gets the
                    same hostname and address may register again
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections import Counter
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -89,6 +93,28 @@ def without_machines(schedule: Mapping[str, Any], machines: Iterable[Machine]) -
 
 def unique_machines(machines: Iterable[Machine]) -> list[Machine]:
     return list({m.key: m for m in machines}.values())
+
+
+def active_tasks(frameworks: Mapping[str, Any]) -> Counter[str]:
+    """Active tasks (STAGING, STARTING, RUNNING, KILLING) per agent id, in ``/master/frameworks``:
+    what a drain waits for and termination reads again. An answer of another shape raises
+    ``ValueError``: read as "no tasks", it would let a busy agent go."""
+    listed = frameworks.get("frameworks")
+    if not isinstance(listed, list):
+        raise ValueError("/master/frameworks: the answer has no 'frameworks' list")
+    counts: Counter[str] = Counter()
+    for framework in listed:
+        if not isinstance(framework, Mapping):
+            raise ValueError("/master/frameworks: a framework that is not an object")
+        tasks = framework.get("tasks")
+        if not isinstance(tasks, list | None):
+            raise ValueError("/master/frameworks: a framework whose 'tasks' is not a list")
+        for task in tasks or ():
+            if not isinstance(task, Mapping):
+                raise ValueError("/master/frameworks: a task that is not an object")
+            if task.get("state") in ACTIVE_TASK_STATES:
+                counts[str(task.get("slave_id") or task.get("agent_id") or "")] += 1
+    return counts
 
 
 def down_machines(status: Mapping[str, Any]) -> set[tuple[str, str]]:
@@ -164,6 +190,23 @@ class MesosLifecycle(NodeLifecycle):
             tasks,
             f"{tasks} active task(s) left; draining for {max(0, int(now - start))} s",
         )
+
+    def running(self, node_ids: Iterable[str]) -> dict[str, int]:
+        """Each agent's active tasks, from one read of the master for all of them (an agent that is
+        not registered runs none); ``UNKNOWN_COUNT`` for all when the read fails (logged once)."""
+        ids = unique(node_ids)
+        if not ids:
+            return {}
+        try:
+            counts = active_tasks(self._get("/master/frameworks"))
+        except MasterFailure as e:
+            problem = str(e)
+        except Exception as e:  # a surprise in the answer: no count can be trusted
+            problem = f"{type(e).__name__}: {e}"
+        else:
+            return {node_id: counts[node_id] for node_id in ids}
+        log.warning("cannot read the tasks on %s before terminating: %s", ", ".join(ids), problem)
+        return dict.fromkeys(ids, UNKNOWN_COUNT)
 
     def before_terminate(self, node_ids: Iterable[str], now: float) -> Results:
         def step(machines: Mapping[str, Machine], results: Results) -> None:
@@ -293,13 +336,7 @@ class MesosLifecycle(NodeLifecycle):
         return agents
 
     def _active_tasks(self, agent_id: str) -> int:
-        body = self._get("/master/frameworks")
-        return sum(
-            1
-            for framework in body.get("frameworks") or ()
-            for task in framework.get("tasks") or ()
-            if task.get("state") in ACTIVE_TASK_STATES and (task.get("slave_id") or task.get("agent_id")) == agent_id
-        )
+        return active_tasks(self._get("/master/frameworks"))[agent_id]
 
     def _schedule(self) -> Schedule:
         return self._get("/master/maintenance/schedule")
