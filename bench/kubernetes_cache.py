@@ -37,7 +37,6 @@ import contextlib
 import gc
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -48,6 +47,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench._memory import peak_rss_mb
+from bench._memory import rss_mb
+
 PODS_PER_NODE = 30
 NOW = 1_790_000_000.0
 RUNS = 3  # steady runs, each after a minute's churn
@@ -56,18 +58,6 @@ BASELINE_COMMIT = "ccf154d"
 # What that re-list needs, with room to spare: its peak RSS here is 2.0 GB at 1,000 nodes, 18.9 GB at 10,000.
 RELIST_MB = 500
 RELIST_MB_PER_NODE = 1.9
-
-
-def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def stats(url: str) -> dict[str, int]:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import copy
 import json
-import resource
 from pathlib import Path
 from typing import Any
 
+from bench._memory import peak_rss_mb
+from bench._memory import reset_peak
+from bench._memory import rss_mb
 from bench._timing import best_of
 from clusterman.cluster.mesos import MesosConnector
 from clusterman.cluster.mesos import MesosPool
@@ -44,6 +46,8 @@ def answers(agents: int) -> tuple[dict[str, Any], dict[str, Any]]:
 def measure(agents: int) -> dict[str, Any]:
     from itests.recorded_api import recorded_api
 
+    before = rss_mb()
+    fresh = reset_peak()  # else the peak is this process's since it started
     slaves, frameworks = answers(agents)
     text = json.dumps(slaves).encode(), json.dumps(frameworks).encode()
     with recorded_api() as api:
@@ -60,7 +64,9 @@ def measure(agents: int) -> dict[str, Any]:
         "run_seconds": round(run, 3),
         "json_loads_seconds": round(decode, 3),
         "ratio_to_json_loads": round(run / decode, 2),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "rss_before_mb": round(before),
+        "peak_rss_mb": round(peak_rss_mb()),
+        "peak_is_this_measurement": fresh,
     }
 
 

@@ -180,3 +180,27 @@ def test_a_seed_draws_another_week_of_the_same_trace_and_the_frontier_follows_it
     signal = PerfectForecast("c", "p", {"trace": "batch", "days": 1, "horizon_minutes": 0, "seed": 2})
     assert signal.value({}, START + 60 * 100).cpus == other[100][1]
     assert frontier("diurnal", 1, seed=2) != frontier("diurnal", 1)
+
+
+def test_a_measuring_process_reports_its_own_peak_not_its_large_parents():
+    """``make bench`` starts the Kubernetes measurements from a process of several GB."""
+    held = bytearray(300 * 2**20)
+    held[::4096] = b"\x01" * len(held[::4096])  # resident, not only reserved
+    child = "from bench._memory import peak_rss_mb; print(peak_rss_mb())"
+    done = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert float(done.stdout) < 150
+    assert len(held) == 300 * 2**20  # held while the child ran
+
+
+def test_a_reset_peak_forgets_what_the_process_held_before():
+    from bench._memory import peak_rss_mb
+    from bench._memory import reset_peak
+    from bench._memory import rss_mb
+
+    before = rss_mb()
+    held = bytearray(200 * 2**20)
+    held[::4096] = b"\x01" * len(held[::4096])
+    del held
+    assert peak_rss_mb() >= 200
+    assert reset_peak()
+    assert peak_rss_mb() < before + 100
