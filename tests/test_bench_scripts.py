@@ -204,3 +204,15 @@ def test_a_reset_peak_forgets_what_the_process_held_before():
     assert peak_rss_mb() >= 200
     assert reset_peak()
     assert peak_rss_mb() < before + 100
+
+
+def test_make_bench_runs_each_benchmark_in_a_fresh_process():
+    """What one benchmark leaves in memory must not count in the next one's figures."""
+    from bench.__main__ import _in_own_process
+
+    held = bytearray(300 * 2**20)
+    held[::4096] = b"\x01" * len(held[::4096])
+    (size,) = _in_own_process("mesos_snapshot", quick=True)["sizes"]
+    assert size["agents"] == 300
+    assert size["rss_before_mb"] < 150
+    assert len(held) == 300 * 2**20
