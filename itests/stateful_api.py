@@ -496,9 +496,12 @@ class FakeMesosMaster(FakeServer):
             self.hanging.clear()
             self._answering.set()
 
-    def add_task(self, agent_id: str, task_id: str, cpus: float, framework: str = "marathon") -> None:
+    def add_task(
+        self, agent_id: str, task_id: str, cpus: float, framework: str = "marathon", revocable_cpus: float = 0.0
+    ) -> None:
         """A framework launches a task on the agent (maintenance is cooperative: a DRAINING agent
-        still takes work from a framework that ignores its inverse offers)."""
+        still takes work from a framework that ignores its inverse offers); ``revocable_cpus``: a
+        share of revocable CPUs beside its regular ones."""
         task = {
             "id": task_id,
             "name": task_id.split(".")[0],
@@ -507,6 +510,8 @@ class FakeMesosMaster(FakeServer):
             "state": "TASK_RUNNING",
             "resources": {"cpus": cpus, "mem": 100.0, "disk": 0.0, "gpus": 0.0},
         }
+        if revocable_cpus:
+            task["resources"]["cpus_revocable"] = revocable_cpus
         with self._lock:
             for fw in self.frameworks:
                 if fw.get("name") == framework:

@@ -144,6 +144,26 @@ def test_a_task_launched_after_the_snapshot_keeps_its_agent(tmp_path, world):
         assert world.desired(asg) == 1
 
 
+def test_an_agent_chosen_with_a_task_keeps_it_when_one_more_comes(tmp_path, world):
+    """Chosen within max_tasks_to_kill with one task that also uses revocable CPUs: the snapshot
+    counts it once, as the master does, so one more task launched after it keeps the agent."""
+    with harness(tmp_path, world, "mesos") as pool:
+        _, instances, busy, light = mesos_pool(tmp_path, world, pool)
+        master = pool.mesos
+        assert master is not None
+        master.add_task(busy, "web.2", 0.1)  # the busiest either way: the other agent is chosen
+        master.add_task(light, "spark.0", 0.1, revocable_cpus=0.5)
+        pool.configure(max_tasks_to_kill=3, draining=True)
+        on_window_posted(master, lambda: master.add_task(light, "batch.0", 0.1, framework="chronos"))
+        report = pool.cycle().run_once(time.time())
+        assert report.decision is not None and report.decision.terminate == (light,), report.line()
+        assert report.applied is not None
+        assert world.ec2_state(instances[light]) == "running", report.applied
+        assert report.decision.terminate_with == {light: 1}
+        assert any("2 task(s) on it now, 1 when decided" in m for _, m in report.applied.errors), report.applied.errors
+        assert downs(master) == [] and master.tasks_on(light) == ["spark.0", "batch.0"]
+
+
 def test_a_master_that_hangs_right_before_termination_keeps_the_agent(tmp_path, world, caplog):
     """The frameworks' tasks cannot be read (the master holds the GET past the lifecycle's timeout,
     a third of the run's budget): the agent's work is unknown, so it is not brought down."""

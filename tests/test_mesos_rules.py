@@ -120,6 +120,7 @@ def test_docs_accounting_example_from_master_json():
     assert not by_id["m1"].from_reservation and not by_id["m1"].batch  # marathon: a service
     assert by_id["r1"].revocable and by_id["r1"].requests == Resources(cpus=8)
     assert by_id["S0/executors"].requests == Resources(cpus=0.5)  # used beyond the tasks: executors
+    assert node.task_count() == 3  # a1, m1, r1: the master's active tasks (executors are none)
     assert "m2" not in by_id
     acc = account_node(node)
     assert acc.reserved == Resources(cpus=20)
@@ -128,6 +129,13 @@ def test_docs_accounting_example_from_master_json():
     assert acc.slack == Resources(cpus=15)
     assert acc.revocable_in_use == Resources(cpus=8)
     assert acc.allocated == Resources(cpus=15.5)  # what Mesos' used_resources (and Clusterman) report
+
+
+def test_a_task_with_a_revocable_share_counts_once_as_the_master_counts_it():
+    frameworks = [framework("spark", "*", task("s1", cpus=1, cpus_revocable=2))]
+    (node,) = build_view([agent(used={"cpus": 1, "cpus_revocable": 2})], frameworks, MesosPool("default")).nodes
+    assert sorted(t.id for t in node.tasks) == ["s1", "s1/revocable"]  # both shares are accounted
+    assert node.task_count() == 1 and node.batch_task_count() == 1
 
 
 def test_a_role_without_a_reservation_on_this_agent_is_unreserved():

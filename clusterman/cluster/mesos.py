@@ -170,7 +170,8 @@ def tasks_of(
             yield agent_id, Task(task_id, regular, from_reservation=from_reservation, batch=batch, app=name)
         if any(revocable):
             suffix = "/revocable" if any(regular) else ""
-            yield agent_id, Task(task_id + suffix, revocable, revocable=True, batch=batch, app=name)
+            task = Task(task_id + suffix, revocable, revocable=True, batch=batch, app=name, own_task=not suffix)
+            yield agent_id, task
 
 
 def build_view(
@@ -224,7 +225,7 @@ def node_from(agent: Mapping[str, Any], tasks: list[Task]) -> Node:
         overhead = (in_use - Resources.total(t.requests for t in tasks if t.revocable == revocable)).clip_negative()
         if any(v > OVERHEAD_EPSILON for v in overhead):
             task_id = f"{agent_id}/executors" + ("/revocable" if revocable else "")
-            tasks.append(Task(task_id, overhead, revocable=revocable))
+            tasks.append(Task(task_id, overhead, revocable=revocable, own_task=False))
     registered = agent.get("registered_time")
     return Node(
         id=agent_id,

@@ -63,6 +63,10 @@ class Task:
     # emptyDir or hostPath volumes: what it wrote there is lost when it moves (consolidation moves
     # it only when ``evict_local_storage`` says so)
     local_storage: bool = False
+    # Mesos: resources that are part of another task (a task's revocable share) or of no task (the
+    # executors' overhead): never counted as a task of their own, so that a node's count is the
+    # master's count of its active tasks, which termination reads again (``NodeLifecycle.running``)
+    own_task: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +97,9 @@ class NodeUsage:
         for t in tasks:
             if t.daemon:
                 continue
-            count += 1
-            batch += t.batch
+            if t.own_task:
+                count += 1
+                batch += t.batch
             if not t.safe_to_evict or t.do_not_disrupt:
                 pinned = True
             if not t.controller:
