@@ -49,7 +49,6 @@ def test_a_pod_bound_after_the_snapshot_keeps_its_node(tmp_path, world):
         assert report.decision is not None and report.decision.terminate == (empty,)  # it read the node empty
         assert pool.tainted() == [empty]
         assert world.ec2_state(empty.removeprefix("node-")) == "running", report.applied
-        assert world.desired(asg) == 2  # the node kept keeps its place in the target
         assert report.applied is not None
         assert any("1 task(s) on it now, 0 when decided" in m for _, m in report.applied.errors), report.applied.errors
 
@@ -135,7 +134,6 @@ def test_a_task_launched_after_the_snapshot_keeps_its_agent(tmp_path, world):
         assert world.ec2_state(instances[empty]) == "running", report.applied
         assert any("1 task(s) on it now, 0 when decided" in m for _, m in report.applied.errors), report.applied.errors
         assert downs(master) == [] and master.tasks_on(empty) == ["batch.0"]  # never brought down
-        assert world.desired(asg) == 2
         drained = report.applied.drains[empty]  # drained in the same run: it waits for the framework
         assert (drained.status.value, drained.remaining) == ("not_now", 1), drained
 
@@ -150,7 +148,7 @@ def test_an_agent_chosen_with_a_task_keeps_it_when_one_more_comes(tmp_path, worl
     """Chosen within max_tasks_to_kill with one task that also uses revocable CPUs: the snapshot
     counts it once, as the master does, so one more task launched after it keeps the agent."""
     with harness(tmp_path, world, "mesos") as pool:
-        asg, instances, busy, light = mesos_pool(tmp_path, world, pool)
+        _, instances, busy, light = mesos_pool(tmp_path, world, pool)
         master = pool.mesos
         assert master is not None
         master.add_task(busy, "web.2", 0.1)  # the busiest either way: the other agent is chosen
@@ -164,7 +162,6 @@ def test_an_agent_chosen_with_a_task_keeps_it_when_one_more_comes(tmp_path, worl
         assert report.decision.terminate_with == {light: 1}
         assert any("2 task(s) on it now, 1 when decided" in m for _, m in report.applied.errors), report.applied.errors
         assert downs(master) == [] and master.tasks_on(light) == ["spark.0", "batch.0"]
-        assert world.desired(asg) == 2
 
 
 def test_a_master_that_hangs_right_before_termination_keeps_the_agent(tmp_path, world, caplog):

@@ -3,7 +3,6 @@ came since the snapshot keeps it (``apply``), as does work that cannot be read."
 
 from __future__ import annotations
 
-from dataclasses import replace
 from fractions import Fraction
 
 from clusterman.cloud.resource_group import CloudGroup
@@ -30,10 +29,9 @@ from tests.scaling_builders import snapshot
 class Group(CloudGroup):
     kind = "test"
 
-    def __init__(self, failing: frozenset[str] = frozenset()) -> None:
+    def __init__(self) -> None:
         super().__init__("g1")
         self.terminated: list[str] = []
-        self.failing = failing  # instances the cloud refuses to terminate
 
     def read(self) -> GroupState:
         raise AssertionError("apply never reads a group: it acts on the run's snapshot")
@@ -42,11 +40,10 @@ class Group(CloudGroup):
         return TargetChange(self.id, new_target, new_target, new_target, dry_run)
 
     def terminate_instances(self, instance_ids, dry_run=False) -> Termination:
-        ids = tuple(i for i in instance_ids if i not in self.failing)
+        ids = tuple(instance_ids)
         if not dry_run:
             self.terminated.extend(ids)
-        failed = tuple((i, "refused") for i in instance_ids if i in self.failing)
-        return Termination(self.id, dry_run, terminated=ids, lowered_by=len(ids), failed=failed)
+        return Termination(self.id, dry_run, terminated=ids, lowered_by=len(ids))
 
 
 class Counted(NodeLifecycle):
@@ -121,20 +118,3 @@ def test_a_run_whose_budget_ran_out_while_reading_the_work_terminates_nothing():
     report = apply(DECISION, SNAPSHOT, {"g1": group}, lifecycle, NOW, permit)
     assert lifecycle.asked and group.terminated == [] and lifecycle.downed == [] and lifecycle.drained == []
     assert report.stopped_before == "terminating" and not report.targets
-
-
-def test_a_node_that_stays_keeps_its_weight_in_its_groups_target():
-    """Kept for its work or refused by the cloud: a target lowered by it would let an ASG whose
-    instances are not protected from scale-in choose what to kill."""
-    decision = replace(DECISION, group_targets={"g1": Fraction(0)})
-    group = Group(failing=frozenset({"i-same"}))
-    report = apply(decision, SNAPSHOT, {"g1": group}, Counted(NOW_RUNNING), NOW, Permit(NOW))
-    assert group.terminated == ["i-fewer", "i-hard", "i-unasked"]
-    assert [t.requested for t in report.targets] == [3]  # came and unread kept, same refused
-
-
-def test_what_is_added_back_never_raises_a_group_above_its_target_as_read():
-    decision = replace(DECISION, group_targets={"g1": Fraction(5)})  # one node of six taken off
-    group = Group(failing=frozenset({"i-same", "i-fewer"}))
-    report = apply(decision, SNAPSHOT, {"g1": group}, Counted(NOW_RUNNING), NOW, Permit(NOW))
-    assert [t.requested for t in report.targets] == [6]  # at most the target as read, never above

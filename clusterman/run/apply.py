@@ -10,16 +10,11 @@ snapshot (a pod bound to it by name, one that tolerates the taint, a watch cache
 server); one with more work than it was chosen on is not terminated this run, but drained.
 
 Terminating lowers a group's target by the instances' weight, so the absolute targets are set
-last and nothing is lowered twice. A node the decision meant to terminate that is still there
-(kept for its work, or its termination failed) keeps its weight in its group's target: a target
-lowered by a node that stays lets the cloud choose what to kill (an ASG whose instances are not
-protected from scale-in), and the next run decides on that node again.
-
-Between the stages the run's ``Permit`` is asked whether acting may go on (the autoscaler still
-holds the pool's lease); when it says no, the rest is left for the next holder, which decides
-afresh (every stage is safe to stop after). A failure is reported for its node or group and the
-rest goes on: one broken group never stops the others. In a dry run nothing changes and the
-report says what would have been done.
+last and nothing is lowered twice. Between the stages the run's ``Permit`` is asked whether acting
+may go on (the autoscaler still holds the pool's lease); when it says no, the rest is left for the
+next holder, which decides afresh (every stage is safe to stop after). A failure is reported for
+its node or group and the rest goes on: one broken group never stops the others. In a dry run
+nothing changes and the report says what would have been done.
 """
 
 from __future__ import annotations
@@ -28,7 +23,6 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable
 from collections.abc import Mapping
-from fractions import Fraction
 
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import ResourceGroupError
@@ -40,7 +34,6 @@ from clusterman.cluster.lifecycle import Results
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
-from clusterman.decision.exact import exact
 from clusterman.decision.exact import number
 from clusterman.decision.result import Decision
 from clusterman.run.permit import Permit
@@ -107,7 +100,7 @@ def apply(
 
     if stop_before("setting the groups' targets"):
         return report
-    for group_id, target in sorted(_targets(decision, snapshot, report).items()):
+    for group_id, target in sorted(decision.group_targets.items()):
         group = groups.get(group_id)
         if group is None:
             report.errors.append((group_id, "no such resource group to set a target on"))
@@ -118,21 +111,6 @@ def apply(
             log.warning("%s", e)
             report.errors.append((group_id, str(e)))
     return report
-
-
-def _targets(decision: Decision, snapshot: PoolSnapshot, report: ApplyReport) -> dict[str, Fraction]:
-    """The decision's group targets, with the weight of each node it meant to terminate that was
-    not terminated added back (module doc), up to the group's target as read: a node meant to be
-    replaced was never taken off it."""
-    targets = dict(decision.group_targets)
-    now = {g.id: exact(g.target_capacity) for g in snapshot.groups}
-    gone = {i for t in report.terminations for i in t.terminated}
-    leaving = set(decision.terminate)
-    for node in snapshot.nodes:
-        g = node.group_id
-        if node.id in leaving and node.instance_id not in gone and g in targets and g in now:
-            targets[g] = min(targets[g] + exact(node.weight), max(now[g], targets[g]))
-    return targets
 
 
 def _draining(decision: Decision, snapshot: PoolSnapshot, report: ApplyReport) -> list[str]:
