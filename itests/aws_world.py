@@ -63,8 +63,11 @@ class World:
         instance_type: str = "m5.large",
         weights: Iterable[tuple[str, int]] = (),
         extra_tags: dict[str, str] | None = None,
+        protected: bool = True,
     ) -> str:
-        """An ASG tagged for ``pool``, its instances protected from scale-in (Clusterman expects it)."""
+        """An ASG tagged for ``pool``, its instances protected from scale-in (Clusterman expects it)
+        unless not ``protected``: then moto, like AWS, terminates instances of its choosing when the
+        desired capacity goes below them."""
         name = self.unique(f"{pool}-asg")
         template = {"LaunchTemplateName": name, "Version": "$Latest"}
         self.ec2.create_launch_template(
@@ -85,7 +88,7 @@ class World:
             MaxSize=max_size,
             DesiredCapacity=desired,
             VPCZoneIdentifier=self.subnet,
-            NewInstancesProtectedFromScaleIn=True,
+            NewInstancesProtectedFromScaleIn=protected,
             Tags=[{"Key": k, "Value": v, "PropagateAtLaunch": False} for k, v in tags.items()],
             **launch,
         )

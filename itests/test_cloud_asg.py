@@ -64,6 +64,24 @@ def test_asg_is_found_by_tag_and_follows_its_targets(world):
     assert world.desired(mine) == 2
 
 
+def test_instances_not_protected_from_scale_in_are_only_ever_terminated_by_choice(world):
+    """AWS (and moto) kill instances of their choosing when the desired capacity drops below the
+    unprotected ones: the target never goes below them; terminating chosen ones lowers it."""
+    name = world.asg("web", desired=3, protected=False)
+    group = AutoScalingGroup(name, clients(world.url))
+    members = world.asg_members(name)
+
+    change = group.set_target_capacity(1)
+    assert (change.previous, change.target) == (3, 3)
+    assert "3 of its instances are not protected from scale-in" in change.note, change.note
+    assert world.desired(name) == 3 and all(world.ec2_state(m) == "running" for m in members)
+
+    assert group.terminate_instances([members[2]]).lowered_by == 1
+    assert group.set_target_capacity(1).target == 2  # the two that stay
+    assert world.desired(name) == 2 and [world.ec2_state(m) for m in members[:2]] == ["running", "running"]
+    assert group.set_target_capacity(4).target == 4  # raising is never held back
+
+
 def test_dry_run_changes_nothing(world):
     name = world.asg("web", desired=3)
     group = AutoScalingGroup(name, clients(world.url))

@@ -6,7 +6,9 @@ it. Targets are set with ``SetDesiredCapacity(HonorCooldown=False)``, clamped to
 MinSize and MaxSize on our side. Chosen instances are terminated with
 ``TerminateInstanceInAutoScalingGroup(ShouldDecrementDesiredCapacity=True)``, so the group does
 not replace them. Like Clusterman, we expect the group's instances to be protected from scale-in:
-lowering the desired capacity must never let AWS pick instances to kill.
+lowering the desired capacity must never let AWS pick instances to kill. Where some are not, a
+target is never set below the weight of the group's members that are not leaving, so that only
+the terminations of chosen instances lower it (as Escalator shrinks a group).
 
 A group is stale (to be drained to 0) while AWS deletes it, or when tagged
 ``clusterman:is_stale: true``.
@@ -61,6 +63,11 @@ def override_weights(raw: dict[str, Any]) -> dict[str, float]:
     return {o["InstanceType"]: float(o.get("WeightedCapacity") or 1) for o in overrides if o.get("InstanceType")}
 
 
+def member_weight(member: dict[str, Any], weights: dict[str, float]) -> float:
+    """AWS reports each member's weight; moto does not, so fall back to the policy's overrides."""
+    return float(member.get("WeightedCapacity") or weights.get(member.get("InstanceType", ""), 1.0))
+
+
 def member_state(member: dict[str, Any], ec2_state: InstanceState) -> InstanceState:
     """The instance's state, corrected by the group's lifecycle view (EC2 lags behind it)."""
     lifecycle = str(member.get("LifecycleState", ""))
@@ -100,6 +107,8 @@ class AutoScalingGroup(CloudGroup):
         if raw.get("Status") == DELETING:
             return TargetChange(self.id, previous, new_target, previous, dry_run, "being deleted: left alone")
         wanted, note = clamp_target(self.label, new_target, raw["MinSize"], raw["MaxSize"])
+        if wanted < previous:
+            wanted, note = self._not_below_unprotected(raw, previous, wanted, note)
         if wanted == previous:
             return TargetChange(self.id, previous, new_target, previous, dry_run, note)
         if dry_run:
@@ -108,6 +117,27 @@ class AutoScalingGroup(CloudGroup):
         self._set_desired(wanted)
         log.info("%s: desired capacity %g -> %d %s", self.label, previous, wanted, note)
         return TargetChange(self.id, previous, new_target, wanted, False, note)
+
+    def _not_below_unprotected(self, raw: dict[str, Any], previous: float, wanted: int, note: str) -> tuple[int, str]:
+        """``wanted``, or the weight of the members a scale-in may take (neither leaving nor in
+        standby) when some are not protected from it, never above ``previous``: AWS would choose
+        which of them to kill."""
+        lifecycles = (*LEAVING_LIFECYCLE, *STANDBY_LIFECYCLE)
+        members = [m for m in raw.get("Instances") or () if not str(m.get("LifecycleState", "")).startswith(lifecycles)]
+        unprotected = sum(1 for m in members if not m.get("ProtectedFromScaleIn"))
+        if not unprotected:
+            return wanted, note
+        weights = override_weights(raw)
+        staying = whole_units(sum(member_weight(m, weights) for m in members))
+        floor = int(min(previous, staying))
+        if floor <= wanted:
+            return wanted, note
+        why = (
+            f"not lowered below {floor} (asked {wanted}): {unprotected} of its instances are not protected from "
+            "scale-in, so AWS would choose which to kill; terminating chosen instances lowers it"
+        )
+        log.warning("%s: %s", self.label, why)
+        return floor, why
 
     def terminate_instances(self, instance_ids: Iterable[str], dry_run: bool = False) -> Termination:
         raw = self._describe()
@@ -184,8 +214,7 @@ class AutoScalingGroup(CloudGroup):
         instances = []
         for m in members:
             instance_type = m.get("InstanceType", "")
-            # AWS reports each member's weight; moto does not, so fall back to the policy's overrides.
-            weight = float(m.get("WeightedCapacity") or weights.get(instance_type, 1.0))
+            weight = member_weight(m, weights)
             inst = instance_from_ec2(
                 m["InstanceId"], details.get(m["InstanceId"]), weight, instance_type, m.get("AvailabilityZone", "")
             )
