@@ -155,10 +155,10 @@ def test_local_storage_moves_when_the_pool_says_so():
 def test_the_budget():
     members = pool(*FRAGMENTED)
     # the evictions of the last hour, and the two pods n2 would add
-    spent = DisruptionState(evictions=((NOW - 600, 9),))
+    spent = DisruptionState(evictions=((NOW - 600, "n9", 9),))
     c = plan(members, asked=3, pol=scaling(evictions_per_hour=10), state=spent)
     assert chosen(c) == [] and c.note == "budget: 9 of 10 evictions this hour, 2 more asked"
-    old = DisruptionState(evictions=((NOW - 3600, 9),))  # an hour ago: spent no more
+    old = DisruptionState(evictions=((NOW - 3600, "n9", 9),))  # an hour ago: spent no more
     assert chosen(plan(members, asked=3, pol=scaling(evictions_per_hour=10), state=old)) == [("remove", "n2")]
     # a node already leaving counts against the share of nodes disrupted at once (at least one)
     leaving = [*members, node("t", cpus=8, mem=0, state=TAINTED, tainted_at=NOW - 60, tasks=sized(1, prefix="t"))]
@@ -226,7 +226,7 @@ def situations(draw):
         max_disrupted_share=Fraction(draw(st.integers(0, 10)), 10),
         evictions_per_hour=draw(st.integers(0, 30)),
     )
-    spent = DisruptionState(evictions=((NOW - 100, draw(st.integers(0, 30))),))
+    spent = DisruptionState(evictions=((NOW - 100, "n9", draw(st.integers(0, 30))),))
     asked = draw(st.one_of(st.none(), st.integers(0, count)))
     return members, asked, pol, spent
 
@@ -400,7 +400,7 @@ def test_the_state_it_keeps_survives_a_restart():
     state = AutoscalerState(
         disruption=DisruptionState(
             since=(("a", NOW - 5),),
-            evictions=((NOW - 9, 3),),
+            evictions=((NOW - 9, "d", 3),),
             keeping=(("b", NOW),),
             grew_at=NOW - 30,
             given_up=(("c", NOW - 60),),
@@ -550,3 +550,172 @@ def test_the_plan_says_when_a_smaller_instance_type_would_hold_a_nodes_pods():
         consolidate(one, Places(one, largest_in(one)), scaling(reserve=4), Fraction(8), DisruptionState(), NOW).replace
         == ""
     )
+
+
+# --- what a choice spends, taken back when its node was never tainted ------------------------------
+
+
+def test_untaken_takes_back_exactly_what_choosing_the_nodes_now_spent():
+    state = DisruptionState(
+        evictions=((NOW - 60, "a", 2), (NOW, "a", 3), (NOW, "b", 4), (NOW - 60, "", 5)),
+        keeping=(("a", NOW), ("c", NOW), ("d", NOW - 60)),
+    )
+    back = state.untaken(["a", "d"], NOW)
+    # a's earlier drain and d's earlier keep were carried out: they still count
+    assert back.evictions == ((NOW - 60, "a", 2), (NOW, "b", 4), (NOW - 60, "", 5))
+    assert back.keeping == (("c", NOW), ("d", NOW - 60))
+    assert back.evicted(NOW) == 11 and state.evicted(NOW) == 14
+    assert state.untaken([], NOW) == state
+
+
+def test_the_kept_state_of_the_version_before_names_no_node_and_still_counts():
+    from clusterman.decision import AutoscalerState
+
+    disruption = {"evictions": [[NOW - 60, 2], [NOW - 30, 3.0]], "keeping": {"b": NOW}}
+    old = {**AutoscalerState().as_json(), "disruption": disruption}  # as the version before wrote it
+    state = AutoscalerState.from_json(old).disruption
+    assert state.evictions == ((NOW - 60, "", 2), (NOW - 30, "", 3)) and state.evicted(NOW) == 5
+    assert state.untaken(["b"], NOW).evictions == state.evictions  # no node named: never taken back
+    mixed = {"evictions": [[NOW - 60, 2], [NOW, "n1", 1]]}
+    again = DisruptionState.from_json(DisruptionState.from_json(mixed).as_json())
+    assert again.evictions == ((NOW - 60, "", 2), (NOW, "n1", 1))
+    for bad in ([NOW, 1, 2], [NOW, "n1"], [NOW, "n1", 1, 2], [NOW, "n1", -1]):
+        with pytest.raises(ValueError, match=r"disruption\.evictions"):
+            DisruptionState.from_json({"evictions": [bad]})
+
+
+class SlowStore:
+    """A state store whose writes take ``seconds`` of the run's clock (a slow or loaded API), or
+    fail from the ``fail_from``-th on."""
+
+    def __init__(self, store: object, pool: SimulatedPool) -> None:
+        self.store, self.pool = store, pool
+        self.seconds = 0.0
+        self.writes = 0
+        self.fail_from = math.inf
+
+    def get(self, *args: object) -> object:
+        return self.store.get(*args)  # type: ignore[attr-defined]
+
+    def put(self, item: object) -> None:
+        from clusterman.state.store import StateError
+
+        self.writes += 1
+        if self.writes >= self.fail_from:
+            raise StateError("the state store refused the write")
+        self.pool.elapsed += self.seconds
+        self.store.put(item)  # type: ignore[attr-defined]
+
+
+def consolidating_cycle(pool: SimulatedPool, store: SlowStore, budget: float | None = None, reserve: int = 2):
+    from clusterman.core.config import PoolIdentity
+    from clusterman.core.config import Scheduler
+    from clusterman.events.exporter import AutoscalerMetrics
+    from clusterman.events.publisher import EventPublisher
+    from clusterman.events.recorder import Recorder
+    from clusterman.events.ring import EventRing
+    from clusterman.run.cycle import Cycle
+    from clusterman.run.demand_source import InternalDemand
+    from clusterman.state.carried import StoredState
+
+    pool.elapsed = 0.0
+    keeper = StoredState(store, PoolIdentity("c", "p", Scheduler.SIMULATED))  # type: ignore[arg-type]
+    cycle = Cycle(
+        connector=pool.connector,
+        cloud=pool.cloud,
+        lifecycle=pool.lifecycle,
+        demand=InternalDemand(),  # 26.5 CPUs running: 4 nodes at 95%, n4 removed
+        policy=replace(consolidating(), slot_reserve=reserve),  # 3: n4 is drained to be kept
+        recorder=Recorder(EventPublisher(EventRing(1000)), AutoscalerMetrics("c", "p"), "p", lambda: 0),
+        keeper=keeper,
+        budget_seconds=budget,
+        clock=lambda: pool.now + pool.elapsed,
+    )
+    return cycle, keeper
+
+
+def failing_taint(pool: SimulatedPool, node_id: str) -> None:
+    """The scheduler refuses ``node_id``'s taint (an API error), once."""
+    from clusterman.cluster.lifecycle import NodeResult
+    from clusterman.cluster.lifecycle import Outcome
+
+    taint = pool.lifecycle.taint
+
+    def refusing(node_ids, now):
+        pool.lifecycle.taint = taint  # type: ignore[method-assign]
+        others = [n for n in node_ids if n != node_id]
+        done = dict(taint(others, now)) if others else {}
+        return {**done, node_id: NodeResult(node_id, Outcome.FAILED, "the API server refused the patch")}
+
+    pool.lifecycle.taint = refusing  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("choice", ["remove", "keep"])
+@pytest.mark.parametrize("stop", ["overrun before changing taints", "taint refused"])
+def test_a_node_chosen_but_never_tainted_spends_no_budget(tmp_path, stop, choice):
+    """The state is kept before acting (a kill mid-drain must still count the spend); when the run
+    then stops before changing taints or the node's taint fails, none of its pods leave for that
+    choice: the spend is taken back, in memory and in the store, and the next run that drains it
+    counts its pods once."""
+    from clusterman.state.store import SqliteStateStore
+
+    pool = SimulatedPool("first_fit")
+    store = SlowStore(SqliteStateStore(tmp_path / "state.sqlite"), pool)
+    cycle, keeper = consolidating_cycle(pool, store, budget=60.0, reserve=3 if choice == "keep" else 2)
+    n4 = pool.ids[4]
+    if stop == "taint refused":
+        failing_taint(pool, n4)
+    else:
+        store.seconds = 61.0  # keeping the state before acting took longer than the budget
+    report = cycle.run_once(pool.now)
+    assert [(c.choice.value, c.node) for c in report.decision.consolidation.chosen] == [(choice, n4)], report.line()
+    spent = report.decision.state.disruption  # at choice time, kept before acting
+    assert spent.evicted(pool.now) == 1 and spent.kept == ({n4: pool.now} if choice == "keep" else {})
+    assert report.applied.stopped_before == ("changing taints" if stop.startswith("overrun") else "")
+    assert pool.connector.snapshot(pool.now).node(n4).state.value == "ready"
+    assert cycle.state.disruption.evicted(pool.now) == 0 and cycle.state.disruption.kept == {}
+    assert keeper.load() == cycle.state
+    assert store.writes == 2  # before acting, and again with the spend taken back
+
+    store.seconds = 0.0
+    pool.now += 60
+    pool.elapsed = 0.0
+    again = cycle.run_once(pool.now)
+    assert [c.node for c in again.decision.consolidation.chosen] == [n4], again.line()
+    assert again.applied.tainted[n4].ok and not again.applied.stopped_before
+    assert cycle.state.disruption.evicted(pool.now) == 1  # its one pod, counted once
+    assert keeper.load().disruption.evictions == ((pool.now, n4, 1),)
+    assert keeper.load().disruption.kept == ({n4: pool.now} if choice == "keep" else {})
+
+
+def test_a_spend_taken_back_that_cannot_be_kept_is_kept_by_the_next_run(tmp_path, caplog):
+    from clusterman.state.store import SqliteStateStore
+
+    pool = SimulatedPool("first_fit")
+    store = SlowStore(SqliteStateStore(tmp_path / "state.sqlite"), pool)
+    cycle, keeper = consolidating_cycle(pool, store)
+    n4 = pool.ids[4]
+    failing_taint(pool, n4)
+    store.fail_from = 2  # the state kept before acting is written; the corrected one is not
+    report = cycle.run_once(pool.now)
+    assert report.outcome.value == "acted" and not report.applied.tainted[n4].ok
+    assert "cannot keep the autoscaler state with consolidation's spend taken back" in caplog.text
+    assert cycle.state.disruption.evicted(pool.now) == 0  # corrected in memory
+    assert keeper.load().disruption.evicted(pool.now) == 1  # the store still has the spend
+
+    store.fail_from = math.inf
+    pool.now += 60
+    cycle.run_once(pool.now)  # chooses n4 again, taints it, and keeps the state before acting
+    assert keeper.load().disruption.evictions == ((pool.now, n4, 1),)
+
+
+def test_a_dry_run_spends_nothing_and_keeps_nothing(tmp_path):
+    from clusterman.state.store import SqliteStateStore
+
+    pool = SimulatedPool("first_fit")
+    store = SlowStore(SqliteStateStore(tmp_path / "state.sqlite"), pool)
+    cycle, keeper = consolidating_cycle(pool, store)
+    cycle.dry_run = True
+    report = cycle.run_once(pool.now)
+    assert [c.node for c in report.decision.consolidation.chosen] == [pool.ids[4]], report.line()
+    assert store.writes == 0 and cycle.state.disruption.evictions == () == keeper.load().disruption.evictions

@@ -4,7 +4,8 @@
 Remembered in the ``AutoscalerState`` (and so in the state store: a restart keeps it):
   since      per node, when it became a candidate (its pods fit elsewhere): it is drained only
              once it has been one in every run for ``consolidate_after``
-  evictions  (time, pods) for each node consolidation drained, over the last hour
+  evictions  (time, node, pods) for each node consolidation drained, over the last hour (the
+             node "" in an entry kept by a version that did not name it)
   keeping    per node drained to be kept, when: it is untainted once its pods are gone
   given_up   per node whose drain to keep was given up (its pods would not leave, or a reload
              stopped it), when: it is not drained again for ``REST_SECONDS``, so that a pod a
@@ -31,14 +32,14 @@ REST_SECONDS = HOUR  # a node given up on is not looked at again for this long
 @dataclass(frozen=True)
 class DisruptionState:
     since: tuple[tuple[str, float], ...] = ()
-    evictions: tuple[tuple[float, int], ...] = ()
+    evictions: tuple[tuple[float, str, int], ...] = ()
     keeping: tuple[tuple[str, float], ...] = ()
     grew_at: float = NO_TIME
     given_up: tuple[tuple[str, float], ...] = ()
 
     def evicted(self, now: float) -> int:
         """Pods consolidation evicted within the last hour."""
-        return sum(pods for at, pods in self.evictions if now - at < HOUR)
+        return sum(pods for at, _, pods in self.evictions if now - at < HOUR)
 
     def candidate_since(self, node_id: str) -> float | None:
         return dict(self.since).get(node_id)
@@ -70,12 +71,21 @@ class DisruptionState:
         ``drained`` nodes (and their pods) were chosen now, ``kept`` of them to be kept."""
         since = dict(self.since)
         fresh = tuple((n, since.get(n, now)) for n in candidates if n not in drained)
-        evictions = tuple((at, pods) for at, pods in self.evictions if now - at < HOUR)
-        evictions += tuple((now, pods) for pods in drained.values() if pods)
+        evictions = tuple(e for e in self.evictions if now - e[0] < HOUR)
+        evictions += tuple((now, n, pods) for n, pods in drained.items() if pods)
         keeping = dict(self.keeping)
         keeping.update((n, now) for n in kept)
         resting = tuple(self._given_up_since(now).items())
         return replace(self, since=fresh, evictions=evictions, keeping=tuple(sorted(keeping.items())), given_up=resting)
+
+    def untaken(self, nodes: Iterable[str], now: float) -> DisruptionState:
+        """The same, without what choosing ``nodes`` at ``now`` spent: they were never tainted (the
+        run stopped before changing taints, or their taint failed), so none of their pods are
+        evicted for that choice and the next run may choose them again."""
+        untainted = set(nodes)
+        evictions = tuple(e for e in self.evictions if not (e[0] == now and e[1] in untainted))
+        keeping = tuple((n, t) for n, t in self.keeping if not (t == now and n in untainted))
+        return replace(self, evictions=evictions, keeping=keeping)
 
     def after_release(self, released: Iterable[str], given_up: Iterable[str], now: float) -> DisruptionState:
         """The same, without the kept nodes ``released`` (untainted, terminated or gone), those
@@ -89,7 +99,7 @@ class DisruptionState:
     def as_json(self) -> dict[str, Any]:
         return {
             "since": {n: t for n, t in self.since},
-            "evictions": [[at, pods] for at, pods in self.evictions],
+            "evictions": [[at, node, pods] for at, node, pods in self.evictions],
             "keeping": {n: t for n, t in self.keeping},
             "grew_at": None if self.grew_at == NO_TIME else self.grew_at,
             "given_up": {n: t for n, t in self.given_up},
@@ -104,16 +114,14 @@ class DisruptionState:
         if not isinstance(data, Mapping):
             raise ValueError(f"disruption: expected an object, got {data!r}")
         evictions = data.get("evictions") or []
-        if not isinstance(evictions, list) or not all(
-            isinstance(e, list) and len(e) == 2 and _number(e[0]) and _number(e[1]) for e in evictions
-        ):
-            raise ValueError(f"disruption.evictions: expected a list of [time, pods], got {evictions!r}")
+        if not isinstance(evictions, list) or not all(_eviction(e) for e in evictions):
+            raise ValueError(f"disruption.evictions: expected a list of [time, node, pods], got {evictions!r}")
         grew = data.get("grew_at")
         if grew is not None and not _number(grew):
             raise ValueError(f"disruption.grew_at: expected a time or null, got {grew!r}")
         return DisruptionState(
             _times(data, "since"),
-            tuple((float(at), int(pods)) for at, pods in evictions),
+            tuple((float(e[0]), "" if len(e) == 2 else e[1], int(e[-1])) for e in evictions),
             _times(data, "keeping"),
             NO_TIME if grew is None else float(grew),
             _times(data, "given_up"),
@@ -122,6 +130,13 @@ class DisruptionState:
 
 def _number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and value >= 0
+
+
+def _eviction(entry: Any) -> bool:
+    """[time, node, pods], or [time, pods] as kept by a version that did not name the node."""
+    if not isinstance(entry, list) or len(entry) not in (2, 3) or not _number(entry[0]) or not _number(entry[-1]):
+        return False
+    return len(entry) == 2 or isinstance(entry[1], str)
 
 
 def _times(data: Mapping[str, Any], name: str) -> tuple[tuple[str, float], ...]:

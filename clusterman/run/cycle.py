@@ -27,6 +27,7 @@ import math
 import time
 from collections.abc import Callable
 from collections.abc import Mapping
+from dataclasses import replace
 from fractions import Fraction
 from typing import Protocol
 
@@ -225,7 +226,7 @@ class Cycle:
         self._record_errors(applied)
         if not self.dry_run:
             self._record_state_changes(self.state, decision.state, now)
-            self.state = decision.state
+            self.state = self._untaken(decision, applied, now)
         report = RunReport(now, Outcome.ACTED, "", snapshot, decision, applied, requests, unreadable)
         if log.isEnabledFor(logging.INFO):  # building the line costs; a simulated run logs nothing
             log.info("%s", report.line())
@@ -342,6 +343,25 @@ class Cycle:
             return str(e)
         self._kept = state
         return ""
+
+    def _untaken(self, decision: Decision, applied: ApplyReport, now: float) -> AutoscalerState:
+        """The decision's state, without what consolidation spent on nodes it chose that were never
+        tainted (acting stopped before taints, or their taint failed): kept before acting, that
+        spend would count evictions that never happen and use the hourly budget up. Kept again;
+        when that cannot be, the next run's save keeps it."""
+        state = decision.state
+        tainted = {n for n, result in applied.tainted.items() if result.ok}
+        untainted = [c.node for c in decision.consolidation.chosen if c.node not in tainted]
+        if not untainted:
+            return state
+        state = replace(state, disruption=state.disruption.untaken(untainted, now))
+        if state == decision.state:
+            return state
+        log.info("consolidation's spend on %s taken back: not tainted", ", ".join(untainted))
+        unsaved = self._save(state, now)
+        if unsaved:
+            log.warning("cannot keep the autoscaler state with consolidation's spend taken back: %s", unsaved)
+        return state
 
     # --- the ways a run ends without deciding -------------------------------------------------
 

@@ -44,7 +44,7 @@ def test_a_drain_killed_between_two_evictions_is_finished_by_the_next_process(tm
         pool.kube.answer_again()
         assert drains.evictions(pool) == [pods[0]] and pool.tainted() == [node]
         spent = drains.kept(pool)
-        assert spent.evictions and sum(n for _, n in spent.evictions) == 2, spent  # counted before acting
+        assert spent.evictions and sum(n for _, _, n in spent.evictions) == 2, spent  # counted before acting
         assert list(spent.kept) == ([] if case == "remove" else [node]), spent
         if case == "keep, its 30 minutes over":
             pool.kube.budget_refuses.add(f"default/{pods[1]}")
