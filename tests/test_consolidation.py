@@ -673,6 +673,9 @@ def test_a_node_chosen_but_never_tainted_spends_no_budget(tmp_path, stop, choice
     assert spent.evicted(pool.now) == 1 and spent.kept == ({n4: pool.now} if choice == "keep" else {})
     assert report.applied.stopped_before == ("changing taints" if stop.startswith("overrun") else "")
     assert pool.connector.snapshot(pool.now).node(n4).state.value == "ready"
+    assert pool.group.read().group.target_capacity == 6  # not lowered for a node that stays
+    if stop == "taint refused" and choice == "remove":
+        assert "target 6 -> 5, 6 set (a node to remove not tainted)" in report.line()
     assert cycle.state.disruption.evicted(pool.now) == 0 and cycle.state.disruption.kept == {}
     assert keeper.load() == cycle.state
     assert store.writes == 2  # before acting, and again with the spend taken back
@@ -686,6 +689,7 @@ def test_a_node_chosen_but_never_tainted_spends_no_budget(tmp_path, stop, choice
     assert cycle.state.disruption.evicted(pool.now) == 1  # its one pod, counted once
     assert keeper.load().disruption.evictions == ((pool.now, n4, 1),)
     assert keeper.load().disruption.kept == ({n4: pool.now} if choice == "keep" else {})
+    assert pool.group.read().group.target_capacity == (5 if choice == "remove" else 6)
 
 
 def test_a_spend_taken_back_that_cannot_be_kept_is_kept_by_the_next_run(tmp_path, caplog):

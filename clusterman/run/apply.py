@@ -10,7 +10,8 @@ snapshot (a pod bound to it by name, one that tolerates the taint, a watch cache
 server); one with more work than it was chosen on is not terminated this run, but drained.
 
 Terminating lowers a group's target by the instances' weight, so the absolute targets are set
-last and nothing is lowered twice. Between the stages the run's ``Permit`` is asked whether acting
+last and nothing is lowered twice; a node consolidation chose to remove whose taint failed stays,
+and its group's target is not lowered for it. Between the stages the run's ``Permit`` is asked whether acting
 may go on (the autoscaler still holds the pool's lease); when it says no, the rest is left for the
 next holder, which decides afresh (every stage is safe to stop after). A failure is reported for
 its node or group and the rest goes on: one broken group never stops the others. In a dry run
@@ -23,6 +24,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable
 from collections.abc import Mapping
+from fractions import Fraction
 
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import ResourceGroupError
@@ -34,6 +36,7 @@ from clusterman.cluster.lifecycle import Results
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
+from clusterman.decision.consolidate import Choice
 from clusterman.decision.exact import number
 from clusterman.decision.result import Decision
 from clusterman.run.permit import Permit
@@ -100,7 +103,9 @@ def apply(
 
     if stop_before("setting the groups' targets"):
         return report
-    for group_id, target in sorted(decision.group_targets.items()):
+    targets = _targets(decision, report)
+    report.not_removed = sum(targets.values(), Fraction(0)) - sum(decision.group_targets.values(), Fraction(0))
+    for group_id, target in sorted(targets.items()):
         group = groups.get(group_id)
         if group is None:
             report.errors.append((group_id, "no such resource group to set a target on"))
@@ -111,6 +116,18 @@ def apply(
             log.warning("%s", e)
             report.errors.append((group_id, str(e)))
     return report
+
+
+def _targets(decision: Decision, report: ApplyReport) -> dict[str, Fraction]:
+    """The decision's group targets, each raised again by the nodes consolidation chose to remove
+    whose taint failed: such a node stays ready with its pods, and lowering its group's target
+    anyway would shrink the pool by a node the next run removes again."""
+    targets = dict(decision.group_targets)
+    for c in decision.consolidation.chosen:
+        result = report.tainted.get(c.node)
+        if c.choice is Choice.REMOVE and (result is None or not result.ok) and c.group in targets:
+            targets[c.group] += c.weight
+    return targets
 
 
 def _draining(decision: Decision, snapshot: PoolSnapshot, report: ApplyReport) -> list[str]:

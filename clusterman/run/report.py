@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from dataclasses import field
+from fractions import Fraction
 
 from clusterman.cloud.resource_group import TargetChange
 from clusterman.cloud.resource_group import Termination
@@ -34,6 +35,9 @@ class ApplyReport:
     targets: list[TargetChange] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)  # (object id, message)
     stopped_before: str = ""  # the stage acting stopped before (lease lost, budget spent); "" when it went through
+    # the weight of the nodes consolidation chose to remove whose taint failed: their groups' targets
+    # were set that much above the decision's
+    not_removed: Fraction = Fraction(0)
 
     @property
     def terminated(self) -> list[str]:
@@ -89,6 +93,8 @@ class RunReport:
         change = f"{number(d.current_target)} -> {number(d.target_capacity)}"
         if self.applied is not None and self.applied.stopped_before and d.delta:
             change += " not set"  # the targets are set last: a run that stopped before them changed none
+        elif self.applied is not None and self.applied.not_removed:
+            change += f", {number(d.target_capacity + self.applied.not_removed)} set (a node to remove not tainted)"
         if not self.unreadable_groups:
             return f"target {change}"
         unread = f"{self.unreadable_groups} resource group(s) could not be read"
