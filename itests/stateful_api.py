@@ -20,7 +20,8 @@ Kubernetes
   GET    /api/v1/nodes/{name}              one node, or 404
   PATCH  /api/v1/nodes/{name}              a strategic-merge or merge patch; ``metadata.resourceVersion``
                                            in the patch is a precondition (409 Conflict when stale);
-                                           lists are replaced whole (``spec.taints`` has no merge key)
+                                           lists are replaced whole (``spec.taints`` has no merge key);
+                                           ``patch_errors[name]`` answers its next PATCHes (one each)
   POST   /api/v1/namespaces/{ns}/pods/{name}/eviction
                                            a ``policy/v1`` Eviction: 404 for a missing pod, 429 for a
                                            pod whose disruption budget refuses, else the pod is gone
@@ -177,6 +178,9 @@ class FakeKubernetes(FakeServer):
         self._snapshots: dict[str, tuple[int, list[bytes]]] = {}  # continue token -> a list's state
         self.budget_refuses: set[str] = set()  # "ns/name": evictions answered 429 (a disruption budget)
         self.eviction_errors: dict[str, Answer] = {}  # "ns/name": any other answer to its eviction
+        # node name -> the answers to its next PATCHes, one each, before the patch is looked at (an
+        # admission webhook that fails, an etcd timeout)
+        self.patch_errors: dict[str, list[Answer]] = {}
         # node name -> how many of its next PATCHes race another writer, which adds a taint first
         self.races: dict[str, int] = {}
         # "evictions" or "all": those requests go unanswered; "streams": watches are answered, and
@@ -418,6 +422,8 @@ class FakeKubernetes(FakeServer):
         node = self.nodes.get(name)
         if node is None:
             return status(404, "NotFound", f'nodes "{name}" not found')
+        if self.patch_errors.get(name):
+            return self.patch_errors[name].pop(0)
         if request.headers.get("content-type") not in self.PATCH_TYPES:
             return status(415, "UnsupportedMediaType", f"unsupported patch type {request.headers.get('content-type')}")
         if self.races.get(name, 0) > 0:  # someone else changes the node between our read and our write
