@@ -347,6 +347,22 @@ def test_nothing_is_drained_within_consolidate_after_of_a_scale_up():
     assert later.taint == ("n2",)
 
 
+def test_a_run_held_by_the_scale_lock_keeps_what_consolidation_remembers():
+    """The budget spent, the nodes being kept and the time the pool grew outlive a held run."""
+    members = pool(*FRAGMENTED)
+    pol = replace(
+        scaling(reserve=2, consolidate_after_seconds=600.0),
+        setpoint=Fraction(7, 10),
+        scale_up_cool_down_period_seconds=300.0,
+    )
+    grown = decide_on(members, 30, pol)
+    assert grown.action.value == "scale_up" and grown.state.scale_lock.until > NOW
+    spent = replace(grown.state.disruption, evictions=((NOW, "n9", 3),), keeping=(("n3", NOW),))
+    held = decide_on(members, 30, pol, replace(grown.state, disruption=spent), NOW + 60)
+    assert held.reason.value == "scale_lock", held.explanation
+    assert held.state.disruption == spent
+
+
 def test_a_node_drained_to_be_kept_comes_back_once_empty_and_not_before():
     from clusterman.decision import AutoscalerState
 

@@ -92,7 +92,8 @@ def decide(
     held = _hold_reason(view, state.scale_lock, live_ready, now)
     if held:
         lock = state.scale_lock if view.live_groups else ScaleLock()
-        after = AutoscalerState(lock, breaker, _remember(snapshot, joined, state.memory, ()))
+        # what consolidation spent and keeps is remembered across a hold as across any run
+        after = AutoscalerState(lock, breaker, _remember(snapshot, joined, state.memory, ()), state.disruption)
         as_is = {g.id: exact(g.target_capacity) for g in view.groups.values()}  # a hold changes nothing
         why = Reason.SCALE_LOCK if view.live_groups else Reason.NO_GROUPS
         return _decision(view, util, T, as_is, NodeActions(), held, notes, after, why)

@@ -11,11 +11,13 @@ server); one with more work than it was chosen on is not terminated this run, bu
 
 Terminating lowers a group's target by the instances' weight, so the absolute targets are set
 last and nothing is lowered twice; a node consolidation chose to remove whose taint failed stays,
-and its group's target is not lowered for it. Between the stages the run's ``Permit`` is asked whether acting
-may go on (the autoscaler still holds the pool's lease); when it says no, the rest is left for the
-next holder, which decides afresh (every stage is safe to stop after). A failure is reported for
-its node or group and the rest goes on: one broken group never stops the others. In a dry run
-nothing changes and the report says what would have been done.
+and its group's target is not lowered for it.
+
+Between the stages the run's ``Permit`` is asked whether acting may go on (the autoscaler still
+holds the pool's lease); when it says no, the rest is left for the next holder, which decides
+afresh (every stage is safe to stop after). A failure is reported for its node or group and the
+rest goes on: one broken group never stops the others. In a dry run nothing changes and the
+report says what would have been done.
 """
 
 from __future__ import annotations
