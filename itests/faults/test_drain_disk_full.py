@@ -24,7 +24,7 @@ from clusterman.config.loader import load_main_config
 from clusterman.state.factory import open_state_store
 main = load_main_config(sys.argv[1])
 store = open_state_store(main)
-print(sum(n for _, n in store.get("autoscaler_state", sys.argv[2]).payload["disruption"]["evictions"]))
+print(sum(e[-1] for e in store.get("autoscaler_state", sys.argv[2]).payload["disruption"]["evictions"]))
 """
 
 
