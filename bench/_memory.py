@@ -9,8 +9,8 @@ Kubernetes ones) reports the parent's peak as its own. A new map starts its mark
 from __future__ import annotations
 
 
-def _status_mb(field: str) -> float:
-    with open("/proc/self/status") as f:
+def _status_mb(field: str, pid: int | str = "self") -> float:
+    with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
@@ -22,9 +22,10 @@ def rss_mb() -> float:
     return _status_mb("VmRSS")
 
 
-def peak_rss_mb() -> float:
-    """The most resident memory since the process started or since ``reset_peak``, MB."""
-    return _status_mb("VmHWM")
+def peak_rss_mb(pid: int | str = "self") -> float:
+    """The most resident memory of this process (or ``pid``) since it started or since
+    ``reset_peak``, MB."""
+    return _status_mb("VmHWM", pid)
 
 
 def reset_peak() -> bool:

@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from bench._memory import peak_rss_mb
 from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient
 
@@ -139,13 +140,6 @@ class Fuzzer:
         return answer[:1] == b"\x01" and answer.rstrip().endswith(b"}")
 
 
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def run(quick: bool = False, connections: int | None = None, seed: int = 1) -> dict[str, Any]:
     count = connections or (400 if quick else 4000)
     rng = random.Random(seed)
@@ -172,7 +166,7 @@ def run(quick: bool = False, connections: int | None = None, seed: int = 1) -> d
     try:
         good = SignalClient(address, "fuzz", "fuzz", {"cpus": 1}, read_timeout=ANSWER_SECONDS, connect_timeout=30)
         good.connect()
-        base_rss = peak_rss_mib(runner.pid)
+        base_rss = peak_rss_mb(runner.pid)
         for i in range(count):
             fuzzer.connection()
             if runner.poll() is not None:
@@ -184,7 +178,7 @@ def run(quick: bool = False, connections: int | None = None, seed: int = 1) -> d
                     health_failures += 1
         good.close()
         crashed = runner.poll() is not None
-        peak = peak_rss_mib(runner.pid) if not crashed else float("nan")
+        peak = peak_rss_mb(runner.pid) if not crashed else float("nan")
     finally:
         runner.kill()
         runner.wait()

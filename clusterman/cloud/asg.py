@@ -108,7 +108,15 @@ class AutoScalingGroup(CloudGroup):
             return TargetChange(self.id, previous, new_target, previous, dry_run, "being deleted: left alone")
         wanted, note = clamp_target(self.label, new_target, raw["MinSize"], raw["MaxSize"])
         if wanted < previous:
-            wanted, note = self._not_below_unprotected(raw, previous, wanted, note)
+            staying, unprotected = self._unprotected_floor(raw)
+            floor = int(min(previous, staying))
+            if wanted < floor:  # AWS would choose which of them to kill
+                note = (
+                    f"not lowered below {floor} (asked {wanted}): {unprotected} of its instances are not protected "
+                    "from scale-in, so AWS would choose which to kill; terminating chosen instances lowers it"
+                )
+                log.warning("%s: %s", self.label, note)
+                wanted = floor
         if wanted == previous:
             return TargetChange(self.id, previous, new_target, previous, dry_run, note)
         if dry_run:
@@ -118,26 +126,16 @@ class AutoScalingGroup(CloudGroup):
         log.info("%s: desired capacity %g -> %d %s", self.label, previous, wanted, note)
         return TargetChange(self.id, previous, new_target, wanted, False, note)
 
-    def _not_below_unprotected(self, raw: dict[str, Any], previous: float, wanted: int, note: str) -> tuple[int, str]:
-        """``wanted``, or the weight of the members a scale-in may take (neither leaving nor in
-        standby) when some are not protected from it, never above ``previous``: AWS would choose
-        which of them to kill."""
+    def _unprotected_floor(self, raw: dict[str, Any]) -> tuple[int, int]:
+        """(the weight of the members a scale-in may take: neither leaving nor in standby, how many
+        of them are not protected from it); (0, 0) when all are."""
         lifecycles = (*LEAVING_LIFECYCLE, *STANDBY_LIFECYCLE)
         members = [m for m in raw.get("Instances") or () if not str(m.get("LifecycleState", "")).startswith(lifecycles)]
         unprotected = sum(1 for m in members if not m.get("ProtectedFromScaleIn"))
         if not unprotected:
-            return wanted, note
+            return 0, 0
         weights = override_weights(raw)
-        staying = whole_units(sum(member_weight(m, weights) for m in members))
-        floor = int(min(previous, staying))
-        if floor <= wanted:
-            return wanted, note
-        why = (
-            f"not lowered below {floor} (asked {wanted}): {unprotected} of its instances are not protected from "
-            "scale-in, so AWS would choose which to kill; terminating chosen instances lowers it"
-        )
-        log.warning("%s: %s", self.label, why)
-        return floor, why
+        return whole_units(sum(member_weight(m, weights) for m in members)), unprotected
 
     def terminate_instances(self, instance_ids: Iterable[str], dry_run: bool = False) -> Termination:
         raw = self._describe()

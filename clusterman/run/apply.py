@@ -125,9 +125,9 @@ def _targets(decision: Decision, report: ApplyReport) -> dict[str, Fraction]:
     whose taint failed: such a node stays ready with its pods, and lowering its group's target
     anyway would shrink the pool by a node the next run removes again."""
     targets = dict(decision.group_targets)
+    tainted = set(report.tainted_now)
     for c in decision.consolidation.chosen:
-        result = report.tainted.get(c.node)
-        if c.choice is Choice.REMOVE and (result is None or not result.ok) and c.group in targets:
+        if c.choice is Choice.REMOVE and c.node not in tainted and c.group in targets:
             targets[c.group] += c.weight
     return targets
 
@@ -136,9 +136,8 @@ def _draining(decision: Decision, snapshot: PoolSnapshot, report: ApplyReport) -
     """Nodes tainted before this run, plus those tainted now, minus those the decision keeps: a node
     whose untaint failed is still one to keep, and evicting its pods would move them for nothing."""
     keep = set(decision.untaint)
-    tainted_now = [n for n, r in report.tainted.items() if r.ok]
     earlier = [node_id for node_id in snapshot.node_sets.tainted_ids if node_id not in keep]
-    return list(dict.fromkeys([*earlier, *tainted_now]))
+    return list(dict.fromkeys([*earlier, *report.tainted_now]))
 
 
 def _terminate(

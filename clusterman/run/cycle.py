@@ -350,7 +350,7 @@ class Cycle:
         spend would count evictions that never happen and use the hourly budget up. Kept again;
         when that cannot be, the next run's save keeps it."""
         state = decision.state
-        tainted = {n for n, result in applied.tainted.items() if result.ok}
+        tainted = set(applied.tainted_now)
         untainted = [c.node for c in decision.consolidation.chosen if c.node not in tainted]
         if not untainted:
             return state
@@ -505,16 +505,16 @@ class Cycle:
         for node_id, result in applied.untainted.items():
             if result.ok:
                 node_event(NodeAction.UNTAINT, node_id, d.node_reasons.get(node_id, result.detail))
-        for node_id, result in applied.tainted.items():
-            if result.ok:
-                node_event(NodeAction.TAINT, node_id, d.node_reasons.get(node_id, result.detail))
+        tainted = applied.tainted_now
+        for node_id in tainted:
+            node_event(NodeAction.TAINT, node_id, d.node_reasons.get(node_id, applied.tainted[node_id].detail))
         for node_id, drain in applied.drains.items():
             if drain.status is not DrainStatus.FAILED and (drain.evicted or drain.status is DrainStatus.DONE):
                 node_event(NodeAction.DRAIN, node_id, drain.detail or drain.status.value)
         if not applied.dry_run:
             self.recorder.evicted(sum(drain.evicted for drain in applied.drains.values()))
         for c in d.consolidation.chosen:
-            if c.node in applied.tainted and applied.tainted[c.node].ok:
+            if c.node in tainted:
                 size = snapshot.node(c.node).allocatable
                 self.recorder.consolidated(c.choice.value, c.node, c.group, size, prefix + c.line(d.consolidation.slot))
         by_instance = {n.instance_id: n for n in snapshot.nodes if n.instance_id} if applied.terminations else {}

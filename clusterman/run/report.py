@@ -40,6 +40,11 @@ class ApplyReport:
     not_removed: Fraction = Fraction(0)
 
     @property
+    def tainted_now(self) -> list[str]:
+        """The nodes this run tainted (asked, and done)."""
+        return [n for n, r in self.tainted.items() if r.ok]
+
+    @property
     def terminated(self) -> list[str]:
         return [i for t in self.terminations for i in t.terminated]
 

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import gc
 import sqlite3
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
@@ -18,6 +15,7 @@ from clusterman.datastore.sqlite import SqliteStore
 from clusterman.datastore.store import MetricsError
 from clusterman.datastore.store import Point
 from clusterman.local.moto_server import free_port
+from clusterman_signals.wire import gc_paused
 from itests.datastore.conftest import IDENTITY
 from itests.datastore.conftest import PROMQL
 from itests.datastore.conftest import SYS
@@ -206,7 +204,7 @@ def test_dynamodb_that_does_not_answer_fails_a_call_within_its_budget():
     silent = SilentServer()
     try:
         store = DynamoDBStore(AwsSettings("us-west-2", silent.url), unique_tables(), call_budget_seconds=budget)
-        with no_collection(), pytest.raises(MetricsError, match=f"DynamoDB at {silent.url}"):
+        with gc_paused(), pytest.raises(MetricsError, match=f"DynamoDB at {silent.url}"):
             started = time.monotonic()
             store.read(SYS, WEB_CPUS, 0, 100)
         took = time.monotonic() - started
@@ -222,25 +220,12 @@ def test_dynamodb_that_does_not_answer_fails_a_call_within_its_budget():
     assert took < budget + attempt + attempts * healthy, (took, healthy)
 
 
-@contextmanager
-def no_collection() -> Iterator[None]:
-    """No garbage collection meanwhile: in a pytest worker that has run other tests a full one took
-    0.6-1.0 s on a loaded machine, and fell in every other new store's first read (making its client)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def healthy_read_seconds(budget: float) -> float:
     """How long the same read takes from a new store against a DynamoDB that answers at once."""
     empty = (200, {"Content-Type": "application/x-amz-json-1.0"}, b'{"Items": [], "Count": 0}')
     with CannedServer(lambda body, headers: empty) as server:
         store = DynamoDBStore(AwsSettings("us-west-2", server.url), unique_tables(), call_budget_seconds=budget)
-        with no_collection():
+        with gc_paused():
             started = time.monotonic()
             assert store.read(SYS, WEB_CPUS, 0, 100) == []
             return time.monotonic() - started
