@@ -440,3 +440,18 @@ def test_the_client_reads_the_newest_of_a_type_across_pages(make_service):
     client = EventClient(service.server.url)
     assert [r.id for r in client.newest(5, {EventType.POOL})] == pools[-5:]
     assert [r.id for r in client.history(None, types={EventType.POOL})] == pools
+
+
+def test_a_peer_that_resets_mid_request_is_no_traceback_on_stderr(make_service, capfd):
+    """A client that leaves mid-request (killed, a proxy's reset) is routine: logged at debug, never
+    a multi-line traceback on the autoscaler's stderr."""
+    service = make_service()
+    host, port = service.server.url.removeprefix("http://").split(":")
+    for _ in range(5):
+        peer = socket.create_connection((host, int(port)), timeout=5)
+        peer.sendall(b"GET /api/v1/events?count=1 HT")  # half a request line
+        peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        peer.close()  # with linger 0: a reset
+    time.sleep(0.5)
+    assert get(service, "/healthz")[0] == 200  # still serving
+    assert "Exception occurred during processing of request" not in capfd.readouterr().err

@@ -23,6 +23,7 @@ import logging
 import math
 import re
 import socket
+import sys
 import threading
 import time
 import urllib.parse
@@ -462,6 +463,15 @@ class _HTTPServer(ThreadingHTTPServer):
         except OSError:
             pass
         self.shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A peer that left mid-request or mid-answer (a reset, a broken pipe) is routine; anything
+        else is a bug. Both go to the log: socketserver would print a traceback on stderr."""
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            log.debug("event API: connection from %s ended: %s", client_address[0], error)
+        else:
+            log.exception("event API: a request from %s failed", client_address[0])
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
