@@ -154,7 +154,9 @@ def test_a_stopped_signal_runner_is_restarted_by_the_bootstrap(tmp_path, moto_se
         print(f"runner restarted {restarted - stopped:.1f} s after SIGSTOP (period 1 s, 3 periods)")
         line = next(x for x in tree.log.read_text().splitlines() if "has not answered the autoscaler for" in x)
         assert f"the signal {tree.namespace}.ConstantSignal@v1 for __default__ (pid {victim})" in line, line
-        assert all("target 5 -> 5" in d for d in tree.decisions()[runs:]), tree.decisions()[runs:]
+        # every decision since keeps the pool as it was (a loaded machine adds "overrun" lines)
+        decided = [d for d in tree.decisions()[runs:] if "| target" in d]
+        assert decided and all("target 5 -> 5" in d for d in decided), tree.decisions()[runs:]
         assert tree.bootstrap.poll() is None
     finally:
         tree.stop()
