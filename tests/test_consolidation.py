@@ -600,6 +600,85 @@ def test_the_kept_state_of_the_version_before_names_no_node_and_still_counts():
             DisruptionState.from_json({"evictions": [bad]})
 
 
+# --- a choice whose taint's outcome is unknown, settled by the next run's snapshot ----------------
+
+
+def chosen_state() -> DisruptionState:
+    """a and b chosen at NOW (a to remove with 2 pods, b to keep with 3), both candidates since
+    NOW - 700; c a candidate that stays one; d drained to be kept an hour ago; e removed a minute ago."""
+    before = DisruptionState(
+        since=(("a", NOW - 700), ("b", NOW - 700), ("c", NOW - 100)),
+        evictions=((NOW - 60, "e", 1),),
+        keeping=(("d", NOW - 1200),),
+    )
+    return before.after(NOW, ["a", "b", "c"], {"a": 2, "b": 3}, ["b"])
+
+
+def test_a_choice_is_unknown_until_the_run_learns_its_taint():
+    state = chosen_state()
+    assert state.unknown == (("a", NOW, NOW - 700), ("b", NOW, NOW - 700))
+    assert state.evicted(NOW) == 6 and state.kept == {"b": NOW, "d": NOW - 1200}
+    assert state.candidate_since("a") is None and state.candidate_since("c") == NOW - 100
+    done = state.confirmed(["a", "b"])
+    assert done.unknown == () and done.evictions == state.evictions and done.keeping == state.keeping
+    assert state.confirmed(["x"]) is state
+    # an entry left unknown for an hour (no run settled it) no longer matters: dropped
+    later = state.after(NOW + 3600, [], {}, [])
+    assert later.unknown == () and later.evicted(NOW + 3600) == 0
+
+
+def test_untaken_gives_a_node_back_its_candidate_time():
+    """It was a candidate all along: the next run may choose it without waiting consolidate_after again."""
+    back = chosen_state().untaken(["a"], NOW)
+    assert back.candidate_since("a") == NOW - 700 and back.candidate_since("b") is None
+    assert back.evictions == ((NOW - 60, "e", 1), (NOW, "b", 3)) and back.unknown == (("b", NOW, NOW - 700),)
+    # not chosen at that time: nothing taken back, no time restored
+    assert chosen_state().untaken(["a"], NOW - 1) == chosen_state()
+
+
+@pytest.mark.parametrize("b_found", ["tainted", "untainted", "gone"])
+@pytest.mark.parametrize("a_found", ["tainted", "untainted", "gone"])
+def test_the_next_run_settles_an_unknown_taint_from_its_snapshot(a_found, b_found):
+    """Found tainted: the taint landed, the spend stands (a node to remove stays one, a node to
+    keep stays kept). Found untainted: it did not, the spend is taken back and the node is a
+    candidate since its old time. Gone: nothing was evicted for it, the spend is taken back."""
+    found = {"a": a_found, "b": b_found}
+    present = {"c", "d", "e", *(n for n, f in found.items() if f != "gone")}
+    tainted = {"d", *(n for n, f in found.items() if f == "tainted")}
+    settled, how = chosen_state().settled(tainted, present)
+    assert how == found and settled.unknown == ()
+    evictions = [(NOW - 60, "e", 1)]
+    evictions += [(NOW, "a", 2)] if a_found == "tainted" else []
+    evictions += [(NOW, "b", 3)] if b_found == "tainted" else []
+    assert list(settled.evictions) == evictions
+    assert settled.kept == {"d": NOW - 1200, **({"b": NOW} if b_found == "tainted" else {})}
+    for n, f in found.items():
+        assert settled.candidate_since(n) == (NOW - 700 if f == "untainted" else None), n
+    assert settled.candidate_since("c") == NOW - 100
+    assert settled.settled(tainted, present) == (settled, {})
+
+
+def test_the_state_written_by_the_version_before_loads_and_the_unknown_survives_a_restart():
+    """The version before wrote no ``unknown``: its state loads with none; the new one round-trips."""
+    from clusterman.decision import AutoscalerState
+
+    before = {
+        "since": {"c": NOW - 100},
+        "evictions": [[NOW - 60, "e", 1], [NOW - 90, 4]],
+        "keeping": {"d": NOW - 1200},
+        "grew_at": None,
+        "given_up": {},
+    }
+    old = DisruptionState.from_json(before)
+    assert old.unknown == () and old.evicted(NOW) == 5 and old.kept == {"d": NOW - 1200}
+    state = AutoscalerState(disruption=chosen_state())
+    assert state.as_json()["disruption"]["unknown"] == {"a": [NOW, NOW - 700], "b": [NOW, NOW - 700]}
+    assert AutoscalerState.from_json(state.as_json()) == state
+    for bad in ({"a": NOW}, {"a": [NOW]}, {"a": [NOW, -1]}, {"a": ["x", NOW]}, ["a"]):
+        with pytest.raises(ValueError, match=r"disruption\.unknown"):
+            DisruptionState.from_json({"unknown": bad})
+
+
 class SlowStore:
     """A state store whose writes take ``seconds`` of the run's clock (a slow or loaded API), or
     fail from the ``fail_from``-th on."""
@@ -623,7 +702,9 @@ class SlowStore:
         self.store.put(item)  # type: ignore[attr-defined]
 
 
-def consolidating_cycle(pool: SimulatedPool, store: SlowStore, budget: float | None = None, reserve: int = 2):
+def consolidating_cycle(
+    pool: SimulatedPool, store: SlowStore, budget: float | None = None, reserve: int = 2, after: float = 0.0
+):
     from clusterman.core.config import PoolIdentity
     from clusterman.core.config import Scheduler
     from clusterman.events.exporter import AutoscalerMetrics
@@ -641,7 +722,11 @@ def consolidating_cycle(pool: SimulatedPool, store: SlowStore, budget: float | N
         cloud=pool.cloud,
         lifecycle=pool.lifecycle,
         demand=InternalDemand(),  # 26.5 CPUs running: 4 nodes at 95%, n4 removed
-        policy=replace(consolidating(), slot_reserve=reserve),  # 3: n4 is drained to be kept
+        policy=replace(  # reserve 3: n4 is drained to be kept
+            consolidating(),
+            slot_reserve=reserve,
+            consolidation=replace(consolidating().consolidation, consolidate_after_seconds=after),
+        ),
         recorder=Recorder(EventPublisher(EventRing(1000)), AutoscalerMetrics("c", "p"), "p", lambda: 0),
         keeper=keeper,
         budget_seconds=budget,
@@ -664,6 +749,76 @@ def failing_taint(pool: SimulatedPool, node_id: str) -> None:
         return {**done, node_id: NodeResult(node_id, Outcome.FAILED, "the API server refused the patch")}
 
     pool.lifecycle.taint = refusing  # type: ignore[method-assign]
+
+
+def unanswered_taint(pool: SimulatedPool, node_id: str, applied: bool) -> None:
+    """``node_id``'s taint is not answered (a timeout), once: carried out all the same, or not."""
+    from clusterman.cluster.lifecycle import NodeResult
+    from clusterman.cluster.lifecycle import Outcome
+
+    taint = pool.lifecycle.taint
+
+    def silent(node_ids, now):
+        pool.lifecycle.taint = taint  # type: ignore[method-assign]
+        done = dict(taint([n for n in node_ids if applied or n != node_id], now))
+        return {**done, node_id: NodeResult(node_id, Outcome.FAILED, "timed out", unknown=True)}
+
+    pool.lifecycle.taint = silent  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("choice", ["remove", "keep"])
+@pytest.mark.parametrize("applied", [True, False], ids=["applied", "not applied"])
+def test_a_taint_not_answered_is_settled_by_the_next_run(tmp_path, applied, choice):
+    """The run cannot tell a taint that landed from one that did not: the spend stands, kept as
+    unknown. The next run finds the node tainted (the spend stands: one count of its pod, the
+    node goes on as chosen) or untainted (taken back: chosen again, counted once then)."""
+    from clusterman.state.store import SqliteStateStore
+
+    pool = SimulatedPool("first_fit")
+    store = SlowStore(SqliteStateStore(tmp_path / "state.sqlite"), pool)
+    cycle, keeper = consolidating_cycle(pool, store, reserve=3 if choice == "keep" else 2)
+    n4, first = pool.ids[4], pool.now
+    unanswered_taint(pool, n4, applied)
+    report = cycle.run_once(pool.now)
+    assert [(c.choice.value, c.node) for c in report.decision.consolidation.chosen] == [(choice, n4)], report.line()
+    assert not report.applied.tainted[n4].ok
+    assert pool.connector.snapshot(pool.now).node(n4).state.value == ("tainted" if applied else "ready")
+    for state in (cycle.state.disruption, keeper.load().disruption):  # the spend stands, marked unknown
+        assert state.evictions == ((first, n4, 1),) and state.unknown == ((n4, first, first),)
+        assert state.kept == ({n4: first} if choice == "keep" else {})
+
+    pool.now += 60
+    again = cycle.run_once(pool.now)
+    chosen = [c.node for c in again.decision.consolidation.chosen]
+    assert chosen == ([] if applied else [n4]), again.line()
+    at = first if applied else pool.now  # counted once, when the taint was done
+    for state in (cycle.state.disruption, keeper.load().disruption):
+        assert state.evictions == ((at, n4, 1),) and state.unknown == ()
+        assert state.kept == ({n4: at} if choice == "keep" else {})
+    assert pool.connector.snapshot(pool.now).node(n4).state.value == "tainted"
+
+
+def test_a_node_whose_spend_is_taken_back_keeps_its_candidate_time(tmp_path):
+    """Chosen after consolidate_after, its taint refused: it was a candidate all along, so the next
+    run chooses it again rather than waiting consolidate_after once more."""
+    from clusterman.state.store import SqliteStateStore
+
+    pool = SimulatedPool("first_fit")
+    store = SlowStore(SqliteStateStore(tmp_path / "state.sqlite"), pool)
+    cycle, keeper = consolidating_cycle(pool, store, after=300.0)
+    n4, since = pool.ids[4], pool.now
+    waiting = cycle.run_once(pool.now)
+    assert waiting.decision.consolidation.chosen == () and cycle.state.disruption.candidate_since(n4) == since
+    pool.now += 300
+    failing_taint(pool, n4)
+    refused = cycle.run_once(pool.now)
+    assert [c.node for c in refused.decision.consolidation.chosen] == [n4], refused.line()
+    assert not refused.applied.tainted[n4].ok
+    assert cycle.state.disruption.candidate_since(n4) == since == keeper.load().disruption.candidate_since(n4)
+    pool.now += 60
+    again = cycle.run_once(pool.now)
+    assert [c.node for c in again.decision.consolidation.chosen] == [n4], again.line()
+    assert again.applied.tainted[n4].ok and cycle.state.disruption.evictions == ((pool.now, n4, 1),)
 
 
 @pytest.mark.parametrize("choice", ["remove", "keep"])
@@ -719,7 +874,7 @@ def test_a_spend_taken_back_that_cannot_be_kept_is_kept_by_the_next_run(tmp_path
     store.fail_from = 2  # the state kept before acting is written; the corrected one is not
     report = cycle.run_once(pool.now)
     assert report.outcome.value == "acted" and not report.applied.tainted[n4].ok
-    assert "cannot keep the autoscaler state with consolidation's spend taken back" in caplog.text
+    assert "cannot keep the autoscaler state with consolidation's spend taken back or confirmed" in caplog.text
     assert cycle.state.disruption.evicted(pool.now) == 0  # corrected in memory
     assert keeper.load().disruption.evicted(pool.now) == 1  # the store still has the spend
 

@@ -110,9 +110,17 @@ def is_pinned(pod: Mapping[str, Any], keys: Iterable[str]) -> bool:
 class ApiFailure(Exception):
     """An API call failed; the message is one line (status, reason, the server's message)."""
 
-    def __init__(self, message: str, status: int = 0) -> None:
+    def __init__(self, message: str, status: int = 0, unanswered: bool = False) -> None:
         super().__init__(message)
         self.status = status  # the HTTP status, 0 when there was no answer
+        self.unanswered = unanswered  # sent, and no answer came back: it may have been carried out
+
+    @property
+    def outcome_unknown(self) -> bool:
+        """Whether the call may have been carried out all the same: no answer, an answer that is
+        not JSON, or a server error (the API server's own timeout is a 500 or a 504 after it may
+        have written to etcd). A 4xx is a clear refusal: nothing was changed."""
+        return self.unanswered or self.status >= 500
 
 
 class KubernetesLifecycle(NodeLifecycle):
@@ -202,7 +210,7 @@ class KubernetesLifecycle(NodeLifecycle):
                     if e.status == 409:
                         log.info("node %s changed while we edited its taints; reading it again", node_id)
                         continue
-                    raise
+                    return self.result(node_id, Outcome.FAILED, str(e), unknown=e.outcome_unknown)
                 return self.result(node_id, Outcome.CHANGED, done)
         except ApiFailure as e:
             return self.result(node_id, Outcome.FAILED, str(e))
@@ -324,9 +332,9 @@ class KubernetesLifecycle(NodeLifecycle):
             # period later tries again
             self._silent_until = time.monotonic() + ATTEMPTS * self.timeout_seconds
             self._silence = f"the kubernetes API did not answer {what} just before"
-            raise ApiFailure(f"{what}: cannot reach the kubernetes API: {e}") from e
+            raise ApiFailure(f"{what}: cannot reach the kubernetes API: {e}", unanswered=True) from e
         except ValueError as e:
-            raise ApiFailure(f"{what}: the answer is not JSON: {e}") from e
+            raise ApiFailure(f"{what}: the answer is not JSON: {e}", unanswered=True) from e
 
     def _api(self) -> kubernetes.client.CoreV1Api:
         if self._client is None:

@@ -36,6 +36,9 @@ class NodeResult:
     outcome: Outcome
     detail: str = ""  # what was (or would be) done, or why it failed
     dry_run: bool = False
+    # FAILED without a clear answer (a timeout, a lost connection, a server error): the change may
+    # have been made all the same, and only a later read of the node tells
+    unknown: bool = False
 
     @property
     def ok(self) -> bool:
@@ -105,9 +108,9 @@ class NodeLifecycle(abc.ABC):
 
     # helpers for adapters ------------------------------------------------------------------------
 
-    def result(self, node_id: str, outcome: Outcome, detail: str = "") -> NodeResult:
+    def result(self, node_id: str, outcome: Outcome, detail: str = "", unknown: bool = False) -> NodeResult:
         """A result, marked as a dry run when this lifecycle is one."""
-        return NodeResult(node_id, outcome, detail, self.dry_run)
+        return NodeResult(node_id, outcome, detail, self.dry_run, unknown)
 
     def unchanged(self, node_ids: Iterable[str], detail: str) -> Results:
         return {n: self.result(n, Outcome.UNCHANGED, detail) for n in unique(node_ids)}

@@ -12,11 +12,17 @@ Remembered in the ``AutoscalerState`` (and so in the state store: a restart keep
              disruption budget protects for good does not keep its node tainted most of the time
   grew_at    when a decision last raised the pool's target: nothing is drained for
              ``consolidate_after`` after it (demand that rose may go on rising)
+  unknown    per node chosen whose taint's outcome is not known, (when chosen, since when it was
+             a candidate): the state is kept before the run acts, so every choice is one until the
+             run learns its taint's result; a taint not answered (a timeout, a lost connection, a
+             server error) may have been applied or not, and a run killed before learning it left
+             it so: the next run settles it from its snapshot (``settled``)
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from collections.abc import Iterable
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,6 +42,7 @@ class DisruptionState:
     keeping: tuple[tuple[str, float], ...] = ()
     grew_at: float = NO_TIME
     given_up: tuple[tuple[str, float], ...] = ()
+    unknown: tuple[tuple[str, float, float], ...] = ()  # (node, chosen at, candidate since)
 
     def evicted(self, now: float) -> int:
         """Pods consolidation evicted within the last hour."""
@@ -68,7 +75,9 @@ class DisruptionState:
         kept: Iterable[str],
     ) -> DisruptionState:
         """The state for the next run: ``candidates`` qualify now (each keeps its first time),
-        ``drained`` nodes (and their pods) were chosen now, ``kept`` of them to be kept."""
+        ``drained`` nodes (and their pods) were chosen now, ``kept`` of them to be kept. Each
+        drained node's outcome is unknown until the run learns its taint's result; one left
+        unknown for an hour no longer matters (its evictions have left the hour) and is dropped."""
         since = dict(self.since)
         fresh = tuple((n, since.get(n, now)) for n in candidates if n not in drained)
         evictions = tuple(e for e in self.evictions if now - e[0] < HOUR)
@@ -76,16 +85,70 @@ class DisruptionState:
         keeping = dict(self.keeping)
         keeping.update((n, now) for n in kept)
         resting = tuple(self._given_up_since(now).items())
-        return replace(self, since=fresh, evictions=evictions, keeping=tuple(sorted(keeping.items())), given_up=resting)
+        unknown = {n: (at, t) for n, at, t in self.unknown if now - at < HOUR}
+        unknown.update((n, (now, since.get(n, now))) for n in drained)
+        return replace(
+            self,
+            since=fresh,
+            evictions=evictions,
+            keeping=tuple(sorted(keeping.items())),
+            given_up=resting,
+            unknown=tuple(sorted((n, at, t) for n, (at, t) in unknown.items())),
+        )
 
     def untaken(self, nodes: Iterable[str], now: float) -> DisruptionState:
         """The same, without what choosing ``nodes`` at ``now`` spent: they were never tainted (the
         run stopped before changing taints, or their taint failed), so none of their pods are
-        evicted for that choice and the next run may choose them again."""
-        untainted = set(nodes)
-        evictions = tuple(e for e in self.evictions if not (e[0] == now and e[1] in untainted))
-        keeping = tuple((n, t) for n, t in self.keeping if not (t == now and n in untainted))
-        return replace(self, evictions=evictions, keeping=keeping)
+        evicted for that choice and the next run may choose them again, as candidates since
+        when they were ones before (they never stopped being: no new ``consolidate_after`` wait)."""
+        back = set(nodes)
+        return self._back({n: now for n in back}, {n: t for n, at, t in self.unknown if at == now and n in back})
+
+    def confirmed(self, nodes: Iterable[str]) -> DisruptionState:
+        """The same, with the taint of ``nodes`` known done: what choosing them spent stands."""
+        done = set(nodes)
+        if not any(n in done for n, _, _ in self.unknown):
+            return self
+        return replace(self, unknown=tuple(e for e in self.unknown if e[0] not in done))
+
+    def settled(self, tainted: Collection[str], present: Collection[str]) -> tuple[DisruptionState, dict[str, str]]:
+        """The same with each choice whose taint's outcome was unknown settled by a snapshot read
+        since (``tainted``: the nodes tainted for scale-down in it, ``present``: every node in
+        it): a node found tainted was tainted by it, and its spend stands (a node to remove goes on
+        as one, a node to keep as one); a node found untainted was not, and its spend is taken back
+        (its candidate time restored, as ``untaken``); a node gone evicted nothing for it: its
+        spend is taken back. Also, per node settled, how: "tainted", "untainted" or "gone"."""
+        if not self.unknown:
+            return self, {}
+        found: dict[str, str] = {}
+        chosen_at: dict[str, float] = {}
+        since: dict[str, float] = {}
+        for node, at, candidate in self.unknown:
+            if node in tainted:
+                found[node] = "tainted"
+                continue
+            found[node] = "untainted" if node in present else "gone"
+            chosen_at[node] = at
+            if node in present:
+                since[node] = candidate
+        state = self._back(chosen_at, since)
+        return replace(state, unknown=()), found
+
+    def _back(self, chosen_at: Mapping[str, float], since: Mapping[str, float]) -> DisruptionState:
+        """Without what choosing each node at its time spent (its evictions, its place among the
+        nodes kept, its unknown outcome), each of ``since`` a candidate again since that time."""
+        evictions = tuple(e for e in self.evictions if chosen_at.get(e[1]) != e[0])
+        keeping = tuple((n, t) for n, t in self.keeping if chosen_at.get(n) != t)
+        unknown = tuple(e for e in self.unknown if chosen_at.get(e[0]) != e[1])
+        candidates = dict(self.since)
+        restored = {n: t for n, t in since.items() if n not in candidates}
+        return replace(
+            self,
+            since=tuple(sorted({**candidates, **restored}.items())) if restored else self.since,
+            evictions=evictions,
+            keeping=keeping,
+            unknown=unknown,
+        )
 
     def after_release(self, released: Iterable[str], given_up: Iterable[str], now: float) -> DisruptionState:
         """The same, without the kept nodes ``released`` (untainted, terminated or gone), those
@@ -103,6 +166,7 @@ class DisruptionState:
             "keeping": {n: t for n, t in self.keeping},
             "grew_at": None if self.grew_at == NO_TIME else self.grew_at,
             "given_up": {n: t for n, t in self.given_up},
+            "unknown": {n: [at, since] for n, at, since in self.unknown},
         }
 
     @staticmethod
@@ -125,6 +189,7 @@ class DisruptionState:
             _times(data, "keeping"),
             NO_TIME if grew is None else float(grew),
             _times(data, "given_up"),
+            _unknown(data.get("unknown") or {}),
         )
 
 
@@ -137,6 +202,16 @@ def _eviction(entry: Any) -> bool:
     if not isinstance(entry, list) or len(entry) not in (2, 3) or not _number(entry[0]) or not _number(entry[-1]):
         return False
     return len(entry) == 2 or isinstance(entry[1], str)
+
+
+def _unknown(value: Any) -> tuple[tuple[str, float, float], ...]:
+    """{node: [chosen at, candidate since]}."""
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, list) and len(v) == 2 and all(_number(t) for t in v)
+        for k, v in value.items()
+    ):
+        raise ValueError(f"disruption.unknown: expected an object of node id -> [time, time], got {value!r}")
+    return tuple(sorted((k, float(v[0]), float(v[1])) for k, v in value.items()))
 
 
 def _times(data: Mapping[str, Any], name: str) -> tuple[tuple[str, float], ...]:

@@ -175,6 +175,8 @@ class Cycle:
             self.recorder.error(ErrorSource.CLOUD, error.group, error.problem)
         if not unreadable:
             self._last_target = snapshot.target_capacity
+        if not self.dry_run:
+            self._settle(snapshot)
         unseen = self._unseen(snapshot, unreadable)
         permit.going_on()  # a run that makes progress keeps its lease; ``acting`` asks before it acts
         if self.record:
@@ -344,23 +346,53 @@ class Cycle:
         self._kept = state
         return ""
 
+    def _settle(self, snapshot: PoolSnapshot) -> None:
+        """Settle, from this run's snapshot, the nodes an earlier run chose whose taint's outcome it
+        did not learn (not answered, or that run was killed): one found tainted was tainted by it,
+        and what choosing it spent stands; one found untainted or gone was not, and that spend is
+        taken back. The state is kept with the rest before this run acts."""
+        before = self.state.disruption
+        if not before.unknown:
+            return
+        present = {n.id: n for n in snapshot.nodes if n.state is not NodeState.ORPHAN}
+        tainted = [n for n, node in present.items() if node.state is NodeState.TAINTED]
+        after, found = before.settled(tainted, present)
+        self.state = replace(self.state, disruption=after)
+        for how in ("tainted", "untainted", "gone"):
+            nodes = ", ".join(n for n, h in found.items() if h == how)
+            if nodes:
+                spend = "stands" if how == "tainted" else "taken back"
+                log.info("consolidation's spend on %s %s: its taint's outcome was unknown, found %s", nodes, spend, how)
+
     def _untaken(self, decision: Decision, applied: ApplyReport, now: float) -> AutoscalerState:
         """The decision's state, without what consolidation spent on nodes it chose that were never
-        tainted (acting stopped before taints, or their taint failed): kept before acting, that
-        spend would count evictions that never happen and use the hourly budget up. Kept again;
-        when that cannot be, the next run's save keeps it."""
+        tainted (acting stopped before taints, or their taint was refused): kept before acting,
+        that spend would count evictions that never happen and use the hourly budget up. A node
+        whose taint was not answered may be tainted all the same: its spend stays, its outcome
+        unknown, and the next run settles it from its snapshot (``_settle``). Kept again, with the
+        nodes tainted known so (a restart must not settle them later, on a snapshot where they are
+        gone); when that cannot be, the next run's save keeps it."""
         state = decision.state
         tainted = set(applied.tainted_now)
-        untainted = [c.node for c in decision.consolidation.chosen if c.node not in tainted]
-        if not untainted:
+        chosen = [c.node for c in decision.consolidation.chosen]
+        unknown = [n for n in chosen if n not in tainted and n in applied.tainted and applied.tainted[n].unknown]
+        untainted = [n for n in chosen if n not in tainted and n not in unknown]
+        if unknown:
+            log.warning(
+                "consolidation's spend on %s stands until the next run reads it: its taint was not answered",
+                ", ".join(unknown),
+            )
+        disruption = state.disruption.confirmed(n for n in chosen if n in tainted).untaken(untainted, now)
+        if disruption == state.disruption:
             return state
-        state = replace(state, disruption=state.disruption.untaken(untainted, now))
-        if state == decision.state:
-            return state
-        log.info("consolidation's spend on %s taken back: not tainted", ", ".join(untainted))
+        state = replace(state, disruption=disruption)
+        if untainted:
+            log.info("consolidation's spend on %s taken back: not tainted", ", ".join(untainted))
         unsaved = self._save(state, now)
         if unsaved:
-            log.warning("cannot keep the autoscaler state with consolidation's spend taken back: %s", unsaved)
+            log.warning(
+                "cannot keep the autoscaler state with consolidation's spend taken back or confirmed: %s", unsaved
+            )
         return state
 
     # --- the ways a run ends without deciding -------------------------------------------------
