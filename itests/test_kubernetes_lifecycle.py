@@ -260,3 +260,34 @@ def test_a_429_from_the_servers_rate_limit_is_not_called_a_disruption_budget(api
     assert result.status is DrainStatus.NOT_NOW and result.remaining == 1
     assert f"1 refused for now by the API server: {WEB} (429 Too Many Requests: Too many requests" in result.detail
     assert "disruption budget" not in result.detail
+
+
+def test_a_taint_not_answered_is_unknown_and_a_refused_one_is_not(api, config):
+    """A taint the server applied but answered after the client's timeout, or a server error (an
+    etcd timeout) may be done all the same: its result says so, for the next run to settle. A 4xx
+    is a clear refusal, and a call not tried (the API silent just before) changed nothing."""
+    lifecycle = KubernetesLifecycle(config, timeout_seconds=0.5)
+    late, refused, erred, after_it = N.format(10), N.format(13), N.format(12), "ip-10-0-2-20.us-west-2.compute.internal"
+    answered_late = set()
+
+    def after(request, answer):
+        if request.method == "PATCH" and request.path == f"/api/v1/nodes/{late}" and not answered_late:
+            answered_late.add(late)
+            time.sleep(1.5)  # applied, answered after the client gave up
+
+    api.after_answer = after
+    api.patch_errors[refused] = [status(403, "Forbidden", 'nodes "x" is forbidden: the webhook said no')]
+    api.patch_errors[erred] = [status(500, "InternalError", "Timeout: request did not complete within 34s")]
+    try:
+        first = lifecycle.taint([refused, erred], NOW)
+        assert [(r.outcome, r.unknown) for r in first.values()] == [(Outcome.FAILED, False), (Outcome.FAILED, True)]
+        assert "403" in first[refused].detail and "500" in first[erred].detail
+        assert all(key != SCALE_DOWN_TAINT_KEY for key, _, _ in taints(api, 13))
+        results = lifecycle.taint([late, after_it], NOW)
+    finally:
+        lifecycle.close()
+    assert results[late].outcome is Outcome.FAILED and results[late].unknown, results[late]
+    assert "cannot reach the kubernetes API" in results[late].detail
+    assert (SCALE_DOWN_TAINT_KEY, str(int(NOW)), "NoSchedule") in taints(api, 10)  # it landed
+    assert results[after_it].outcome is Outcome.FAILED and not results[after_it].unknown
+    assert "not tried" in results[after_it].detail
