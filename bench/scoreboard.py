@@ -102,7 +102,12 @@ OLD_SIGNAL: dict[str, Any] = {
     "parameters": [{"lookahead_minutes": 5}],
     "required_metrics": [{"name": name, "type": "system_metrics", "minute_range": 10} for name in OLD_METRICS],
 }
-OLD_AUTOSCALING: dict[str, Any] = {"setpoint": 0.7, "target_capacity_margin": 0.05, "consolidation": {"enabled": False}}
+OLD_AUTOSCALING: dict[str, Any] = {
+    "setpoint": 0.7,
+    "target_capacity_margin": 0.05,
+    "scale_up_hedge": 0,
+    "consolidation": {"enabled": False},
+}
 # Escalator's knobs, tuned on these traces (2 days each): of seven settings tried (scale up above
 # 80-90%, taint bands 65-80% / 45-60%, removal rates 1-2 and 3-8 nodes a minute), the one with the
 # lowest worst cost (1.18 x oracle) whose unmet demand stayed within a fifth of the least found.
@@ -114,6 +119,7 @@ ESCALATOR: dict[str, Any] = {
     "fast_node_removal_rate": 6,
     "soft_delete_grace_period": "1m",
     "hard_delete_grace_period": "10m",
+    "scale_up_hedge": 0,
     "consolidation": {"enabled": False},
 }
 VARIANTS = ("old", "new", "unconsolidated", "eager", "escalator", "perfect")
@@ -126,7 +132,8 @@ CONSOLIDATION: dict[str, dict[str, Any]] = {
 # the simulated scheduler's placements the old and new defaults are also scored under (docs/simulator.md)
 OTHER_PLACEMENTS = ("most_allocated", "least_allocated")
 INTEGER_CONSOLIDATION_KEYS = ("drains_per_run", "evictions_per_hour")
-AUTOSCALING_KEYS = ("setpoint", "target_capacity_margin", "slot_reserve", "slot_reserve_band", "slot_reserve_fraction")
+AUTOSCALING_KEYS = ("setpoint", "target_capacity_margin", "slot_reserve", "slot_reserve_band", "slot_reserve_fraction",
+                    "scale_up_hedge")  # fmt: skip
 
 
 def main_config(workdir: Path, variant: str, overrides: dict[str, Any] | None = None) -> Path:

@@ -83,7 +83,7 @@ def policy(**overrides: object) -> ScalingPolicy:
     }
     values.update(overrides)
     fractions = {"min_capacity", "max_capacity", "max_weight_to_add", "max_weight_to_remove", "setpoint",
-                 "target_capacity_margin"}  # fmt: skip
+                 "target_capacity_margin", "scale_up_hedge"}  # fmt: skip
     return ScalingPolicy(**{k: exact(v) if k in fractions else v for k, v in values.items()})  # type: ignore[arg-type]
 
 
@@ -106,8 +106,9 @@ def run(
 
 def apply(snap: PoolSnapshot, d: Decision, now: float, template: Node | None = None) -> PoolSnapshot:
     """The pool after the decision is carried out and the cloud has filled every group's target:
-    untainted nodes ready, tainted ones tainted at ``now``, terminated ones gone, new ready nodes
-    (copies of ``template`` or the group's first node) launched to reach each target."""
+    untainted nodes ready, tainted ones tainted at ``now``, terminated ones gone, joining ones
+    joined, new ready nodes (copies of ``template`` or the group's first node) launched to reach
+    each target."""
     untaint, taint, terminate = set(d.untaint), set(d.taint), set(d.terminate)
     kept = []
     for n in snap.nodes:
@@ -117,6 +118,8 @@ def apply(snap: PoolSnapshot, d: Decision, now: float, template: Node | None = N
             n = replace(n, state=READY, tainted_at=NO_TIME)
         elif n.id in taint:
             n = replace(n, state=TAINTED, tainted_at=now)
+        elif n.state is ORPHAN:
+            n = replace(n, state=READY)
         kept.append(n)
     groups = []
     for g in snap.groups:

@@ -153,6 +153,7 @@ class AutoscalingDefaults:
     slot_reserve: int = field(0, check=non_negative)
     slot_reserve_band: int = field(0, check=non_negative)
     slot_reserve_fraction: float = field(0.0, check=unit_interval)
+    scale_up_hedge: float = field(0.0, check=non_negative)
     consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
     excluded_resources: tuple[str, ...] = ()
     default_signal_role: str = "clusterman"
@@ -402,6 +403,8 @@ class PoolAutoscaling:
     slot_reserve: int | None = field(None, check=non_negative)
     slot_reserve_band: int | None = field(None, check=non_negative)
     slot_reserve_fraction: float | None = field(None, check=unit_interval)
+    # more asked for pending pods than they need, for the join delay's spread (docs/scaling.md)
+    scale_up_hedge: float | None = field(None, check=non_negative)
     consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
     excluded_resources: tuple[str, ...] | None = None
     prevent_scale_down_after_capacity_loss: bool = False

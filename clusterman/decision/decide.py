@@ -40,6 +40,8 @@ from clusterman.decision.exact import signed
 from clusterman.decision.holds import Hold
 from clusterman.decision.holds import HoldReason
 from clusterman.decision.holds import shown
+from clusterman.decision.joining import hedged
+from clusterman.decision.joining import held_while_joining
 from clusterman.decision.limits import clamp
 from clusterman.decision.loss_guard import NodeMemory
 from clusterman.decision.node_choice import NodeActions
@@ -101,6 +103,10 @@ def decide(
     slot = largest_in(view, snapshot.pending) if policy.slot_reserve else None
     places = Places(view, slot) if slot is not None and W > 0 else None
     proposal = propose(view, util, policy, slot, places)
+    pods_waiting = _pods_waiting(snapshot)
+    proposal = hedged(proposal, view, policy.scale_up_hedge, pods_waiting)
+    if pods_waiting and not blocked:  # a hold already keeps the target, and names itself
+        proposal = held_while_joining(proposal, view, now, policy.max_capacity)
     keeping = _keeping(view, state.disruption, now, policy.consolidation)
     plan = OFF
     if policy.consolidation.enabled:
@@ -204,7 +210,7 @@ def _in_flight(
         return shown(blocked)
     if joining:
         return f"{joining} nodes joining"
-    if any(not t.daemon and not t.revocable for t in snapshot.pending):
+    if _pods_waiting(snapshot):
         return "pods pending"
     grew = now - state.grew_at
     if state.grew_at != NO_TIME and grew < policy.consolidation.consolidate_after_seconds:
@@ -216,6 +222,11 @@ def _in_flight(
     if proposal.target < T:
         return "the pool scales down"
     return ""
+
+
+def _pods_waiting(snapshot: PoolSnapshot) -> bool:
+    """Pods that wait for capacity (daemons and revocable work do not ask for nodes)."""
+    return any(not t.daemon and not t.revocable for t in snapshot.pending)
 
 
 def _disruption_after(

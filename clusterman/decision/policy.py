@@ -86,6 +86,7 @@ class ScalingPolicy:
     slot_reserve: int = 0  # free places for the largest pod kept after scaling (slots.py)
     slot_reserve_band: int = 0  # more places a scale-down keeps: hysteresis against reserve churn
     slot_reserve_fraction: Fraction = Fraction(0)  # at least this fraction of the pool's places kept free
+    scale_up_hedge: Fraction = Fraction(0)  # more asked for pending pods, as a share of what they need (joining.py)
     max_tasks_to_kill: float = 0  # math.inf: no limit
     min_node_scalein_uptime_seconds: float = 0.0
     excluded_resources: frozenset[str] = frozenset()
@@ -149,6 +150,7 @@ class ScalingPolicy:
             slot_reserve_fraction=exact(
                 a.slot_reserve_fraction if a.slot_reserve_fraction is not None else d.slot_reserve_fraction
             ),
+            scale_up_hedge=exact(a.scale_up_hedge if a.scale_up_hedge is not None else d.scale_up_hedge),
             max_tasks_to_kill=limits.max_tasks_to_kill,
             min_node_scalein_uptime_seconds=float(limits.min_node_scalein_uptime_seconds),
             excluded_resources=frozenset(

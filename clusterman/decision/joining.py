@@ -1,0 +1,57 @@
+"""Capacity asked for and not yet joined (docs/scaling.md, "While nodes join").
+
+Instances join a join delay after launch, each at its own time, and pending pods run on the first
+ones to join. So a scale-up for pending pods that asks for exactly what they need leaves them
+waiting for the slowest instance. ``scale_up_hedge`` asks for that share more: enough instances
+join early, and the rest join empty and leave with the next scale-down.
+
+While pods wait and an instance launched less than ``JOIN_WAIT_SECONDS`` ago has not joined, the
+target is not lowered: the capacity is needed, and a sizing that dips meanwhile (the margin, a
+noisy forecast) would take it from the pods about to run. Once the pods run, the target follows
+the sizing again, joining instances or not.
+
+Pure: the proposal, the pool's view and the time in; a proposal out.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from clusterman.core.model import NO_TIME
+from clusterman.decision.exact import ceil
+from clusterman.decision.exact import percent
+from clusterman.decision.exact import show
+from clusterman.decision.pool_view import PoolView
+from clusterman.decision.target import Proposal
+
+JOIN_WAIT_SECONDS = 600.0  # an instance not joined this long after launch is not waited for
+
+
+def hedged(proposal: Proposal, view: PoolView, hedge: Fraction, pods_waiting: bool) -> Proposal:
+    """The proposal with ``hedge`` × its rise above the capacity there is (ready, or asked for
+    before) added, when pods wait for it."""
+    there = max(view.target, view.ready_total)
+    rise = proposal.target - there
+    if not hedge or not pods_waiting or rise <= 0:
+        return proposal
+    more = ceil(rise * hedge)
+    return Proposal(
+        proposal.target + more,
+        f"{proposal.reason}; hedge +{more} for the join delay's spread "
+        f"(scale_up_hedge {percent(hedge)}% of {show(rise)})",
+        proposal.asked,
+    )
+
+
+def held_while_joining(proposal: Proposal, view: PoolView, now: float, top: Fraction) -> Proposal:
+    """The proposal, or the current target when it is lower while pods wait and instances are
+    still joining; a target above ``top`` (max_capacity) is not held there."""
+    joining = [n for n in view.orphans if n.launched_at != NO_TIME and now - n.launched_at < JOIN_WAIT_SECONDS]
+    kept = min(view.target, top)
+    if proposal.target >= kept or not joining:
+        return proposal
+    return Proposal(
+        kept,
+        f"{proposal.reason}; pods wait for {len(joining)} launched nodes still joining: keep target {show(kept)}",
+        proposal.asked,
+    )
