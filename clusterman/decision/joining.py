@@ -3,7 +3,8 @@
 Instances join a join delay after launch, each at its own time, and pending pods run on the first
 ones to join. So a scale-up for pending pods that asks for exactly what they need leaves them
 waiting for the slowest instance. ``scale_up_hedge`` asks for that share more: enough instances
-join early, and the rest join empty and leave with the next scale-down.
+join early. Once the pods run the rest are given back: terminated while still joining, or as
+empty nodes once joined.
 
 While pods wait and an instance launched less than ``JOIN_WAIT_SECONDS`` ago has not joined, the
 target is not lowered: the capacity is needed, and a sizing that dips meanwhile (the margin, a
