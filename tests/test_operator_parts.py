@@ -52,9 +52,14 @@ def test_status_names_the_nodes_drained_to_be_kept_and_those_resting():
     from clusterman.wiring.pool_status import describe_kept
 
     now = 1_700_000_000.0
-    disruption = DisruptionState(keeping=(("k1", now - 60),), given_up=(("n3", now - 600), ("old", now - REST_SECONDS)))
+    disruption = DisruptionState(
+        keeping=(("k1", now - 60),),
+        given_up=(("n3", now - 600), ("old", now - REST_SECONDS)),
+        unknown=(("n7", now - 60, now - 900),),
+    )
     line = describe_kept(AutoscalerState(disruption=disruption), now)
     assert "1 node(s) being drained to be kept" in line
+    assert "taint not answered for n7: the next run settles what choosing it spent" in line
     assert f"n3 rests until {format_time(now - 600 + REST_SECONDS)}" in line
     assert "old" not in line  # its hour is over
     assert describe_kept(AutoscalerState(), now) == "scale lock free, breaker closed"

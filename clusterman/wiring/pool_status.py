@@ -510,6 +510,9 @@ def describe_kept(state: AutoscalerState, now: float) -> str:
         parts.append(f"{len(state.memory.terminating)} node(s) being terminated")
     if state.disruption.keeping:
         parts.append(f"{len(state.disruption.keeping)} node(s) being drained to be kept")
+    if state.disruption.unknown:
+        nodes = " ".join(sorted(n for n, _, _ in state.disruption.unknown))
+        parts.append(f"taint not answered for {nodes}: the next run settles what choosing it spent")
     for node, until in sorted(state.disruption.rest_ends(now).items()):
         parts.append(f"{node} rests until {format_time(until)} (its drain to keep was given up)")
     return ", ".join(parts)
