@@ -30,19 +30,18 @@ def test_a_hedged_scale_up_holds_while_pods_wait_and_gives_back_what_they_did_no
             pool.run_pods(node, 1, 1.4)
         waiting = pool.run_pods("", 3, 1.4)  # 7 of 4 CPUs asked: ceil(2 × 175 / 70) = 5, a rise of 3
         pool.configure(autoscaling={"scale_up_hedge": 1})
-        cycle = pool.cycle()
         now = time.time()
 
-        up = cycle.run_once(now)
+        up = pool.cycle().run_once(now)
         assert up.decision is not None and up.decision.target_capacity == 8
         assert "hedge +3 for the join delay's spread (scale_up_hedge 100% of 3)" in up.decision.explanation
         assert world.desired(asg) == 8 and len(world.asg_members(asg)) == 8
         launched = [i for i in world.asg_members(asg) if i not in first]
 
         kube = pool.kube
-        assert kube is not None  # written through put and delete below, so that the watches see it
+        assert kube is not None
         kube.delete("pods", waiting[0], "default")  # one job gave up: the sizing dips to 4
-        held = cycle.run_once(now + 60)
+        held = pool.cycle().run_once(now + 60)  # a fresh cycle lists what changed: no race with its watch
         assert held.decision is not None and held.decision.target_capacity == 8
         assert "pods wait for 6 launched nodes still joining: keep target 8" in held.decision.explanation
         assert world.desired(asg) == 8 and not pool.tainted()
@@ -55,7 +54,7 @@ def test_a_hedged_scale_up_holds_while_pods_wait_and_gives_back_what_they_did_no
             pod["spec"]["nodeName"] = node
             pod["status"] = {"phase": "Running"}
             kube.put("pods", pod)
-        settled = cycle.run_once(now + 120)
+        settled = pool.cycle().run_once(now + 120)
         assert settled.decision is not None and settled.decision.target_capacity < 8
         assert "still joining" not in settled.decision.explanation
         assert settled.decision.target_capacity == 4
