@@ -68,6 +68,11 @@ class Task:
     # master's count of its active tasks, which termination reads again (``NodeLifecycle.running``)
     own_task: bool = True
 
+    @property
+    def asks_for_capacity(self) -> bool:
+        """Demand that scales the pool: daemons belong to their node, revocable work waits for spare."""
+        return not self.daemon and not self.revocable
+
 
 @dataclass(frozen=True, slots=True)
 class NodeUsage:

@@ -74,7 +74,7 @@ def collect(
     if identity.scheduler in REPORTS_PENDING:
         figures["pending"] = (SYSTEM, lambda: pending_demand(snapshot))
         if wanted("unschedulable_pods"):
-            add(SYSTEM, "unschedulable_pods", sum(1 for t in snapshot.pending if not t.daemon and not t.revocable))
+            add(SYSTEM, "unschedulable_pods", sum(1 for t in snapshot.pending if t.asks_for_capacity))
     for figure, (metric_type, amounts_of) in figures.items():
         names_of = _FIGURE_NAMES[figure]
         if wanted(*names_of):  # worked out only when some resource of it is written

@@ -225,8 +225,7 @@ def _in_flight(
 
 
 def _pods_waiting(snapshot: PoolSnapshot) -> bool:
-    """Pods that wait for capacity (daemons and revocable work do not ask for nodes)."""
-    return any(not t.daemon and not t.revocable for t in snapshot.pending)
+    return any(t.asks_for_capacity for t in snapshot.pending)
 
 
 def _disruption_after(

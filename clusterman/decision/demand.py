@@ -73,7 +73,7 @@ _NODE_DEMAND = NodeFold(_chunk_demand)
 def _sum_requests(tasks: Iterable[Task]) -> tuple[float, float, float, float]:
     cpus = mem = disk = gpus = 0.0
     for t in tasks:
-        if t.daemon or t.revocable:
+        if t.daemon or t.revocable:  # Task.asks_for_capacity, inlined: every task of the pool, every run
             continue
         r = t.requests
         cpus += r.cpus

@@ -48,7 +48,7 @@ def needs_of(node: Node) -> dict[Need, int] | str:
     reason instead when one has a request that is not a finite number."""
     counts: dict[tuple[float, float, float, float], int] = {}
     for t in node.tasks:
-        if t.daemon or t.revocable:
+        if t.daemon or t.revocable:  # Task.asks_for_capacity, inlined: every task a scale-down moves
             continue
         r = t.requests
         key = (r.cpus, r.mem, r.disk, r.gpus)

@@ -31,9 +31,10 @@ JOIN_WAIT_SECONDS = 600.0  # an instance not joined this long after launch is no
 def hedged(proposal: Proposal, view: PoolView, hedge: Fraction, pods_waiting: bool) -> Proposal:
     """The proposal with ``hedge`` × its rise above the capacity there is (ready, or asked for
     before) added, when pods wait for it."""
-    there = max(view.target, view.ready_total)
-    rise = proposal.target - there
-    if not hedge or not pods_waiting or rise <= 0:
+    if not hedge or not pods_waiting:
+        return proposal
+    rise = proposal.target - max(view.target, view.ready_total)
+    if rise <= 0:
         return proposal
     more = ceil(rise * hedge)
     return Proposal(

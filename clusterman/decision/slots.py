@@ -66,7 +66,7 @@ def largest_in(view: PoolView, pending: Iterable[Task] = ()) -> Need | None:
 
 
 def _largest(sizes: list[tuple[float, ...]], pending: Iterable[Task]) -> Need | None:
-    top = column_max([*sizes, *(tuple(t.requests) for t in pending if not (t.daemon or t.revocable))])
+    top = column_max([*sizes, *(tuple(t.requests) for t in pending if t.asks_for_capacity)])
     if top is None:
         return None
     need = need_of(*top)

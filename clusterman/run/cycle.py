@@ -354,9 +354,8 @@ class Cycle:
         before = self.state.disruption
         if not before.unknown:
             return
-        present = {n.id: n for n in snapshot.nodes if n.state is not NodeState.ORPHAN}
-        tainted = [n for n, node in present.items() if node.state is NodeState.TAINTED]
-        after, found = before.settled(tainted, present)
+        present = {n.id for n in snapshot.nodes if n.state is not NodeState.ORPHAN}
+        after, found = before.settled(frozenset(snapshot.node_sets.tainted_ids), present)
         self.state = replace(self.state, disruption=after)
         for how in ("tainted", "untainted", "gone"):
             nodes = ", ".join(n for n, h in found.items() if h == how)
