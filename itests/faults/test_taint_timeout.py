@@ -8,6 +8,7 @@ in moto's server. Both choices converge without harm, each pod counted once in t
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from typing import Any
@@ -71,6 +72,33 @@ def test_a_node_to_remove_whose_taint_is_answered_late_is_removed_once(tmp_path,
     assert states == ["running", "running", "terminated", "running"] and world.desired(asg) == 3, autoscaler.lines()
     assert [(node, n) for _, node, n in spent.evictions] == [(nodes[2], len(pods))], spent  # counted once
     assert spent.evicted(time.time()) == len(pods) == 2 and spent.unknown == (), spent
+
+
+def test_a_process_killed_while_its_taint_is_unanswered_is_settled_by_the_next(tmp_path, moto_server):
+    """The neighbour across a restart: the process is killed (SIGKILL) while the applied taint's
+    answer is held back, so its kept state still has the choice unknown. The next process reads
+    that state, finds the node tainted in its first snapshot, and lets the spend stand: the node
+    is drained and terminated once, its two evictions counted once."""
+    with drains.four_nodes(tmp_path, moto_server) as (world, asg, members, pool):
+        config, nodes, pods = drains.to_remove(pool, members)
+        late = answered_late(pool, nodes[2])
+        with drains.running(config, world.cluster) as first:
+            assert late.wait(30), first.lines()
+            first.signal(signal.SIGKILL)
+        assert [n for n, _, _ in drains.kept(pool).unknown] == [nodes[2]], drains.kept(pool)
+        assert pool.tainted() == [nodes[2]] and drains.evictions(pool) == []
+        with drains.running(config, world.cluster) as second:
+            second.wait_for(lambda line: "terminate 1" in line and acted(line), timeout=40)
+            time.sleep(2 * drains.PERIOD)
+            stderr = second.stderr()
+        spent = drains.kept(pool)
+    found = f"spend on {nodes[2]} stands: its taint's outcome was unknown, found tainted"
+    assert found in stderr and f"spend on {nodes[2]} taken back" not in stderr, stderr[-3000:]
+    assert drains.evictions(pool) == pods, second.lines()
+    states = [world.ec2_state(m) for m in members]
+    assert states == ["running", "running", "terminated", "running"] and world.desired(asg) == 3, second.lines()
+    assert [(node, n) for _, node, n in spent.evictions] == [(nodes[2], len(pods))], spent
+    assert spent.unknown == (), spent
 
 
 def test_a_node_to_keep_whose_taint_is_answered_late_is_kept(tmp_path, moto_server):
