@@ -1,4 +1,5 @@
-"""What no autoscaler beats on a scoreboard trace: the least cost of its unmet demand.
+"""What no autoscaler whose nodes join in 3 minutes beats on a scoreboard trace: the least cost
+of its unmet demand.
 
 Capacity launched at minute t joins ``JOIN_MINUTES`` later, so the nodes serving minute t are
 chosen with what was known at t − 3. The frontier's policy knows everything a policy could
@@ -21,7 +22,9 @@ lower convex hull of the points.
 Its cost is measured against the scoreboard's oracle (``simulator/costs.py``: whole nodes for the
 demand of each minute, launched one join delay ahead), on the trace's own CPUs. A real pool
 forecasts from less and places whole pods on nodes, so at a given unmet demand it pays at least
-the frontier's cost, on average (one week's draws may favour a policy by a little).
+the frontier's cost, on average (one week's draws may favour a policy by a little). A pool
+whose nodes join at random times can do better: asking for more than it needs, it gets the
+first to join sooner (the scale-up hedge), so for it the frontier is a reference, not a bound.
 """
 
 from __future__ import annotations
