@@ -467,7 +467,8 @@ def board(
                 b = r["bound"]
                 at = f"at ≤ {r['unmet_cpu_minutes']:,.0f} unmet CPU-minutes"
                 least = f"{b['cost_vs_oracle']:.3f} × the oracle (spare {b['spare_cpus']:g} CPUs)"
-                print(f"  {name} {v}: {at} no pool whose nodes join in 3 minutes costs less than {least}", file=sys.stderr)
+                who = "no pool whose nodes join in 3 minutes"
+                print(f"  {name} {v}: {at} {who} costs less than {least}", file=sys.stderr)
     out["totals"] = totals(out["traces"], variants)
     return out
 
