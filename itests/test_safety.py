@@ -17,6 +17,10 @@ import pytest
 
 from clusterman.local.moto_server import FAKE_CREDENTIALS
 from clusterman.run.report import Outcome
+from clusterman.state.carried import GROUP_TARGETS
+from clusterman.state.factory import open_state_store
+from clusterman.state.pause import entity
+from clusterman.state.store import StateItem
 from itests.aws_proxy import Fault
 from itests.aws_proxy import FaultyProxy
 from itests.aws_world import World
@@ -238,7 +242,8 @@ def test_a_mistagged_group_of_another_pool_is_reported_and_holds_nothing(tmp_pat
 def test_a_group_that_cannot_be_read_still_counts_within_max_capacity(tmp_path, world, moto_server):
     """A pool at its max_capacity 6 (groups of 5 and 1) whose larger group then cannot be read,
     under demand for more: the other group may not grow past what the maximum leaves. A restart
-    meanwhile (the group never read by this process) does not grow the pool at all."""
+    meanwhile counts the group at its target as the last process read it (kept in the state store);
+    a restart that finds no targets kept does not grow the pool at all."""
     broken = world.asg("web", desired=5)
     good = world.asg("web", desired=1)
     with FaultyProxy(moto_server.url) as proxy, harness(tmp_path, world, aws_url=proxy.url) as pool:
@@ -254,5 +259,12 @@ def test_a_group_that_cannot_be_read_still_counts_within_max_capacity(tmp_path, 
         assert (world.desired(broken), world.desired(good)) == (5, 1), partial.line()  # before: (5, 6)
 
         restarted = pool.cycle().run_once(time.time() + 120)
-        assert restarted.decision is not None and "of unknown capacity: no growth" in restarted.line()
+        assert restarted.decision is not None and "max_capacity 6 less 5 in groups not read" in restarted.line()
         assert (world.desired(broken), world.desired(good)) == (5, 1), restarted.line()
+
+        forgotten = pool.setup()
+        empty = StateItem(GROUP_TARGETS, entity(forgotten.identity), 0, payload={"targets": {}})
+        open_state_store(forgotten.main).put(empty)  # as a store written before targets were kept
+        unknown = pool.cycle().run_once(time.time() + 180)
+        assert unknown.decision is not None and "of unknown capacity: no growth" in unknown.line()
+        assert (world.desired(broken), world.desired(good)) == (5, 1), unknown.line()

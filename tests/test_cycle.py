@@ -217,6 +217,43 @@ def test_an_unreadable_group_holds_scale_down_and_the_other_group_still_grows(po
     assert "ERROR_CLOUD" in {e.event.detail.name for e in pool2.events()}
 
 
+def _restarted_with_g1_unread(pools, store, demand):
+    """A process that reads both groups (g1 at 5, g2 at 1) and stops; a new one on the same store,
+    g1 then unreadable, under ``demand``."""
+    first = pools(work(2), groups=2, keeper=StoredState(store, POOL_ID))
+    first.groups[0].set_target_capacity(5)
+    first.minute()
+    again = pools(demand, groups=2, policy=limits(max_weight_to_add=30), keeper=StoredState(store, POOL_ID))
+    again.groups[0].set_target_capacity(5)
+    again.groups[0].break_with("AccessDenied")
+    return again, again.minute()
+
+
+def test_a_restart_counts_a_group_it_cannot_read_at_its_kept_target(pools, tmp_path):
+    store = SqliteStateStore(tmp_path / "state.sqlite")
+    assert StoredState(store, POOL_ID).load_targets() == {}
+    pool, report = _restarted_with_g1_unread(pools, store, work(60))
+    assert StoredState(store, POOL_ID).load_targets()["g1"] == 5
+    # the readable group grows, within what max_capacity 20 leaves beside g1's 5
+    assert report.decision is not None and "max_capacity 20 less 5 in groups not read" in report.line()
+    assert pool.groups[1].read().group.target_capacity == 15
+
+
+@pytest.mark.parametrize("kept", ["none", "corrupt"])
+def test_a_restart_without_kept_targets_does_not_grow_beside_a_group_it_cannot_read(pools, tmp_path, kept):
+    store = SqliteStateStore(tmp_path / "state.sqlite")
+    if kept == "corrupt":
+        store.put(StateItem("group_targets", entity(POOL_ID), 0, payload={"targets": {"g1": "five"}}))
+    pool = pools(work(60), groups=2, policy=limits(max_weight_to_add=30), keeper=StoredState(store, POOL_ID))
+    pool.groups[0].set_target_capacity(5)
+    pool.groups[0].break_with("AccessDenied")
+    held = pool.minute()
+    assert held.decision is not None and "of unknown capacity: no growth" in held.line()
+    assert pool.groups[1].read().group.target_capacity == 1
+    errors = [e.event.message for e in pool.events() if e.event.detail.name == "ERROR_INTERNAL"]
+    assert (errors and "expected {group id: capacity}: not used" in errors[0]) if kept == "corrupt" else not errors
+
+
 def test_an_unreachable_metrics_store_keeps_the_target_with_the_real_signal_path(pools, tmp_path):
     """The real SignalDemand over a SQLite store that cannot be opened: MetricsError, target kept."""
     from clusterman.core.config import MetricType

@@ -100,6 +100,12 @@ class StateKeeper(Protocol):
     def save(self, state: AutoscalerState, now: float) -> None:
         """Raises StateError when it cannot be written."""
 
+    def load_targets(self) -> dict[str, float]:
+        """Each group's target as last read; raises as ``load``."""
+
+    def save_targets(self, targets: Mapping[str, float], now: float) -> None:
+        """Raises StateError when they cannot be written."""
+
 
 class Cycle:
     """The autoscaler's run, with its adapters; ``state`` carries over from run to run (and, with a
@@ -148,6 +154,7 @@ class Cycle:
         self._joined_before: NodeSets | None = None  # the last snapshot's node sets, for its joined ids
         self._last_target: float | None = None
         self._group_targets: dict[str, float] = {}  # each group's target as last read, by id
+        self._targets_kept: dict[str, float] | None = None  # what the keeper holds of them, once known
         self.signal_outcomes = SignalOutcomes()  # for /healthz and ``clusterman status``
         self.record = record
 
@@ -229,6 +236,7 @@ class Cycle:
         if not self.dry_run:
             self._record_state_changes(self.state, decision.state, now)
             self.state = self._untaken(decision, applied, now)
+            self._keep_targets(now)  # after acting: a slow store must not delay the run's changes
         report = RunReport(now, Outcome.ACTED, "", snapshot, decision, applied, requests, unreadable)
         if log.isEnabledFor(logging.INFO):  # building the line costs; a simulated run logs nothing
             log.info("%s", report.line())
@@ -330,8 +338,27 @@ class Cycle:
             self.recorder.error(ErrorSource.INTERNAL, "autoscaler_state", f"{e}: starting afresh")
             text = "the stored autoscaler state was not valid: no scale-down this run"
             holds = (Hold(HoldReason.STATE_NOT_VALID, text),)
+        try:
+            kept = self.keeper.load_targets()
+        except CorruptState as e:  # a group not read then counts as never read: no growth
+            self.recorder.error(ErrorSource.INTERNAL, "group_targets", f"{e}: not used")
+            kept = {}
+        self._group_targets = {**self._group_targets, **kept}  # kept by the last holder: newer
+        self._targets_kept = kept
         self._loaded = True
         return holds
+
+    def _keep_targets(self, now: float) -> None:
+        """Keep the groups' targets as last read, if they changed: a restart then counts a group
+        it cannot read at that target. One not kept is tried again next run."""
+        if self.keeper is None or self._group_targets == self._targets_kept:
+            return
+        try:
+            self.keeper.save_targets(self._group_targets, now)
+        except StateError as e:
+            log.warning("cannot keep the groups' targets (after a restart, no growth beside a group not read): %s", e)
+            return
+        self._targets_kept = dict(self._group_targets)
 
     def _save(self, state: AutoscalerState, now: float) -> str:
         """Keep the state a decision hands on, if it changed, before the run acts on it: what it

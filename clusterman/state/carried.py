@@ -4,9 +4,16 @@ One item per pool in the state store: state ``autoscaler_state``, entity
 ``<cluster>.<pool>.<scheduler>`` (as a pause), its payload ``AutoscalerState.as_json()``. Without
 it, a restart would forget a scale lock it holds (and ask for capacity again before the last
 request joined) or a capacity loss it just saw (and shrink the pool right after losing nodes).
+
+A second item, state ``group_targets``, keeps each resource group's target as last read: a group
+that cannot be read counts at it within the pool's bounds, so after a restart the other groups
+may still grow within what ``max_capacity`` leaves (without it the pool does not grow).
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Mapping
 
 from clusterman.core.config import PoolIdentity
 from clusterman.decision.autoscaler_state import AutoscalerState
@@ -17,6 +24,7 @@ from clusterman.state.store import StateItem
 from clusterman.state.store import StateStore
 
 AUTOSCALER_STATE = "autoscaler_state"
+GROUP_TARGETS = "group_targets"
 
 
 class CorruptState(StateError):
@@ -46,3 +54,24 @@ class StoredState:
 
     def save(self, state: AutoscalerState, now: float) -> None:
         self.store.put(StateItem(AUTOSCALER_STATE, self.entity, int(now), payload=state.as_json()))
+
+    def load_targets(self) -> dict[str, float]:
+        """Each group's target as last read, by group id; empty when none was saved. StateError
+        when unreadable, CorruptState when the item is not one ``save_targets`` wrote."""
+        try:
+            item = self.store.get(GROUP_TARGETS, self.entity)
+        except DamagedItem as e:
+            raise CorruptState(str(e)) from e
+        if item is None:
+            return {}
+        targets = item.payload.get("targets") if isinstance(item.payload, dict) else None
+        if not isinstance(targets, dict) or not all(isinstance(k, str) and _capacity(v) for k, v in targets.items()):
+            raise CorruptState(f"state {GROUP_TARGETS} of {self.entity}: expected {{group id: capacity}}")
+        return {k: float(v) for k, v in targets.items()}
+
+    def save_targets(self, targets: Mapping[str, float], now: float) -> None:
+        self.store.put(StateItem(GROUP_TARGETS, self.entity, int(now), payload={"targets": dict(targets)}))
+
+
+def _capacity(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
