@@ -31,6 +31,17 @@ class TestHedge:
         assert (d.action, d.target_capacity) == (Action.SCALE_UP, target)
         assert (said in d.explanation) if said else ("hedge" not in d.explanation)
 
+    @pytest.mark.parametrize(("weight", "demand", "rise", "hedged"), [
+        (1, 2.1, 1, False),  # 2.1 of 2 cpus: ceil(2 × 105 / 70) = 3, one node more
+        (1, 2.8, 2, True),  # ceil(2 × 140 / 70) = 4: two nodes more
+        (4, 2.1, 4, False),  # 4 units: still one node of weight 4
+        (4, 2.8, 8, True),
+    ])  # fmt: skip
+    def test_a_rise_of_one_node_is_not_hedged(self, weight, demand, rise, hedged):
+        d = run(snapshot(nodes(2, weight=weight), pending=WAITING), request(demand), policy(scale_up_hedge=1))
+        assert d.target_capacity == 2 * weight + rise * (2 if hedged else 1), d.explanation
+        assert ("hedge" in d.explanation) == hedged
+
     def test_no_pods_waiting_no_hedge(self):
         """A rise the forecast asks for has nobody waiting on the slowest node."""
         d = run(snapshot(nodes(2)), request(7), policy(scale_up_hedge=1))
