@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -89,6 +90,19 @@ def start_runner(
 
 def make_state_table(url: str, name: str) -> None:
     make_table(boto3.client("dynamodb", endpoint_url=url, region_name=REGION), name)
+
+
+def dynamodb_config(tmp_path: Path, cluster: str, url: str, tasks: int) -> tuple[str, str]:
+    """``write_config`` with the pool's state (lease, pauses, kept state) in a new DynamoDB table
+    of moto's server; the config's path and the table's name."""
+    table = f"state-{uuid.uuid4().hex[:8]}"
+    make_state_table(url, table)
+    main = (
+        f"aws: {{region: {REGION}, endpoint_url: '{url}', state_table: {table}}}\n"
+        "state: {backend: dynamodb}\n"
+        "autoscale_signal: {name: MostRecentResources, branch_or_tag: v1, period_minutes: 1}\n"
+    )
+    return write_config(tmp_path, cluster, url, tasks=tasks, extra_main=main), table
 
 
 class Autoscaler:

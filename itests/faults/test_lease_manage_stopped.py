@@ -18,20 +18,17 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 from clusterman.cli.manage import LEASE_SECONDS
 from clusterman.local.moto_server import FAKE_CREDENTIALS
 from itests.aws_proxy import Fault
 from itests.aws_proxy import FaultyProxy
-from itests.aws_world import REGION
 from itests.aws_world import World
 from itests.faults.autoscaler_procs import POOL
 from itests.faults.autoscaler_procs import Autoscaler
 from itests.faults.autoscaler_procs import acted
-from itests.faults.autoscaler_procs import make_state_table
-from itests.faults.autoscaler_procs import write_config
+from itests.faults.autoscaler_procs import dynamodb_config
 
 PERIOD, TTL = 3.0, 2.0  # the autoscaler's
 HOLD = 1.5  # seconds the proxy holds each of manage's lease writes before moto sees it
@@ -41,14 +38,7 @@ TARGET = 3
 def test_manage_stopped_after_taking_the_lease_changes_nothing(tmp_path, moto_server):
     world = World(moto_server.url)
     asg = world.asg(POOL, desired=1)
-    table = f"state-{uuid.uuid4().hex[:8]}"
-    make_state_table(moto_server.url, table)
-    main = (
-        f"aws: {{region: {REGION}, endpoint_url: '{moto_server.url}', state_table: {table}}}\n"
-        "state: {backend: dynamodb}\n"
-        "autoscale_signal: {name: MostRecentResources, branch_or_tag: v1, period_minutes: 1}\n"
-    )
-    config = write_config(tmp_path, world.cluster, moto_server.url, tasks=10, extra_main=main)
+    config, _ = dynamodb_config(tmp_path, world.cluster, moto_server.url, tasks=10)
     args = ("--period-seconds", str(PERIOD), "--lease-seconds", str(TTL), "--no-splay")
     autoscaler = Autoscaler(config, world.cluster, *args)
     manage = None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import signal
 import time
-import uuid
 
 import boto3
 
@@ -17,8 +16,7 @@ from itests.aws_world import World
 from itests.faults.autoscaler_procs import POOL
 from itests.faults.autoscaler_procs import Autoscaler
 from itests.faults.autoscaler_procs import acted
-from itests.faults.autoscaler_procs import make_state_table
-from itests.faults.autoscaler_procs import write_config
+from itests.faults.autoscaler_procs import dynamodb_config
 
 PERIOD, TTL = 4.0, 3.0  # renewed every second between runs, and as a run makes progress
 
@@ -34,14 +32,7 @@ def lease_holder(url: str, table: str, entity: str) -> str:
 def test_two_autoscalers_one_pool_only_the_lease_holder_acts(tmp_path, moto_server):
     world = World(moto_server.url)
     world.asg(POOL, desired=1)
-    table = f"state-{uuid.uuid4().hex[:8]}"
-    make_state_table(moto_server.url, table)
-    main = (
-        f"aws: {{region: {REGION}, endpoint_url: '{moto_server.url}', state_table: {table}}}\n"
-        "state: {backend: dynamodb}\n"
-        "autoscale_signal: {name: MostRecentResources, branch_or_tag: v1, period_minutes: 1}\n"
-    )
-    config = write_config(tmp_path, world.cluster, moto_server.url, tasks=10, extra_main=main)
+    config, table = dynamodb_config(tmp_path, world.cluster, moto_server.url, tasks=10)
     args = ("--period-seconds", str(PERIOD), "--lease-seconds", str(TTL), "--no-splay")
     entity = f"{world.cluster}.{POOL}.simulated"
     first = Autoscaler(config, world.cluster, *args)
