@@ -7,13 +7,13 @@ it to the next call; ``decide`` itself keeps nothing.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
 from clusterman.core.model import NO_TIME
+from clusterman.core.stored import is_amount
 from clusterman.decision.breaker import Breaker
 from clusterman.decision.disruption import DisruptionState
 from clusterman.decision.loss_guard import NodeMemory
@@ -68,7 +68,7 @@ def _part(data: Any, name: str) -> Mapping[str, Any]:
 
 def _number(part: Mapping[str, Any], where: str) -> float:
     value = part.get(where.rpartition(".")[2])
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+    if not is_amount(value):
         raise ValueError(f"{where}: expected a finite number >= 0, got {value!r}")
     return float(value)
 

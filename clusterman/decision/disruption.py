@@ -21,7 +21,6 @@ Remembered in the ``AutoscalerState`` (and so in the state store: a restart keep
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -30,6 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 from clusterman.core.model import NO_TIME
+from clusterman.core.stored import is_amount
 
 HOUR = 3600.0
 REST_SECONDS = HOUR  # a node given up on is not looked at again for this long
@@ -181,7 +181,7 @@ class DisruptionState:
         if not isinstance(evictions, list) or not all(_eviction(e) for e in evictions):
             raise ValueError(f"disruption.evictions: expected a list of [time, node, pods], got {evictions!r}")
         grew = data.get("grew_at")
-        if grew is not None and not _number(grew):
+        if grew is not None and not is_amount(grew):
             raise ValueError(f"disruption.grew_at: expected a time or null, got {grew!r}")
         return DisruptionState(
             _times(data, "since"),
@@ -193,13 +193,9 @@ class DisruptionState:
         )
 
 
-def _number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and value >= 0
-
-
 def _eviction(entry: Any) -> bool:
     """[time, node, pods], or [time, pods] as kept by a version that did not name the node."""
-    if not isinstance(entry, list) or len(entry) not in (2, 3) or not _number(entry[0]) or not _number(entry[-1]):
+    if not isinstance(entry, list) or len(entry) not in (2, 3) or not is_amount(entry[0]) or not is_amount(entry[-1]):
         return False
     return len(entry) == 2 or isinstance(entry[1], str)
 
@@ -207,7 +203,7 @@ def _eviction(entry: Any) -> bool:
 def _unknown(value: Any) -> tuple[tuple[str, float, float], ...]:
     """{node: [chosen at, candidate since]}."""
     if not isinstance(value, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, list) and len(v) == 2 and all(_number(t) for t in v)
+        isinstance(k, str) and isinstance(v, list) and len(v) == 2 and all(is_amount(t) for t in v)
         for k, v in value.items()
     ):
         raise ValueError(f"disruption.unknown: expected an object of node id -> [time, time], got {value!r}")
@@ -216,6 +212,6 @@ def _unknown(value: Any) -> tuple[tuple[str, float, float], ...]:
 
 def _times(data: Mapping[str, Any], name: str) -> tuple[tuple[str, float], ...]:
     value = data.get(name) or {}
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) and _number(t) for k, t in value.items()):
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and is_amount(t) for k, t in value.items()):
         raise ValueError(f"disruption.{name}: expected an object of node id -> time, got {value!r}")
     return tuple(sorted((k, float(t)) for k, t in value.items()))

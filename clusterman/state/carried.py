@@ -12,10 +12,10 @@ may still grow within what ``max_capacity`` leaves (without it the pool does not
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from clusterman.core.config import PoolIdentity
+from clusterman.core.stored import is_amount
 from clusterman.decision.autoscaler_state import AutoscalerState
 from clusterman.state.pause import entity
 from clusterman.state.store import DamagedItem
@@ -65,13 +65,9 @@ class StoredState:
         if item is None:
             return {}
         targets = item.payload.get("targets") if isinstance(item.payload, dict) else None
-        if not isinstance(targets, dict) or not all(isinstance(k, str) and _capacity(v) for k, v in targets.items()):
+        if not isinstance(targets, dict) or not all(isinstance(k, str) and is_amount(v) for k, v in targets.items()):
             raise CorruptState(f"state {GROUP_TARGETS} of {self.entity}: expected {{group id: capacity}}")
         return {k: float(v) for k, v in targets.items()}
 
     def save_targets(self, targets: Mapping[str, float], now: float) -> None:
         self.store.put(StateItem(GROUP_TARGETS, self.entity, int(now), payload={"targets": dict(targets)}))
-
-
-def _capacity(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0

@@ -105,6 +105,12 @@ def dynamodb_config(tmp_path: Path, cluster: str, url: str, tasks: int) -> tuple
     return write_config(tmp_path, cluster, url, tasks=tasks, extra_main=main), table
 
 
+def cli_command(config: str, cluster: str, command: str, *args: str) -> list[str]:
+    """``clusterman COMMAND`` on this module's pool, as an operator types it."""
+    return [sys.executable, "-m", "clusterman", "--env-config-path", config, command,
+            "--cluster", cluster, "--pool", POOL, "--scheduler", "simulated", *args]  # fmt: skip
+
+
 class Autoscaler:
     """``python -m clusterman.batch.autoscaler`` with its stdout and stderr lines collected."""
 

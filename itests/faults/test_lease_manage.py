@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 
 from clusterman.local.moto_server import FAKE_CREDENTIALS
@@ -19,14 +18,14 @@ from itests.aws_world import World
 from itests.faults.autoscaler_procs import POOL
 from itests.faults.autoscaler_procs import Autoscaler
 from itests.faults.autoscaler_procs import acted
+from itests.faults.autoscaler_procs import cli_command
 from itests.faults.autoscaler_procs import write_config
 
 PERIOD, TTL = 3.0, 2.0
 
 
 def manage(config: str, cluster: str, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "clusterman", "--env-config-path", config, "manage",
-               "--cluster", cluster, "--pool", POOL, "--scheduler", "simulated", "--yes", *args]  # fmt: skip
+    command = cli_command(config, cluster, "manage", "--yes", *args)
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ, **FAKE_CREDENTIALS})
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from itests.aws_world import World
 from itests.faults.autoscaler_procs import POOL
 from itests.faults.autoscaler_procs import Autoscaler
 from itests.faults.autoscaler_procs import acted
+from itests.faults.autoscaler_procs import cli_command
 from itests.faults.autoscaler_procs import dynamodb_config
 
 PERIOD, TTL = 3.0, 2.0  # the autoscaler's
@@ -50,9 +50,8 @@ def test_manage_stopped_after_taking_the_lease_changes_nothing(tmp_path, moto_se
             slow_config = Path(config).with_name("manage.yaml")
             slow_config.write_text(Path(config).read_text().replace(moto_server.url, proxy.url))
             held = proxy.add(Fault(contains="since", slow_seconds=HOLD, times=None))  # a lease's payload
-            command = [sys.executable, "-m", "clusterman", "--env-config-path", str(slow_config), "manage",
-                       "--cluster", world.cluster, "--pool", POOL, "--scheduler", "simulated", "--yes",
-                       "--target-capacity", str(TARGET), "--wait", "30s"]  # fmt: skip
+            command = cli_command(str(slow_config), world.cluster, "manage", "--yes",
+                                  "--target-capacity", str(TARGET), "--wait", "30s")  # fmt: skip
             env = {**os.environ, **FAKE_CREDENTIALS, "PYTHONUNBUFFERED": "1"}
             deadline = time.monotonic() + 60
             manage = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

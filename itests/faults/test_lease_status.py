@@ -10,19 +10,18 @@ import json
 import os
 import signal
 import subprocess
-import sys
 
 from clusterman.local.moto_server import FAKE_CREDENTIALS
 from itests.aws_world import World
 from itests.faults.autoscaler_procs import POOL
 from itests.faults.autoscaler_procs import Autoscaler
 from itests.faults.autoscaler_procs import acted
+from itests.faults.autoscaler_procs import cli_command
 from itests.faults.autoscaler_procs import write_config
 
 
 def status(config: str, cluster: str, *args: str) -> str:
-    command = [sys.executable, "-m", "clusterman", "--env-config-path", config, "status",
-               "--cluster", cluster, "--pool", POOL, "--scheduler", "simulated", "--no-events", *args]  # fmt: skip
+    command = cli_command(config, cluster, "status", "--no-events", *args)
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env={**os.environ, **FAKE_CREDENTIALS})
     assert done.returncode == 0, done
     return done.stdout

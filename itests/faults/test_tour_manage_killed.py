@@ -14,7 +14,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from itests.aws_world import World
 from itests.faults.autoscaler_procs import POOL
 from itests.faults.autoscaler_procs import Autoscaler
 from itests.faults.autoscaler_procs import acted
+from itests.faults.autoscaler_procs import cli_command
 from itests.faults.autoscaler_procs import write_config
 
 PERIOD, TTL = 3.0, 2.0
@@ -31,8 +31,7 @@ WAITING_BOUND, HOLDING_BOUND = 20.0, 35.0
 
 
 def start_manage(config: str, cluster: str, *args: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "clusterman", "--env-config-path", config, "manage",
-               "--cluster", cluster, "--pool", POOL, "--scheduler", "simulated", "--yes", *args]  # fmt: skip
+    command = cli_command(config, cluster, "manage", "--yes", *args)
     return subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **FAKE_CREDENTIALS}
     )
