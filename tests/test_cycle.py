@@ -239,6 +239,31 @@ def test_a_restart_counts_a_group_it_cannot_read_at_its_kept_target(pools, tmp_p
     assert pool.groups[1].read().group.target_capacity == 15
 
 
+def test_targets_that_cannot_be_kept_change_nothing_and_are_kept_by_a_later_run(pools, tmp_path, caplog):
+    store = SqliteStateStore(tmp_path / "state.sqlite")
+
+    class FullForTargets:  # a store that refuses the targets' write (a full disk, a throttled table)
+        refuse = True
+
+        def get(self, *args):
+            return store.get(*args)
+
+        def put(self, item):
+            if self.refuse and item.state == "group_targets":
+                raise StateError("database or disk is full")
+            store.put(item)
+
+    full = FullForTargets()
+    pool = pools(work(10), keeper=StoredState(full, POOL_ID))
+    report = pool.minute()
+    assert report.outcome is Outcome.ACTED and pool.groups[0].read().group.target_capacity == 4
+    assert "cannot keep the groups' targets" in caplog.text and "database or disk is full" in caplog.text
+    assert StoredState(store, POOL_ID).load_targets() == {}
+    full.refuse = False
+    pool.minute()
+    assert StoredState(store, POOL_ID).load_targets() == {"g1": 4.0}
+
+
 @pytest.mark.parametrize("kept", ["none", "corrupt"])
 def test_a_restart_without_kept_targets_does_not_grow_beside_a_group_it_cannot_read(pools, tmp_path, kept):
     store = SqliteStateStore(tmp_path / "state.sqlite")
