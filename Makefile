@@ -8,7 +8,7 @@ DURATION ?= 0
 CHECKOV_VENV  := .venv-checkov
 CHECKOV_STAMP := $(CHECKOV_VENV)/.installed
 
-.PHONY: venv system-deps run test test-suite lint format typecheck unit itests acceptance bench wheel image clean
+.PHONY: venv system-deps run test test-suite lint format typecheck docs unit itests acceptance bench wheel image clean
 
 # uv installs the pinned sets in seconds where pip took three minutes on a fresh machine; pip stays
 # in the venvs for what the program itself runs (signal venvs, the wheel's install test).
@@ -52,6 +52,10 @@ format: venv
 typecheck: venv
 	$(BIN)/mypy
 
+# The docs as a site in build/docs; every warning fails (a dead link, a page no contents reach).
+docs: venv
+	$(BIN)/sphinx-build -q -W --keep-going -n -b html docs build/docs
+
 unit: venv
 	$(BIN)/pytest -q tests
 
@@ -67,7 +71,7 @@ acceptance: venv
 # bootstraps, CLIs) compiled clusterman again, a tenth of the tests' CPU time.
 test: system-deps venv
 	$(BIN)/python -m compileall -q -j0 clusterman clusterman_signals itests bench
-	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck test-suite
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck docs test-suite
 
 # Slowest first (the acceptance run is 150 s of `make run`), so no worker ends waiting on it alone;
 # four workers on two cores, since most tests wait on real processes, not the CPU. The tests see no
