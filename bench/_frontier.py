@@ -45,6 +45,8 @@ from bench._traces import noise
 from clusterman.simulator.costs import max_ahead
 
 NODE_CPUS = 8
+# the traces whose laws it knows; steps' jumps it does not model (they would be surprises of their own)
+SHAPES = ("diurnal", "flash", "batch", "growth", "walk", "noisy")
 JOIN_MINUTES = 3  # the scoreboard's join delay, 180 s
 # node-minutes an unmet CPU-minute is worth, 1 .. 16,384 (below 1/8 no node is worth its price)
 WEIGHTS = tuple(2 ** (k / 2) for k in range(29))

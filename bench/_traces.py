@@ -10,6 +10,11 @@ every run. Shapes, in CPUs (the pool runs 8-CPU instances):
            for 40 minutes, the first hour of each wave fading out
   growth   100 growing to 500 over the week, a small daily swing and noise
   walk     a random walk (±4 CPUs a minute) between 120 and 600, plus noise
+  steps    a level that jumps, every 3 hours on average at random times, to a level drawn
+           between 120 and 480, plus noise: neither periodic nor gradual (a pool shared by a few
+           large jobs that start and stop)
+  noisy    300 with a mild daily swing and noise of 6% that hardly persists: the spare is all
+           noise
 """
 
 from __future__ import annotations
@@ -22,10 +27,19 @@ MINUTES_PER_DAY = 24 * 60
 START = 1709510400  # 2024-03-04T00:00:00Z, a Monday
 
 # (stddev, persistence) of each trace's multiplicative noise: an AR(1) series around 1
-NOISE = {"diurnal": (0.02, 0.7), "flash": (0.02, 0.7), "batch": (0.02, 0.7), "growth": (0.02, 0.7), "walk": (0.01, 0.3)}
+NOISE = {
+    "diurnal": (0.02, 0.7),
+    "flash": (0.02, 0.7),
+    "batch": (0.02, 0.7),
+    "growth": (0.02, 0.7),
+    "walk": (0.01, 0.3),
+    "steps": (0.02, 0.7),
+    "noisy": (0.06, 0.5),
+}
 BURSTS = (1 / 240, 10.0, 40.0)  # diurnal: the chance a burst starts in a minute, its CPUs from .. to
 CROWDS = (4, 150.0, 300.0)  # flash: crowds in a trace, their CPUs from .. to
 WALK_STEP = 4.0  # walk: stddev of the level's step in a minute, CPUs
+STEPS = (1 / 180, 120.0, 480.0)  # steps: the chance the level jumps in a minute, its levels from .. to
 SURPRISING = ("diurnal", "flash")  # the traces with events no forecast sees coming
 # the unforeseeable events of a trace: (first minute, the CPUs it adds in each minute from then on)
 Events = list[tuple[int, list[float]]]
@@ -121,12 +135,30 @@ def walk(minutes: int, rng: random.Random) -> list[float]:
     return out
 
 
+def steps(minutes: int, rng: random.Random) -> list[float]:
+    noise = _noise(rng, minutes, *NOISE["steps"])
+    chance, least, most = STEPS
+    level, out = 300.0, []
+    for m in range(minutes):
+        if rng.random() < chance:
+            level = rng.uniform(least, most)
+        out.append(level * noise[m])
+    return out
+
+
+def noisy(minutes: int, rng: random.Random) -> list[float]:
+    noise = _noise(rng, minutes, *NOISE["noisy"])
+    return [(300 + 60 * _daily(m, 13)) * noise[m] for m in range(minutes)]
+
+
 TRACES: dict[str, Callable[..., list[float]]] = {
     "diurnal": diurnal,
     "flash": flash,
     "batch": batch,
     "growth": growth,
     "walk": walk,
+    "steps": steps,
+    "noisy": noisy,
 }
 
 

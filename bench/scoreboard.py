@@ -42,6 +42,8 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,8 @@ import yaml
 
 from bench import _frontier as frontier
 from bench import _perfect_forecast as perfect_forecast
+from bench._peers import ClusterAutoscaler
+from bench._peers import Karpenter
 from bench._timing import median_of
 from bench._traces import TRACES
 from bench._traces import trace
@@ -61,6 +65,8 @@ from clusterman.core.config import SignalConfig
 from clusterman.core.model import NodeState
 from clusterman.datastore.datafile import write_metrics_file
 from clusterman.datastore.store import system_key
+from clusterman.decision.decide import decide
+from clusterman.run.cycle import Decider
 from clusterman.run.report import RunReport
 from clusterman.simulator.inputs import Request
 from clusterman.simulator.inputs import load_scenario
@@ -71,7 +77,6 @@ from clusterman.simulator.simulation import simulate
 REPO = Path(__file__).resolve().parents[1]
 MAIN = REPO / "config" / "clusterman.yaml"
 NODE_CPUS = 8
-SLOT_CPUS = 4  # the largest pod of the demand mix: a whole free place
 POOL: dict[str, Any] = {
     "resource_groups": [{"simulated": {"tag": "bench-a"}}],
     "scaling_limits": {
@@ -123,27 +128,111 @@ ESCALATOR: dict[str, Any] = {
     "scale_up_hedge": 0,
     "consolidation": {"enabled": False},
 }
-VARIANTS = ("old", "new", "unconsolidated", "eager", "escalator", "perfect")
-TUNABLE = ("new", "unconsolidated", "eager", "perfect")  # the variants --set applies to
-# how a variant's consolidation differs from the shipped file's
-CONSOLIDATION: dict[str, dict[str, Any]] = {
-    "unconsolidated": {"enabled": False},
-    "eager": {"enabled": True, "surplus": 0},
-}
+
+
+def _nothing(raw: dict[str, Any]) -> None:
+    """A row that keeps a file as it is."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One configuration the scoreboard scores on every trace: how its main file (a copy of
+    ``config/clusterman.yaml``) and its pool file differ from the shipped ones, and the decision its
+    runs make. A workstream adds its rows with ``row`` (``ROWS``), each in a function of its own."""
+
+    name: str
+    main: Callable[[dict[str, Any]], None] = _nothing  # edits the main file's dict
+    pool: Callable[[dict[str, Any]], None] = _nothing  # edits the pool file's dict
+    decider: Callable[[], Decider] | None = None  # another autoscaler's rules, a fresh one per run
+    perfect: bool = False  # the pool's signal knows the trace (bench/_perfect_forecast.py)
+    tunable: bool = False  # --set applies to it
+    fill: float | None = None  # utilisation the pool starts at; None: its setpoint
+
+
+ROWS: dict[str, Row] = {}
+
+
+def row(r: Row) -> Row:
+    ROWS[r.name] = r
+    return r
+
+
+def _consolidation(**keys: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(raw: dict[str, Any]) -> None:
+        raw["autoscaling"]["consolidation"] = {**raw["autoscaling"].get("consolidation", {}), **keys}
+
+    return edit
+
+
+def _old(raw: dict[str, Any]) -> None:
+    raw["autoscale_signal"] = OLD_SIGNAL
+    raw["autoscaling"] = {**raw["autoscaling"], **OLD_AUTOSCALING}
+
+
+def _internal(autoscaling: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """A pool with no signal (running + pending pods) and these ``autoscaling`` keys."""
+
+    def edit(pool: dict[str, Any]) -> None:
+        pool["autoscale_signal"] = {"internal": True, "period_minutes": 1}
+        pool["autoscaling"] = autoscaling
+
+    return edit
+
+
+# a peer's rules are its own (bench/_peers.py): the pool's keys only keep clusterman's out of it
+PEER_AUTOSCALING: dict[str, Any] = {"scale_up_hedge": 0, "consolidation": {"enabled": False}}
+
+row(Row("old", main=_old))
+row(Row("new", tunable=True))
+row(Row("unconsolidated", main=_consolidation(enabled=False), tunable=True))
+row(Row("eager", main=_consolidation(enabled=True, surplus=0), tunable=True))
+row(Row("escalator", pool=_internal(ESCALATOR), fill=ESCALATOR["scale_up_threshold_percent"] / 100))
+row(Row("perfect", perfect=True, tunable=True))
+row(Row("ca", pool=_internal(PEER_AUTOSCALING), decider=ClusterAutoscaler, fill=1.0))
+row(Row("karpenter", pool=_internal(PEER_AUTOSCALING), decider=Karpenter, fill=1.0))
+
+# the rows a board runs unless told: consolidation's own variants only when asked for
+BOARD = ("old", "new", "perfect", "escalator", "ca", "karpenter")
 # the simulated scheduler's placements the old and new defaults are also scored under (docs/simulator.md)
 OTHER_PLACEMENTS = ("most_allocated", "least_allocated")
 INTEGER_CONSOLIDATION_KEYS = ("drains_per_run", "evictions_per_hour")
 AUTOSCALING_KEYS = ("setpoint", "target_capacity_margin", "slot_reserve", "slot_reserve_band", "slot_reserve_fraction",
                     "scale_up_hedge")  # fmt: skip
 
+# The pods a trace's demand runs as: the mix of four sizes, or pods of one size. A trace named
+# "<shape>" runs the mix, "<shape>-<pods>" the pods named.
+PODS: dict[str, list[dict[str, float]]] = {
+    "mix": POOL["simulation"]["demand_mix"],
+    "1cpu": [{"weight": 1, "cpus": 1}],
+    "4cpu": [{"weight": 1, "cpus": 4}],
+}
+SEEDS = (1, 2, 3)  # each trace drawn three times: one week holds few crowds and bursts
+BOARD_TRACES = (
+    *TRACES,
+    *(f"{shape}-1cpu" for shape in ("diurnal", "flash", "batch", "walk")),
+    *(f"{shape}-4cpu" for shape in ("diurnal", "flash", "batch")),
+)
+
+
+def shape_of(name: str) -> tuple[str, str]:
+    """(the demand's shape, its pods) of a trace's name."""
+    shape, _, pods = name.partition("-")
+    if shape not in TRACES or (pods or "mix") not in PODS:
+        raise ValueError(f"no trace {name!r}: a shape of {', '.join(TRACES)}, then -{' or -'.join(PODS)} or nothing")
+    return shape, pods or "mix"
+
+
+def trace_names() -> list[str]:
+    return [*TRACES, *(f"{shape}-{pods}" for shape in TRACES for pods in PODS if pods != "mix")]
+
 
 def main_config(workdir: Path, variant: str, overrides: dict[str, Any] | None = None) -> Path:
-    """The main file for a variant: the shipped one, or with the old default signal and settings;
-    ``overrides`` (new and perfect) set signal parameters or ``autoscaling`` keys."""
+    """The main file for a row: the shipped one as the row edits it; ``overrides`` (the tunable
+    rows) set signal parameters or ``autoscaling`` keys."""
     raw = yaml.safe_load(MAIN.read_text())
-    if variant in CONSOLIDATION:
-        raw["autoscaling"]["consolidation"] = {**raw["autoscaling"].get("consolidation", {}), **CONSOLIDATION[variant]}
-    if variant in TUNABLE and overrides:
+    r = ROWS[variant]
+    r.main(raw)
+    if r.tunable and overrides:
         for key, value in overrides.items():
             if key.startswith("consolidation."):
                 block = raw["autoscaling"].setdefault("consolidation", {})
@@ -156,9 +245,6 @@ def main_config(workdir: Path, variant: str, overrides: dict[str, Any] | None = 
                 raw["autoscale_signal"]["parameters"] = [*params, {key: value}]
     raw["cluster_config_directory"] = str(MAIN.parent / raw.get("cluster_config_directory", "clusterman-clusters"))
     raw["state_directory"] = str(workdir / "state")
-    if variant == "old":
-        raw["autoscale_signal"] = OLD_SIGNAL
-        raw["autoscaling"] = {**raw["autoscaling"], **OLD_AUTOSCALING}
     path = workdir / f"main-{variant}.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
@@ -175,15 +261,14 @@ def pool_file(
     """The pool file; ``signal``: the pool's own ``autoscale_signal``, if any; ``placement``: the
     simulated scheduler's (``docs/simulator.md``), which consolidation is told, as an operator
     would; a scheduler that spreads pods undoes any packing, so there it is off (docs/scoreboard.md)."""
-    simulation = {**POOL["simulation"], "initial_capacity": initial, "placement": placement}
+    pods = PODS[shape_of(name)[1]]
+    simulation = {**POOL["simulation"], "initial_capacity": initial, "placement": placement, "demand_mix": pods}
     pool: dict[str, Any] = {**POOL, "simulation": simulation}
     if placement in CONSOLIDATION_PLACEMENTS:
         pool["autoscaling"] = {"consolidation": {"placement": placement}}
     else:
         pool["autoscaling"] = {"consolidation": {"enabled": False}}
-    if variant == "escalator":
-        pool["autoscale_signal"] = {"internal": True, "period_minutes": 1}
-        pool["autoscaling"] = ESCALATOR
+    ROWS[variant].pool(pool)
     if signal is not None:
         pool["autoscale_signal"] = signal
     path = workdir / f"{variant}-{name}" / "web.kubernetes"
@@ -193,8 +278,10 @@ def pool_file(
 
 
 def metrics_file(workdir: Path, name: str, days: float, seed: int = 1) -> tuple[Path, float]:
-    points = trace(name, days, seed)
-    path = workdir / f"{name}-{seed}.json.gz"
+    """The trace's demand as the pool's ``cpus_allocated`` (the same file for every kind of pods)."""
+    shape = shape_of(name)[0]
+    points = trace(shape, days, seed)
+    path = workdir / f"{shape}-{seed}.json.gz"
     key = system_key("cpus_allocated", "bench", "web.kubernetes")
     write_metrics_file(path, {MetricType.SYSTEM_METRICS: {key: [(t, float(v)) for t, v in points]}})
     return path, points[0][1]
@@ -213,20 +300,20 @@ def score(
     breakdown: bool = False,
     seed: int = 1,
 ) -> dict[str, Any]:
-    """One variant's run of one trace (``data``, drawn with ``seed``)."""
+    """One row's run of one trace (``data``, drawn with ``seed``)."""
+    r = ROWS[variant]
+    shape, pods = shape_of(name)
     main = load_main_config(main_config(workdir, variant, overrides))
     setpoint = OLD_AUTOSCALING["setpoint"] if variant == "old" else main.autoscaling.setpoint
-    if variant == "escalator":
-        setpoint = ESCALATOR["scale_up_threshold_percent"] / 100
-    initial = max(1, math.ceil(first / (NODE_CPUS * setpoint)))
+    initial = max(1, math.ceil(first / (NODE_CPUS * (r.fill or setpoint))))
     signal = None
-    if variant == "perfect":  # looking as far ahead as the shipped signal's horizon
+    if r.perfect:  # looking as far ahead as the shipped signal's horizon
         horizon = shipped_signal(main).parameters["horizon_minutes"]
-        signal = perfect_forecast.pool_signal(name, days, horizon, seed)
+        signal = perfect_forecast.pool_signal(shape, days, horizon, seed)
     scenario = load_scenario(main, Request(pool_file(workdir, variant, name, initial, signal, placement), [data]))
-    split = CostSplit() if breakdown else None
+    split = CostSplit(max(p["cpus"] for p in PODS[pods])) if breakdown else None
     started = time.perf_counter()
-    result = simulate(scenario, on_run=split)
+    result = simulate(scenario, on_run=split, decider=r.decider() if r.decider else decide)
     seconds = time.perf_counter() - started
     plots = os.environ.get("CLUSTERMAN_BENCH_PLOTS")
     if plots and variant == "new":
@@ -234,11 +321,11 @@ def score(
     s = summary(result, "pool", [name])
     print(f"  {name} {variant}: {seconds:.1f} s", file=sys.stderr)
     out: dict[str, Any] = {}
-    if name == "flash":
+    if shape == "flash":
         out["crowds"] = crowd_floor(result.timeline)
-    out["bound"] = bound(name, days, s["unmet_demand"]["cpu_minutes"], seed)
+    out["bound"] = bound(shape, days, s["unmet_demand"]["cpu_minutes"], seed)
     if episodes:
-        if name == "flash":
+        if shape == "flash":
             print(f"    crowds: {out['crowds']}", file=sys.stderr)
         print(shortfalls(result.timeline), file=sys.stderr)
         t = result.timeline
@@ -275,7 +362,8 @@ class CostSplit:
 
     KEYS = ("demand", "signal", "places", "fragments", "draining")
 
-    def __init__(self) -> None:
+    def __init__(self, slot_cpus: float = 4.0) -> None:
+        self.slot_cpus = slot_cpus  # the largest pod: a whole free place
         self.runs = 0
         self.sums = dict.fromkeys(self.KEYS, 0.0)
 
@@ -291,7 +379,7 @@ class CostSplit:
         for node in snapshot.nodes:
             free = node.allocatable.cpus - node.usage.allocated_reserved.cpus - node.usage.allocated_unreserved.cpus
             if node.state is NodeState.READY:
-                whole = math.floor(free / SLOT_CPUS + 1e-9) * SLOT_CPUS
+                whole = math.floor(free / self.slot_cpus + 1e-9) * self.slot_cpus
                 add["places"] += whole
                 add["fragments"] += free - whole
             elif node.state is NodeState.TAINTED:
@@ -311,7 +399,10 @@ def _frontier(name: str, days: float, seed: int) -> list[frontier.Point]:
 
 def bound(name: str, days: float, unmet: float, seed: int = 1) -> dict[str, float] | None:
     """The least cost ÷ oracle any autoscaler pays at no more than ``unmet`` CPU-minutes unmet, and
-    the spare that takes (``_frontier.py``); None when the frontier always leaves more."""
+    the spare that takes (``_frontier.py``); None when the frontier always leaves more, or does
+    not know the trace's law."""
+    if name not in frontier.SHAPES:
+        return None
     best = frontier.cheapest(_frontier(name, days, seed), unmet)
     if best is None:
         return None
@@ -401,13 +492,13 @@ def flash_bound(spare: float, days: float = 7.0, join_minutes: int = 3, jump: fl
 def run(
     quick: bool,
     days: float | None = None,
-    traces: tuple[str, ...] = tuple(TRACES),
-    variants: tuple[str, ...] = VARIANTS,
+    traces: tuple[str, ...] = BOARD_TRACES,
+    variants: tuple[str, ...] = BOARD,
     overrides: dict[str, Any] | None = None,
     episodes: bool = False,
     placement: str = "first_fit",
     breakdown: bool = False,
-    seeds: tuple[int, ...] = (1,),
+    seeds: tuple[int, ...] | None = None,
 ) -> dict[str, Any]:
     """The scoreboard; run whole (``make bench``), also the old and new defaults under the
     simulated scheduler's other placements (``OTHER_PLACEMENTS``). With several ``seeds`` each
@@ -415,7 +506,8 @@ def run(
     only four flash crowds and 41 diurnal bursts, so one draw can move a figure more than a
     change of setting does."""
     days = days or (1.5 if quick else 7.0)
-    whole = variants == VARIANTS and traces == tuple(TRACES)
+    seeds = seeds or ((1,) if quick else SEEDS)
+    whole = variants == BOARD and traces == BOARD_TRACES
     with tempfile.TemporaryDirectory(prefix="bench-scoreboard-") as tmp:
         workdir = Path(tmp)
         out: dict[str, Any] = {"days": days, "placement": placement}
@@ -437,7 +529,8 @@ def run(
             out["signal_cost"] = signal_cost()
             out["placements"] = {}
             for other in OTHER_PLACEMENTS:
-                scores = board(workdir, days, drawn[seeds[0]], ("old", "new"), None, False, other, seed=seeds[0])
+                mixed = {name: f for name, f in drawn[seeds[0]].items() if name in TRACES}
+                scores = board(workdir, days, mixed, ("old", "new"), None, False, other, seed=seeds[0])
                 out["placements"][other] = scores
                 print(f"placement {other}:\n" + table({"days": days, **scores}), file=sys.stderr)
     return out
@@ -551,9 +644,10 @@ def table(out: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scoreboard")
     parser.add_argument("--days", type=float, default=7.0)
-    parser.add_argument("--traces", nargs="+", default=list(TRACES), choices=list(TRACES))
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=f"{' and '.join(TUNABLE)} only")
+    parser.add_argument("--traces", nargs="+", default=list(BOARD_TRACES), choices=trace_names())
+    parser.add_argument("--variants", nargs="+", default=list(BOARD), choices=list(ROWS))
+    tunable = " and ".join(r.name for r in ROWS.values() if r.tunable)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=f"{tunable} only")
     parser.add_argument("--episodes", action="store_true", help="list each stretch of shortfall")
     parser.add_argument("--breakdown", action="store_true", help="where the capacity above the demand goes")
     parser.add_argument("--placement", default="first_fit", choices=PLACEMENTS, help="the simulated scheduler's")

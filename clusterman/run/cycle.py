@@ -41,6 +41,7 @@ from clusterman.core.model import Node
 from clusterman.core.model import NodeSets
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
+from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
 from clusterman.datastore.store import MetricsError
 from clusterman.decision.autoscaler_state import AutoscalerState
@@ -91,6 +92,21 @@ EVENT_REASON: Mapping[Reason, ChangeDetail] = {
 }
 
 
+# the decision's signature (``decide``'s): snapshot, requests by app, policy, state, now, holds, unseen
+Decider = Callable[
+    [
+        PoolSnapshot,
+        Mapping[str, ResourceRequest],
+        ScalingPolicy,
+        AutoscalerState,
+        float,
+        tuple[Hold, ...],
+        Fraction | None,
+    ],
+    Decision,
+]
+
+
 class StateKeeper(Protocol):
     """Where the carried-over state lives between restarts (``clusterman.state.carried.StoredState``)."""
 
@@ -129,9 +145,12 @@ class Cycle:
         budget_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         record: bool = True,
+        decider: Decider = decide,
     ) -> None:
         """``record``: False when nothing reads the runs' events, pool metrics and signal health (a
-        simulation, whose recorder keeps none): the run then does not work out what it would record."""
+        simulation, whose recorder keeps none): the run then does not work out what it would record.
+        ``decider``: the decision (``decide``); the scoreboard replays other autoscalers' rules
+        through the same run with their own (bench/_peers.py)."""
         self.connector = connector
         self.cloud = cloud
         self.lifecycle = lifecycle
@@ -157,6 +176,7 @@ class Cycle:
         self._targets_kept: dict[str, float] | None = None  # what the keeper holds of them, once known
         self.signal_outcomes = SignalOutcomes()  # for /healthz and ``clusterman status``
         self.record = record
+        self.decider = decider
 
     def run_once(self, now: float) -> RunReport:
         permit = self._permit(now)
@@ -217,7 +237,7 @@ class Cycle:
             text = f"{unreadable} resource group(s) could not be read: no scale-down this run"
             holds.append(Hold(HoldReason.GROUPS_UNREADABLE, text))
         try:
-            decision = decide(snapshot, requests.by_app, self.policy, self.state, now, tuple(holds), unseen)
+            decision = self.decider(snapshot, requests.by_app, self.policy, self.state, now, tuple(holds), unseen)
         except SnapshotError as e:
             return self._no_change(now, Outcome.NO_SNAPSHOT, f"snapshot refused: {e}", ErrorSource.SCHEDULER, snapshot)
 

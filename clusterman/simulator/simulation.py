@@ -43,8 +43,10 @@ from clusterman.datastore.datafile import MetricsData
 from clusterman.datastore.pool_metrics import collect
 from clusterman.datastore.store import InMemoryStore
 from clusterman.datastore.store import split_key
+from clusterman.decision.decide import decide
 from clusterman.decision.result import Action
 from clusterman.run.cycle import Cycle
+from clusterman.run.cycle import Decider
 from clusterman.run.demand_source import DemandSource
 from clusterman.run.demand_source import InternalDemand
 from clusterman.run.report import Outcome
@@ -149,7 +151,7 @@ class Wiring:
             self.runners.close()
 
 
-def wire(scenario: Scenario, clock: SimClock) -> Wiring:
+def wire(scenario: Scenario, clock: SimClock, decider: Decider = decide) -> Wiring:
     setup = scenario.setup
     identity, pool = setup.identity, setup.pool
     groups = groups_from_config(identity, pool, clock, scenario.source, every_kind=True)
@@ -177,6 +179,7 @@ def wire(scenario: Scenario, clock: SimClock) -> Wiring:
         policy=setup.policy,
         recorder=recorder,
         record=False,
+        decider=decider,
     )
     return Wiring(groups, cloud, connector, cycle, store, collected, runners)
 
@@ -199,11 +202,13 @@ def simulate(
     scenario: Scenario,
     progress: Callable[[int, int], None] | None = None,
     on_run: Callable[[RunReport], None] | None = None,
+    decider: Decider = decide,
 ) -> SimulationResult:
-    """Run every minute of ``scenario``; ``on_run`` sees each autoscaler run's full report."""
+    """Run every minute of ``scenario``; ``on_run`` sees each autoscaler run's full report;
+    ``decider``: the decision each run makes (another autoscaler's rules, for the scoreboard)."""
     steps, identity = scenario.steps, scenario.setup.identity
     clock = SimClock(steps.start)
-    w = wire(scenario, clock)
+    w = wire(scenario, clock, decider)
     prices = PriceBook(spot_series(scenario.metrics))
     ledger = Ledger({g.id: g.markets for g in w.groups}, prices, steps.step_seconds)
     history = History()
