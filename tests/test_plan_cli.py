@@ -148,12 +148,12 @@ def test_a_number_too_long_for_python_is_named(tmp_path, capsys, old, field):
 
 def test_plan_and_pool_files_word_a_problem_alike(tmp_path, capsys):
     """One validator's wording for both readers (core/config_schema.py): the same bad value, the same words."""
-    from clusterman.core.config import PoolAutoscaling
+    from clusterman.core.config import DrainingConfig
     from clusterman.core.config_schema import ConfigError
     from clusterman.core.config_schema import parse
 
     with pytest.raises(ConfigError) as yaml_err:
-        parse(PoolAutoscaling, {"prevent_scale_down_after_capacity_loss": None}, "web.kubernetes", "autoscaling")
+        parse(DrainingConfig, {"force_terminate": None}, "web.kubernetes", "draining")
     _, _, err = plan(tmp_path, edit("groups[0].stale", None), capsys)
     assert yaml_err.value.problem == "expected true or false, got null"
     assert err.endswith(f"groups[0].stale: {yaml_err.value.problem}\n")

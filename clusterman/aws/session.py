@@ -87,9 +87,9 @@ def client(settings: AwsSettings, service: str, call_budget_seconds: float | Non
     raises ``CallBudgetExceeded``, which botocore does not retry.
     """
     retries = config.pop("retries", {"max_attempts": 5, "mode": "standard"})
-    made = session(settings).client(
-        service, endpoint_url=settings.endpoint_url, config=Config(retries=retries, **config)
-    )
+    # Clusterman's files may write one endpoint per service as http://moto-{svc}:5000
+    endpoint = settings.endpoint_url.replace("{svc}", service) if settings.endpoint_url else None
+    made = session(settings).client(service, endpoint_url=endpoint, config=Config(retries=retries, **config))
     if call_budget_seconds is not None:
         limit_calls(made, call_budget_seconds)
     return made

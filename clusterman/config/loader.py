@@ -148,12 +148,19 @@ def load_pool_config(
 ) -> PoolConfig:
     if main.clusters:
         cluster_config(main, identity.cluster)
-    return load_pool_file(pool_config_path(cluster_config_directory or main.cluster_config_directory, identity))
+    return load_pool_file(pool_config_path(cluster_config_directory or main.cluster_config_directory, identity), main)
 
 
-def load_pool_file(path: str | os.PathLike[str]) -> PoolConfig:
-    """One pool file, validated, with its paths made absolute (``read_pool_file``)."""
-    return parse(PoolConfig, read_pool_file(path), str(path), ignored=PoolConfig.IGNORED_KEYS)
+def load_pool_file(path: str | os.PathLike[str], main: MainConfig | None = None) -> PoolConfig:
+    """One pool file, validated, with its paths made absolute (``read_pool_file``). With the main
+    file, what the pool file leaves out of ``draining`` takes the main file's global value."""
+    raw = read_pool_file(path)
+    pool = parse(PoolConfig, raw, str(path), ignored=PoolConfig.IGNORED_KEYS)
+    draining = raw.get("draining") or {}
+    if main is not None and "redraining_delay_seconds" not in draining:
+        delay = main.global_redraining_delay_seconds
+        pool = replace(pool, draining=replace(pool.draining, redraining_delay_seconds=delay))
+    return pool
 
 
 def read_pool_file(path: str | os.PathLike[str]) -> dict[str, Any]:

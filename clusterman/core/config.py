@@ -87,23 +87,51 @@ class SignalConfig:
             raise ValueError(f"required_metrics: {', '.join(dupes)} listed more than once")
 
 
+NO_QUEUE = ""  # a queue URL not given: that queue is not read or written
+
+
+def queue_url(value: Any) -> str:
+    """An SQS queue URL (``https://sqs.<region>.amazonaws.com/<account>/<name>``), or empty for none."""
+    if value is None or value == NO_QUEUE:
+        return NO_QUEUE
+    if not isinstance(value, str):
+        raise ValueError(f"expected an SQS queue URL, got {value!r}")
+    scheme, sep, rest = value.partition("://")
+    if scheme not in ("http", "https") or not sep or not rest.split("/", 1)[0]:
+        raise ValueError(
+            f"expected an SQS queue URL such as https://sqs.us-west-2.amazonaws.com/<account>/<name>, got {value!r}"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     aws_region: str | None = None
     mesos_master_fqdn: str | None = field(None, aliases={"fqdn": None})
     kubeconfig_path: str | None = None
-
-    # cluster_manager: each pool file's suffix says its scheduler; aws_account_number: nothing needs it
-    IGNORED_KEYS: ClassVar = frozenset(
-        {
-            "mesos_api_url",
-            "paasta_cluster",
-            "max_weight_to_add",
-            "max_weight_to_remove",
-            "cluster_manager",
-            "aws_account_number",
-        }
+    # Clusterman's drainer queues (docs/configuration.md); NO_QUEUE when not given
+    drain_queue_url: str = field(NO_QUEUE, parser=queue_url, doc="hosts to drain")
+    termination_queue_url: str = field(NO_QUEUE, parser=queue_url, doc="hosts to terminate")
+    warning_queue_url: str = field(NO_QUEUE, parser=queue_url, doc="Spot interruption warnings")
+    pod_safe_to_evict_annotation: str = field(
+        "cluster-autoscaler.kubernetes.io/safe-to-evict", doc="a pod annotated with it as false pins its node"
     )
+
+    IGNORED_KEYS: ClassVar = {
+        "cluster_manager": "each pool file's suffix (.kubernetes, .mesos) names its scheduler",
+        "aws_account_number": "nothing clusterman does needs the account number",
+        "mesos_api_url": "mesos_master_fqdn (or fqdn) names the Mesos master",
+        "paasta_cluster": "resource groups are matched by the cluster's name in their tag",
+        "max_weight_to_add": "the pool file's scaling_limits bound each pool",
+        "max_weight_to_remove": "the pool file's scaling_limits bound each pool",
+        "sensu_config": "no Sensu alerts: clusterman reports through events and /metrics",
+        "always_delay_drain_processing": "Clusterman's drainer paused even after handling messages; "
+        "not used by clusterman's drainer",
+        "spot_fleet_resource_groups_cache_seconds": "Clusterman's drainer's cache of the cluster's Spot Fleets; "
+        "not used by clusterman's drainer",
+        "auto_scaling_resource_groups_cache_seconds": "Clusterman's drainer's cache of the cluster's ASGs; "
+        "not used by clusterman's drainer",
+    }
 
 
 @dataclass(frozen=True)
@@ -114,7 +142,10 @@ class AwsConfig:
     signals_bucket: str = "yelp-clusterman-signals"
     state_table: str = "clusterman_cluster_state"
 
-    IGNORED_KEYS: ClassVar = frozenset({"spot_price_table"})
+    IGNORED_KEYS: ClassVar = {
+        "spot_price_table": "spot prices are kept in the metrics datastore (metrics.backend)",
+        "add_entrypoint_info": "Clusterman put the calling program in boto's user agent; clusterman sends boto's own",
+    }
 
 
 CONSOLIDATION_PLACEMENTS = ("first_fit", "most_allocated")
@@ -156,11 +187,13 @@ class AutoscalingDefaults:
     scale_up_hedge: float = field(0.0, check=non_negative)
     consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
     excluded_resources: tuple[str, ...] = ()
-    default_signal_role: str = "clusterman"
+    # Clusterman's docs call it default_signal_pool
+    default_signal_role: str = field("clusterman", aliases={"default_signal_pool": None})
+    prevent_scale_down_after_capacity_loss: bool = False
     instance_loss_threshold: int = field(0, check=non_negative)
     cpus_per_weight: float | None = None
 
-    IGNORED_KEYS: ClassVar = frozenset({"setpoint_margin"})
+    IGNORED_KEYS: ClassVar = {"setpoint_margin": "in Clusterman's schema only: its code never reads it"}
 
     def __post_init__(self) -> None:
         check_excluded_resources(self.excluded_resources)
@@ -170,15 +203,48 @@ class AutoscalingDefaults:
 class BatchConfig:
     run_interval_seconds: int = field(60, check=positive)
 
-    IGNORED_KEYS: ClassVar = frozenset({"dedupe_interval_seconds", "lookback_minutes"})
+    IGNORED_KEYS: ClassVar = {
+        "dedupe_interval_seconds": "read only for batches.spot_prices",
+        "lookback_minutes": "the signals' required_metrics say how far back they read",
+    }
+
+
+@dataclass(frozen=True)
+class SpotPricesBatch:
+    """``batches.spot_prices``: Clusterman's spot price collector (``clusterman.batch.spot_price_collector``)."""
+
+    run_interval_seconds: float = field(60.0, check=positive, doc="how often prices are read")
+    dedupe_interval_seconds: float = field(
+        60.0, check=positive, doc="at most one price per instance type and zone in each such interval"
+    )
+
+
+@dataclass(frozen=True)
+class DrainerBatch:
+    """``batches.drainer``: how often Clusterman's drainer (``clusterman.batch.drainer``) polls its queues."""
+
+    run_interval_seconds: float = field(5.0, check=positive)
+
+
+@dataclass(frozen=True)
+class NodeMigrationBatch:
+    """``batches.node_migration``: Clusterman's node migration batch (``clusterman.batch.node_migration``)."""
+
+    run_interval_seconds: float = field(60.0, check=positive, doc="how often migration triggers are checked")
+    max_worker_processes: float = field(6.0, check=positive, doc="migrations running at once, one per pool")
+    worker_termination_timeout_seconds: float = field(10.0, check=non_negative)
+    failed_attemps_margin: int = field(5, check=non_negative, doc="Clusterman's spelling")
 
 
 @dataclass(frozen=True)
 class Batches:
     cluster_metrics: BatchConfig = field(default_factory=BatchConfig)
     autoscaler: BatchConfig = field(default_factory=BatchConfig)
+    spot_prices: SpotPricesBatch = field(default_factory=SpotPricesBatch)
+    drainer: DrainerBatch = field(default_factory=DrainerBatch)
+    node_migration: NodeMigrationBatch = field(default_factory=NodeMigrationBatch)
 
-    IGNORED_KEYS: ClassVar = frozenset({"spot_prices", "node_migration", "spot_price_collector"})
+    IGNORED_KEYS: ClassVar = {"spot_price_collector": "the spot price collector's settings are batches.spot_prices"}
 
 
 class StateBackend(enum.Enum):
@@ -281,17 +347,32 @@ class MainConfig:
     state: StateConfig = field(default_factory=StateConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
-    IGNORED_KEYS: ClassVar = frozenset(
-        {
-            "module_config",
-            "module_env_config",
-            "sensu_config",
-            "mesos_maintenance_timeout_seconds",
-            "drain_termination_timeout_seconds",
-            "node_migration",
-            "spot_prices",
-        }
+    global_redraining_delay_seconds: float = field(
+        15.0, parser=parse_duration, doc="a pool's draining.redraining_delay_seconds when its file gives none"
     )
+
+    IGNORED_KEYS: ClassVar = {
+        "module_config": "staticconf namespaces for Yelp's libraries (clog, clusterman_metrics, yelp_batch); "
+        "clusterman's own blocks (metrics, events) configure what they did",
+        "module_env_config": "staticconf namespaces for Yelp's libraries, per environment",
+        "sensu_config": "no Sensu alerts: clusterman reports through events and /metrics",
+        "monitoring_client": "Clusterman's metrics emitter (SignalFx or logs); clusterman serves its counters "
+        "on /metrics",
+        "mesos_maintenance_timeout_seconds": "Mesos maintenance windows for drains; clusterman does not drain "
+        "Mesos agents",
+        "drain_termination_timeout_seconds": "the wait between a Mesos drain and termination; clusterman does not "
+        "drain Mesos agents",
+        "mesos": "the drainer's Mesos operator credentials (mesos_agent_secret_path); clusterman does not drain "
+        "Mesos agents",
+        "exclude_daemonset_pods": "DaemonSet pods are always taken out of node capacity and demand",
+        "node_migration": "a pool file's block; the batch's settings are batches.node_migration",
+        "spot_prices": "the collector's settings are batches.spot_prices",
+        "join_delay_mean_seconds": "set by Clusterman's simulate flags; here the pool's simulation.join_delay_seconds",
+        "join_delay_stdev_seconds": "set by Clusterman's simulate flags; here the pool's "
+        "simulation.join_delay_stdev_seconds",
+        "cpus_per_weight": "set by Clusterman's simulate flags; here autoscaling.cpus_per_weight",
+        "ebs_volume_size": "set by Clusterman's simulate flags; here the markets' resources give disk",
+    }
 
 
 @dataclass(frozen=True)
@@ -407,7 +488,7 @@ class PoolAutoscaling:
     scale_up_hedge: float | None = field(None, check=non_negative)
     consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
     excluded_resources: tuple[str, ...] | None = None
-    prevent_scale_down_after_capacity_loss: bool = False
+    prevent_scale_down_after_capacity_loss: bool | None = field(None, doc="false")
     instance_loss_threshold: int | None = field(None, check=non_negative)
     orphan_instance_uptime_threshold_seconds: int = field(1800, check=positive)
     # Escalator's removal below taint thresholds (all four or none): when set, they replace the
@@ -439,6 +520,12 @@ class PoolAutoscaling:
     scale_up_failure_cooldown_seconds: float = field(
         300.0, parser=parse_duration, aliases={"scale_up_failure_cooldown": None}
     )
+
+    IGNORED_KEYS: ClassVar = {
+        "killable_nodes_prioritizing_v2": "Clusterman's second order of nodes to remove ranks by pod priority; "
+        "clusterman's order (docs/scaling.md) does not read pod priority",
+        "setpoint_margin": "in Clusterman's schema only: its code never reads it",
+    }
 
     def __post_init__(self) -> None:
         check_excluded_resources(self.excluded_resources or ())
@@ -653,6 +740,139 @@ class PrometheusQueries:
 
 
 @dataclass(frozen=True)
+class DrainingConfig:
+    """A pool's ``draining`` block, Clusterman's keys and defaults: how long a drain may take and what
+    happens when it does not finish (docs/configuration.md)."""
+
+    draining_time_threshold_seconds: float = field(
+        1800.0, parser=parse_duration, check=positive, doc="the longest a node's drain may take"
+    )
+    redraining_delay_seconds: float = field(
+        15.0,
+        parser=parse_duration,
+        doc="wait before a failed drain is tried again (default: the main file's global_redraining_delay_seconds, 15)",
+    )
+    force_terminate: bool = field(False, doc="past the threshold: terminate the node (else it is uncordoned and kept)")
+    process_spot_warnings: bool = field(True, doc="drain this pool's nodes on a Spot interruption warning")
+
+
+@dataclass(frozen=True)
+class PoolPortion:
+    """A number of nodes, or a percent of the pool's (Clusterman's ``rate: 5`` or ``rate: '3%'``).
+
+    A percent other than 0 is at least one node, as in Clusterman."""
+
+    amount: float  # nodes, or a percent (0 to 100 and above) when ``percent``
+    percent: bool = False
+
+    def of(self, pool_nodes: int) -> int:
+        """The nodes this portion stands for in a pool of ``pool_nodes``."""
+        if not self.percent:
+            return int(self.amount)
+        if self.amount == 0:
+            return 0
+        return max(1, round(self.amount / 100 * pool_nodes))
+
+    def __bool__(self) -> bool:
+        return self.amount > 0
+
+    def __str__(self) -> str:
+        return f"{self.amount:g}%" if self.percent else f"{self.amount:g}"
+
+
+NO_NODES = PoolPortion(0)
+
+
+def pool_portion(value: Any) -> PoolPortion:
+    """``5`` (nodes) or ``'3%'`` (of the pool); never negative."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            amount = float(value.strip()[:-1])
+        except ValueError:
+            amount = math.nan
+        if not math.isfinite(amount) or amount < 0:
+            raise ValueError(f"expected a percent such as '5%', got {value!r}")
+        return PoolPortion(amount, percent=True)
+    if isinstance(value, str) and value.strip().isdigit():
+        return PoolPortion(int(value.strip()))
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer() or value < 0:
+        raise ValueError(f"expected a whole number of nodes or a percent such as '5%', got {value!r}")
+    return PoolPortion(int(value))
+
+
+class MigrationPrecedence(enum.Enum):
+    """Which nodes a migration replaces first (Clusterman's ``strategy.precedence``)."""
+
+    HIGHEST_UPTIME = "highest_uptime"  # the oldest first
+    LOWEST_TASK_COUNT = "lowest_task_count"
+    AZ_NAME_ALPHABETICAL = "az_name_alphabetical"  # zone by zone, in alphabetical order
+
+
+NO_UPTIME_LIMIT = math.inf
+MAX_ORPHAN_CAPACITY_TOLLERANCE = 0.2  # Clusterman's: a larger value counts as this
+
+
+def orphan_tolerance(value: Any) -> float:
+    """A fraction >= 0; above 0.2 counts as 0.2, as in Clusterman."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise ValueError(f"expected a fraction >= 0, got {value!r}")
+    return min(float(value), MAX_ORPHAN_CAPACITY_TOLLERANCE)
+
+
+@dataclass(frozen=True)
+class MigrationTrigger:
+    """``node_migration.trigger``: what starts a migration of the pool."""
+
+    max_uptime: float = field(
+        NO_UPTIME_LIMIT, parser=parse_duration, check=positive, doc="seconds: replace nodes older than this (30d)"
+    )
+    event: bool = field(False, doc="accept NodeMigration resources for this pool")
+
+
+@dataclass(frozen=True)
+class MigrationStrategy:
+    """``node_migration.strategy``: how fast, in which order, and with how much room nodes are replaced.
+    Durations are seconds (written as 5m, 1h...)."""
+
+    rate: PoolPortion = field(
+        parser=pool_portion,
+        check=Check(bool, "must be greater than 0"),
+        doc="nodes (or a percent of the pool) replaced at a time; required",
+    )
+    prescaling: PoolPortion = field(NO_NODES, parser=pool_portion, doc="nodes added to the pool before replacing")
+    precedence: MigrationPrecedence = MigrationPrecedence.HIGHEST_UPTIME
+    bootstrap_wait: float = field(180.0, parser=parse_duration, doc="how long a new node takes to be ready")
+    bootstrap_timeout: float = field(600.0, parser=parse_duration, doc="the longest wait for new nodes")
+    allowed_failed_drains: int = field(3, check=non_negative, doc="drains that may fail before the migration stops")
+
+
+@dataclass(frozen=True)
+class NodeMigrationConfig:
+    """A pool's ``node_migration`` block, Clusterman's keys and defaults. Loaded and validated; node
+    migration (issue 42) acts on it. ``enabled`` is whether the pool file has the block."""
+
+    trigger: MigrationTrigger
+    strategy: MigrationStrategy
+    disable_autoscaling: bool = field(False, doc="no autoscaling while nodes are replaced")
+    ignore_pod_health: bool = field(False, doc="judge the pool's health without reading its pods")
+    health_check_interval: float = field(120.0, parser=parse_duration, doc="seconds between health checks")
+    orphan_capacity_tollerance: float = field(
+        0.0, parser=orphan_tolerance, doc="orphan capacity over target still healthy (at most 0.2; their spelling)"
+    )
+    max_uptime_worker_skips: int = field(
+        6, check=non_negative, doc="times the uptime trigger may wait for the pool's capacity (0: no limit)"
+    )
+    expected_duration: float = field(7200.0, parser=parse_duration, doc="how long migrating the whole pool takes")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.strategy.rate)
+
+
+NO_NODE_MIGRATION = NodeMigrationConfig(MigrationTrigger(), MigrationStrategy(rate=NO_NODES))
+
+
+@dataclass(frozen=True)
 class PoolConfig:
     """Everything one autoscaler instance needs to know about its pool."""
 
@@ -664,6 +884,8 @@ class PoolConfig:
     )
     autoscaling: PoolAutoscaling = field(default_factory=PoolAutoscaling)
     draining_enabled: bool = False
+    draining: DrainingConfig = field(default_factory=DrainingConfig)
+    node_migration: NodeMigrationConfig = NO_NODE_MIGRATION
     # Kubernetes (Clusterman's keys and defaults): the node label naming the pool, the pod label
     # naming it, and the pod annotation that pins a node ("false": never remove it).
     node_label_key: str = "clusterman.com/pool"
@@ -677,18 +899,14 @@ class PoolConfig:
     simulation: SimulationConfig = field(default_factory=SimulationConfig)
     prometheus_queries: PrometheusQueries = field(default_factory=PrometheusQueries)
 
-    # exclude_daemonset_pods: DaemonSet pods are always taken out of node capacity and demand here;
-    # alert_on_max_capacity: Clusterman's Sensu alert (here the decision's MAX_CAPACITY reason says it)
-    IGNORED_KEYS: ClassVar = frozenset(
-        {
-            "sensu_config",
-            "node_migration",
-            "pool_owner",
-            "paasta_cluster",
-            "exclude_daemonset_pods",
-            "alert_on_max_capacity",
-        }
-    )
+    IGNORED_KEYS: ClassVar = {
+        "sensu_config": "no Sensu alerts: clusterman reports through events and /metrics",
+        "pool_owner": "no Sensu alerts to route",
+        "paasta_cluster": "resource groups are matched by the cluster's name in their tag",
+        "exclude_daemonset_pods": "DaemonSet pods are always taken out of node capacity and demand",
+        "alert_on_max_capacity": "no Sensu alert; the decision's DECISION_MAX_CAPACITY event says when the "
+        "maximum caps the target",
+    }
 
     def __post_init__(self) -> None:
         if "__default__" in self.app_signals:

@@ -9,7 +9,9 @@ metadata may add:
   check    -- a predicate with a message, e.g. ``positive``; a failing value is an error
   alias_check -- the check for a value given under an alias instead (Escalator's percents have
               Escalator's bounds: ``scale_up_threshold_percent: 150`` is valid, ``setpoint: 1.5`` not)
-  ignored  -- a key accepted for compatibility and not used (logged, never silently dropped)
+A dataclass's ``IGNORED_KEYS`` maps keys other tools write in its block (Clusterman's
+``sensu_config``) to why clusterman does not act on them: accepted, and logged once per file and
+key with that reason, never silently dropped and never mistaken for a typo.
 Unknown keys, wrong types and missing required keys raise ``ConfigError``.
 """
 
@@ -78,12 +80,13 @@ fraction = Check(lambda v: 0 < v <= 1, "must be a fraction in (0, 1]")
 unit_interval = Check(lambda v: 0 <= v <= 1, "must be a fraction in [0, 1]")
 
 
-def parse(cls: type[T], raw: Any, source: str, path: str = "", ignored: frozenset[str] = frozenset()) -> T:
+def parse(cls: type[T], raw: Any, source: str, path: str = "", ignored: Mapping[str, str] | None = None) -> T:
     """Build ``cls`` from ``raw`` (a mapping), checking every key against the dataclass fields.
 
-    ``ignored`` lists keys that other tools put in the same block (e.g. Clusterman's
-    ``sensu_config``): accepted, logged at debug level, and not used.
+    ``ignored`` maps keys that other tools put in the same block (e.g. Clusterman's
+    ``sensu_config``) to why they are not used: accepted, logged (``log_ignored``), and dropped.
     """
+    ignored = ignored or {}
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
@@ -106,7 +109,7 @@ def parse(cls: type[T], raw: Any, source: str, path: str = "", ignored: frozense
         found = by_name.get(key)
         if found is None:
             if key in ignored:
-                log.debug("%s: %s is accepted for compatibility and not used", source, key_path)
+                log_ignored(source, key_path, ignored[key])
                 continue
             known = sorted(k for k in by_name)
             raise ConfigError(source, key_path, f"unknown key (known keys: {', '.join(known)})")
@@ -191,8 +194,18 @@ def _coerce(tp: Any, value: Any, source: str, path: str) -> Any:
         value_type = args[1] if args else Any
         return {str(k): _coerce(value_type, v, source, _join(path, str(k))) for k, v in value.items()}
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return parse(tp, value, source, path, getattr(tp, "IGNORED_KEYS", frozenset()))
+        return parse(tp, value, source, path, getattr(tp, "IGNORED_KEYS", None))
     raise TypeError(f"schema type {tp!r} at {path} is not supported")
+
+
+_logged: set[tuple[str, str]] = set()
+
+
+def log_ignored(source: str, key_path: str, reason: str) -> None:
+    """One line per file and key for the life of the process: files are read again every run."""
+    if (source, key_path) not in _logged:
+        _logged.add((source, key_path))
+        log.info("%s: %s is ignored: %s", source, key_path, reason)
 
 
 def _join(path: str, key: str) -> str:

@@ -163,7 +163,11 @@ class ScalingPolicy:
             scale_up_cool_down_period_seconds=a.scale_up_cool_down_period_seconds,
             scale_up_failure_threshold=a.scale_up_failure_threshold,
             scale_up_failure_cooldown_seconds=a.scale_up_failure_cooldown_seconds,
-            prevent_scale_down_after_capacity_loss=a.prevent_scale_down_after_capacity_loss,
+            prevent_scale_down_after_capacity_loss=(
+                a.prevent_scale_down_after_capacity_loss
+                if a.prevent_scale_down_after_capacity_loss is not None
+                else d.prevent_scale_down_after_capacity_loss
+            ),
             instance_loss_threshold=(
                 a.instance_loss_threshold if a.instance_loss_threshold is not None else d.instance_loss_threshold
             ),

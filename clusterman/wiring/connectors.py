@@ -37,6 +37,7 @@ from clusterman.cluster.simulated_scheduler import node_allocatable
 from clusterman.config.loader import cluster_config
 from clusterman.core.cloud_view import CloudInstance
 from clusterman.core.cloud_view import CloudViewSource
+from clusterman.core.config import ClusterConfig
 from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
@@ -65,7 +66,7 @@ def connector_for_pool(
             node_label_key=pool.node_label_key,
             pool_label_key=pool.pool_label_key,
             default_request=pool.default_pod_request,
-            safe_to_evict_keys=safe_to_evict_keys(pool),
+            safe_to_evict_keys=safe_to_evict_keys(main, identity, pool),
         )
         return KubernetesConnector(
             settings, kubeconfig_path(main, identity), cloud=cloud, timeout_seconds=timeout_seconds, watch=watch
@@ -144,6 +145,10 @@ def mesos_master(main: MainConfig, identity: PoolIdentity) -> str:
     return master_url(fqdn)
 
 
-def safe_to_evict_keys(pool: PoolConfig) -> tuple[str, ...]:
-    """The standard annotation, and the pool's own key when it names another."""
-    return tuple(dict.fromkeys((SAFE_TO_EVICT_ANNOTATION, pool.safe_to_evict_key)))
+def safe_to_evict_keys(main: MainConfig, identity: PoolIdentity, pool: PoolConfig) -> tuple[str, ...]:
+    """The standard annotation, the cluster's (``pod_safe_to_evict_annotation``) and the pool's own
+    key (``safe_to_evict_key``), each once: a pod with any of them false pins its node."""
+    cluster = main.clusters.get(identity.cluster, ClusterConfig())
+    return tuple(
+        dict.fromkeys((SAFE_TO_EVICT_ANNOTATION, cluster.pod_safe_to_evict_annotation, pool.safe_to_evict_key))
+    )

@@ -39,7 +39,7 @@ def lifecycle_for_pool(
         lifecycle = KubernetesLifecycle(
             kubeconfig_path(main, identity),
             dry_run=dry_run,
-            safe_to_evict_keys=safe_to_evict_keys(pool),
+            safe_to_evict_keys=safe_to_evict_keys(main, identity, pool),
             timeout_seconds=timeout_seconds,
         )
     elif identity.scheduler is Scheduler.MESOS:
