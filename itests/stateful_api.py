@@ -33,7 +33,10 @@ Kubernetes
                                            a 503, their clients long gone); ``on_held`` is called
                                            with each request ``hang`` holds, its client waiting;
                                            ``after_answer`` with each request answered and its
-                                           answer, before the client reads it
+                                           answer, before the client reads it; ``hang("ended")``
+                                           answers every watch and ends it at once, with no
+                                           event or bookmark (lists are answered)
+  a watch history that keeps expiring      ``gone_storm = True``: every watch is answered 410 Gone
   a stopped server                         ``go_down`` closes the port (connections refused, open ones
                                            reset); ``evicted_then_down`` carries out the next eviction,
                                            then goes down without answering it; ``come_back`` listens
@@ -184,8 +187,9 @@ class FakeKubernetes(FakeServer):
         # node name -> how many of its next PATCHes race another writer, which adds a taint first
         self.races: dict[str, int] = {}
         # "evictions" or "all": those requests go unanswered; "streams": watches are answered, and
-        # then send nothing and never end (see ``hang``)
+        # then send nothing and never end; "ended": watches are answered and end at once, empty
         self.hanging = ""
+        self.gone_storm = False  # every watch is answered 410 Gone, however recent its version
         self.evicted_then_hang = False  # the next eviction is carried out, then the server falls silent
         self.evicted_then_down = False  # the next eviction is carried out, then the server stops
         self.down = threading.Event()  # set once ``evicted_then_down`` took the server down
@@ -200,7 +204,8 @@ class FakeKubernetes(FakeServer):
         self._answering.set()
 
     def hang(self, what: str) -> None:
-        """From now on leave ``what`` ("evictions", "all" or "streams") unanswered, until ``answer_again``."""
+        """From now on leave ``what`` ("evictions", "all" or "streams") unanswered, or end every watch
+        at once with nothing in it ("ended"), until ``answer_again``."""
         with self._lock:
             self.hanging = what
             self._answering.clear()
@@ -375,9 +380,12 @@ class FakeKubernetes(FakeServer):
         deadline = time.monotonic() + seconds
         with self._lock:
             expired, dropped = self._expired, self._dropped
-            gone = since < self.compacted
+            gone = since < self.compacted or self.gone_storm
+            ended = self.hanging == "ended"
         if gone:
             yield gone_event(since, self.compacted)
+            return
+        if ended:
             return
         seen = since
         next_bookmark = time.monotonic() + self.bookmark_seconds

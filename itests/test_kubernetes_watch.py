@@ -242,11 +242,12 @@ def test_a_bad_object_fails_the_snapshots_that_need_it_until_it_is_fixed(world):
         connector.close()
 
 
-@pytest.mark.parametrize("quiet", ["silent", "streams", "down"])
+@pytest.mark.parametrize("quiet", ["silent", "streams", "ended", "down"])
 def test_an_api_server_that_stops_answering_makes_the_view_stale_and_says_why(world, quiet):
     """A silent server holds every request, watches too; one whose streams are stuck answers each
-    watch and then says nothing; a server that is down refuses them. Neither a watch sent again nor
-    one answered is word from the server: retries well inside the 1.5 s keep the view stale."""
+    watch and then says nothing; one whose streams end answers each watch and ends it at once,
+    empty; a server that is down refuses them. Neither a watch sent again, nor one answered, nor one
+    ended is word from the server: retries well inside the 1.5 s keep the view stale."""
     fake, config = world
     connector = KubernetesConnector(POOL, config, timeout_seconds=0.5, watch_seconds=1, stale_after_seconds=1.5)
     cache = connector.cache()
@@ -254,11 +255,11 @@ def test_an_api_server_that_stops_answering_makes_the_view_stale_and_says_why(wo
         reflector.backoff.initial, reflector.backoff.cap = 0.05, 0.1
     try:
         assert connector.scheduler_view(NOW).stale == ""
-        fake.go_down() if quiet == "down" else fake.hang("all" if quiet == "silent" else "streams")
+        fake.go_down() if quiet == "down" else fake.hang({"silent": "all"}.get(quiet, quiet))
         time.sleep(3.5)
         stale = connector.scheduler_view(NOW).stale  # the run does not wait for the API
         assert "has not heard from the API server for" in stale and "(> 1.5 s;" in stale
-        if quiet == "down":  # refused at once: sent again and again
+        if quiet in ("down", "ended"):  # refused, or ended, at once: sent again and again
             assert min(r.watches for r in (cache.node_reflector, cache.pod_reflector)) >= 3
         fake.come_back() if quiet == "down" else fake.answer_again()
         deadline = time.monotonic() + 15
@@ -267,3 +268,4 @@ def test_an_api_server_that_stops_answering_makes_the_view_stale_and_says_why(wo
         assert connector.scheduler_view(NOW).stale == ""  # heard again: fresh
     finally:
         connector.close()
+

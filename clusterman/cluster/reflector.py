@@ -12,7 +12,8 @@ This is client-go's reflector, for one Kubernetes resource with its selectors:
   watch has run for a while), as client-go does.
 
 What the API calls are is given (``Source``), so this module knows nothing of HTTP or JSON. The
-loop runs on a thread of its own; ``freshness`` says when it last heard from the API server.
+loop runs on a thread of its own; ``freshness`` says when it last heard from the API server: a list
+page, an event or a bookmark. A watch the server answers, or ends, says nothing by itself.
 """
 
 from __future__ import annotations
@@ -249,8 +250,9 @@ class Reflector(Generic[O]):
         self._state = "watching"
         started = self.clock()
         self.watches += 1
-        # An answered watch is not yet word from the server: a stream that then says nothing until
-        # it times out would keep the cache fresh. Its events and its clean end are.
+        # Neither an answered watch nor its end is word from the server: a stream that says nothing
+        # until it times out, or one ended at once again and again, would keep the cache fresh.
+        # Its events and bookmarks are (a real API server sends a bookmark before a watch's end).
         for event in self.source.watch(self.version):
             self._heard()
             if event.type != BOOKMARK:
@@ -258,7 +260,6 @@ class Reflector(Generic[O]):
                 self.store.update(event.type, event.obj)
             if event.version:
                 self.version = event.version
-        self._heard()  # the server ended the stream
         # The server ended the stream at its timeoutSeconds: watch again at once. A stream that
         # ended as soon as it began means the server is not well, so the backoff applies.
         if self.clock() - started < self.healthy_after_seconds:
