@@ -586,6 +586,8 @@ class KubernetesConnector(ClusterConnector):
             cache.sync()
             if self.watch:
                 cache.start()
+        else:
+            cache.nudge()
         return cache.view(now)
 
     def cache(self) -> PoolCache:

@@ -341,6 +341,11 @@ class PoolCache:
         self.node_reflector.start()
         self.pod_reflector.start()
 
+    def nudge(self) -> None:
+        """A run reads the cache: a watch waiting to retry tries now (``Reflector.nudge``)."""
+        self.node_reflector.nudge()
+        self.pod_reflector.nudge()
+
     def stop(self) -> None:
         self.node_reflector.stop()
         self.pod_reflector.stop()

@@ -9,7 +9,9 @@ This is client-go's reflector, for one Kubernetes resource with its selectors:
 - a watch that ends (its ``timeoutSeconds``, or a broken stream) is resumed from the last version;
 - ``410 Gone`` (the version is older than the server's history) lists again;
 - failures are retried with exponential backoff (0.8 s doubling to 30 s, with jitter, reset once a
-  watch has run for a while), as client-go does.
+  watch has run for a while), as client-go does; a run that reads the cache ends a wait that has
+  lasted the initial backoff (``nudge``), so a recovery is seen within a run or two, not a
+  backoff grown over a long outage.
 
 What the API calls are is given (``Source``), so this module knows nothing of HTTP or JSON. The
 loop runs on a thread of its own; ``freshness`` says when it last heard from the API server: a list
@@ -163,6 +165,8 @@ class Reflector(Generic[O]):
         self._error = ""
         self._synced = False
         self._stopping = threading.Event()
+        self._waking = threading.Event()  # set by ``nudge``: the wait in progress ends
+        self._waiting_since = 0.0  # when the wait in progress began (0: not waiting)
         self._thread: threading.Thread | None = None
         self.lists = 0  # full lists done (the first included)
         self.watches = 0  # watch requests made
@@ -210,8 +214,16 @@ class Reflector(Generic[O]):
             self._thread = threading.Thread(target=self._run, name=f"watch {self.resource}", daemon=True)
             self._thread.start()
 
+    def nudge(self) -> None:
+        """A run reads the cache: end a wait for a retry that has lasted the initial backoff, so
+        that many runs (one reader serves several pools) still make one attempt at a time."""
+        since = self._waiting_since
+        if since and self.clock() - since >= self.backoff.initial:
+            self._waking.set()
+
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping.set()
+        self._waking.set()
         self.source.stop()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -243,7 +255,14 @@ class Reflector(Generic[O]):
     def _wait(self, why: str) -> None:
         delay = self.backoff.next()
         self._state = f"{why} (in {delay:.1f} s)"
-        self._stopping.wait(delay)
+        self._waking.clear()
+        if self._stopping.is_set():  # stopped before the wait began: its wake-up is cleared above
+            return
+        self._waiting_since = self.clock()
+        try:
+            self._waking.wait(delay)
+        finally:
+            self._waiting_since = 0.0
 
     def _watch_once(self) -> None:
         assert self.version is not None
