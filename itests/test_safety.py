@@ -18,9 +18,9 @@ import pytest
 from clusterman.local.moto_server import FAKE_CREDENTIALS
 from clusterman.run.report import Outcome
 from clusterman.state.carried import GROUP_TARGETS
-from clusterman.state.factory import open_state_store
 from clusterman.state.pause import entity
 from clusterman.state.store import StateItem
+from clusterman.wiring.state_store import open_state_store
 from itests.aws_proxy import Fault
 from itests.aws_proxy import FaultyProxy
 from itests.aws_world import World

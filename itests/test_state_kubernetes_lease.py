@@ -17,7 +17,6 @@ from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
 from clusterman.core.config import StateConfig
-from clusterman.state.factory import open_state_store
 from clusterman.state.kubernetes_lease import lease_name
 from clusterman.state.lease import Holder
 from clusterman.state.lease import PoolLease
@@ -25,6 +24,7 @@ from clusterman.state.lease import take_on_request
 from clusterman.state.pause import pause
 from clusterman.state.pause import pause_status
 from clusterman.state.store import StateError
+from clusterman.wiring.state_store import open_state_store
 from itests.recorded_api import Request
 from itests.recorded_api import kubeconfig
 from itests.stateful_api import Answer

@@ -23,8 +23,13 @@ PACKAGES = ("clusterman", "clusterman_signals")
 
 CORE = "core"
 ADAPTER = "adapter"
+RUN = "run"
+WIRING = "wiring"
 PROGRAM = "program"
 SDK = "sdk"
+# Above the core, each layer imports only the layers before it here: the run never imports its
+# wiring, and neither imports a program.
+ABOVE_CORE = (ADAPTER, RUN, WIRING, PROGRAM)
 
 # Longest prefix wins. Anything of clusterman not named here is an adapter.
 LAYER_OF_PREFIX: dict[str, str] = {
@@ -33,12 +38,14 @@ LAYER_OF_PREFIX: dict[str, str] = {
     "clusterman.core": CORE,
     "clusterman.decision": CORE,
     "clusterman.errors": CORE,
-    # Programs: they wire adapters to the core.
+    # One autoscaling run, from adapters it is handed.
+    "clusterman.run": RUN,
+    # Adapters and runs built from srv-configs.
+    "clusterman.wiring": WIRING,
+    # Programs: their mains, and what they share.
     "clusterman.__main__": PROGRAM,
     "clusterman.cli": PROGRAM,  # the ``clusterman`` command
     "clusterman.batch": PROGRAM,  # every other program's main, and the setup they share
-    "clusterman.run": PROGRAM,  # one autoscaling run
-    "clusterman.wiring": PROGRAM,  # adapters built from srv-configs
     "clusterman.simulator": PROGRAM,
     "clusterman.local": PROGRAM,
 }
@@ -196,8 +203,10 @@ def layer_violations() -> set[str]:
                     found.add(_violation(name, imp, "the core imports the standard library only"))
                 elif top(imp.target) in CORE_FORBIDDEN_STDLIB:
                     found.add(_violation(name, imp, "the core does no I/O"))
-            elif mine == ADAPTER and ours(imp.target) and layer_of(imp.target) == PROGRAM:
-                found.add(_violation(name, imp, "an adapter imports no program"))
+            elif mine in ABOVE_CORE and ours(imp.target) and layer_of(imp.target) in ABOVE_CORE:
+                theirs = layer_of(imp.target)
+                if ABOVE_CORE.index(theirs) > ABOVE_CORE.index(mine):
+                    found.add(_violation(name, imp, f"the {mine} layer imports no {theirs}"))
             if mine != CORE and imp.target == MEMO:
                 found.add(_violation(name, imp, "the chunk memo stays in the core; read per-snapshot values"))
     return found
@@ -406,10 +415,37 @@ def test_a_module_placed_against_its_layer_is_reported(name: str, source: str, e
 
 
 def test_every_package_of_clusterman_has_a_layer_on_purpose() -> None:
-    """A new package is an adapter unless the table says otherwise: the table names every program."""
+    """A new package is an adapter unless the table says otherwise: the table names every layer above."""
     packages = {package_of(name) for name in MODULES if name.startswith("clusterman.")}
-    programs = {p for p in packages if layer_of(p) == PROGRAM}
-    assert programs == {
-        "clusterman.__main__", "clusterman.batch", "clusterman.cli", "clusterman.local", "clusterman.run",
-        "clusterman.simulator", "clusterman.wiring",
+    above = {p: layer_of(p) for p in packages if layer_of(p) in (RUN, WIRING, PROGRAM)}
+    assert above == {
+        "clusterman.__main__": PROGRAM, "clusterman.batch": PROGRAM, "clusterman.cli": PROGRAM,
+        "clusterman.local": PROGRAM, "clusterman.simulator": PROGRAM,
+        "clusterman.run": RUN, "clusterman.wiring": WIRING,
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "why"),
+    [
+        (
+            "clusterman.run.probe",
+            "from clusterman.wiring.build import build_cycle\n",
+            "the run layer imports no wiring",
+        ),
+        ("clusterman.run.probe", "from clusterman.cli import main\n", "the run layer imports no program"),
+        ("clusterman.wiring.probe", "from clusterman.batch import autoscaler\n", "the wiring layer imports no program"),
+        ("clusterman.cloud.probe", "from clusterman.run import cycle\n", "the adapter layer imports no run"),
+    ],
+)
+def test_an_import_up_the_layers_is_reported(name: str, source: str, why: str, tmp_path: Path) -> None:
+    path = tmp_path / "probe.py"
+    path.write_text(source)
+    MODULES[name] = path
+    IMPORTS[name] = imports_of(name)
+    try:
+        broken = {v for v in layer_violations() if v.startswith(name)}
+    finally:
+        del MODULES[name]
+        del IMPORTS[name]
+    assert len(broken) == 1 and why in broken.pop()

@@ -15,11 +15,11 @@ from clusterman.core.config import MetricsBackend
 from clusterman.core.config import MetricType
 from clusterman.core.config import PrometheusQueries
 from clusterman.datastore.dynamodb import DynamoDBStore
-from clusterman.datastore.factory import open_store
 from clusterman.datastore.prometheus import PrometheusStore
 from clusterman.datastore.sqlite import SqliteStore
 from clusterman.datastore.store import MetricsError
 from clusterman.run.budget import metrics_timeout
+from clusterman.wiring.metrics_store import open_store
 
 REPO = Path(__file__).resolve().parents[1]
 LIMITS = "scaling_limits: {min_capacity: 1, max_capacity: 10, max_weight_to_add: 5, max_weight_to_remove: 5}\n"

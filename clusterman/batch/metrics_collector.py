@@ -43,7 +43,6 @@ from clusterman.core.config import MetricType
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import ConfigError
-from clusterman.datastore.factory import open_store as open_configured_store
 from clusterman.datastore.pool_metrics import collect
 from clusterman.datastore.store import InMemoryStore
 from clusterman.datastore.store import MetricsError
@@ -58,6 +57,7 @@ from clusterman.tree.liveness import LivenessRules
 from clusterman.tree.liveness import heartbeat_problem
 from clusterman.wiring.build import cloud_for
 from clusterman.wiring.connectors import connector_for_pool
+from clusterman.wiring.metrics_store import open_store as open_configured_store
 from clusterman.wiring.setup import PoolSetup
 
 log = logging.getLogger(__name__)

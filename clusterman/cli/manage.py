@@ -34,7 +34,6 @@ from clusterman.run.manual import ManualTarget
 from clusterman.run.manual import ManualTargetError
 from clusterman.run.manual import parse_target
 from clusterman.run.manual import set_pool_target
-from clusterman.state.factory import open_state_store
 from clusterman.state.lease import Holder
 from clusterman.state.lease import PoolLease
 from clusterman.state.lease import take_on_request
@@ -45,6 +44,7 @@ from clusterman.state.store import NO_EXPIRY
 from clusterman.state.store import StateError
 from clusterman.state.store import StateStore
 from clusterman.wiring.build import discovery_for
+from clusterman.wiring.state_store import open_state_store
 
 # manage's lease lives this long and is renewed every third of it while the change is made: a
 # manage killed (kill -9) or stopped blocks the autoscaler this long at most, however long the change takes

@@ -24,13 +24,13 @@ from clusterman.core.timestamps import parse_time
 from clusterman.datastore.datafile import count_points
 from clusterman.datastore.datafile import points_of
 from clusterman.datastore.datafile import read_metrics_file
-from clusterman.datastore.factory import open_store
 from clusterman.datastore.sqlite import SqliteStore
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import Point
 from clusterman.datastore.store import Value
 from clusterman.datastore.store import split_key
 from clusterman.errors import reading_input
+from clusterman.wiring.metrics_store import open_store
 
 WRITE_CHUNK = 10_000
 TYPES = [t.value for t in MetricType]

@@ -24,8 +24,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run_setup(args: argparse.Namespace) -> int:
     from clusterman.core.config import MetricsBackend
-    from clusterman.datastore.factory import open_store
-    from clusterman.state.factory import open_state_store
+    from clusterman.wiring.metrics_store import open_store
+    from clusterman.wiring.state_store import open_state_store
 
     main = load_main(args)
     state = open_state_store(main, args.timeout)

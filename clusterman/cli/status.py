@@ -22,7 +22,6 @@ from clusterman.events.client import EventClient
 from clusterman.events.client import api_url
 from clusterman.run.budget import scheduler_timeout
 from clusterman.run.demand_source import DemandSource
-from clusterman.state.factory import open_state_store
 from clusterman.wiring.build import cloud_for
 from clusterman.wiring.build import demand_for
 from clusterman.wiring.pool_status import PoolStatus
@@ -31,6 +30,7 @@ from clusterman.wiring.pool_status import describe_kept
 from clusterman.wiring.pool_status import gather
 from clusterman.wiring.pool_status import gather_refused
 from clusterman.wiring.pool_status import percent_line
+from clusterman.wiring.state_store import open_state_store
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -9,11 +9,11 @@ from clusterman.batch.arguments import add_pool_arguments
 from clusterman.batch.arguments import add_timeout_argument
 from clusterman.batch.arguments import resolve_identity
 from clusterman.errors import reading_input
-from clusterman.state.factory import open_state_store
 from clusterman.state.pause import parse_until
 from clusterman.state.pause import pause
 from clusterman.state.pause import pause_status
 from clusterman.state.pause import resume
+from clusterman.wiring.state_store import open_state_store
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -17,7 +17,6 @@ from clusterman.cloud.discovery import discover_groups
 from clusterman.cloud.groups_view import GroupsCloudView
 from clusterman.cloud.simulated_group import SimulatedCloud
 from clusterman.core.model import PoolSnapshot
-from clusterman.datastore.factory import open_store
 from clusterman.datastore.pool_metrics import collect
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import RetentionPass
@@ -36,14 +35,15 @@ from clusterman.signals.specs import SignalSpec
 from clusterman.signals.specs import app_signal_specs
 from clusterman.signals.specs import default_signal_spec
 from clusterman.state.carried import StoredState
-from clusterman.state.factory import open_state_store
 from clusterman.state.lease import Holder
 from clusterman.state.lease import PoolLease
 from clusterman.state.pause import PauseStatus
 from clusterman.state.pause import pause_status
 from clusterman.wiring.connectors import connector_for_pool
 from clusterman.wiring.lifecycles import lifecycle_for_pool
+from clusterman.wiring.metrics_store import open_store
 from clusterman.wiring.setup import PoolSetup
+from clusterman.wiring.state_store import open_state_store
 
 
 def aws_clients(setup: PoolSetup, budget_seconds: float | None = None) -> AwsClients:

@@ -15,7 +15,7 @@ import yaml
 from clusterman.cluster.kubernetes import SCALE_DOWN_TAINT_KEYS
 from clusterman.decision.disruption import DisruptionState
 from clusterman.state.carried import StoredState
-from clusterman.state.factory import open_state_store
+from clusterman.wiring.state_store import open_state_store
 from itests.aws_world import World
 from itests.faults.autoscaler_procs import Autoscaler
 from itests.pool_harness import POOL

@@ -21,7 +21,7 @@ from itests.pool_harness import POOL
 READ_KEPT = """
 import sys
 from clusterman.config.loader import load_main_config
-from clusterman.state.factory import open_state_store
+from clusterman.wiring.state_store import open_state_store
 main = load_main_config(sys.argv[1])
 store = open_state_store(main)
 print(sum(e[-1] for e in store.get("autoscaler_state", sys.argv[2]).payload["disruption"]["evictions"]))

@@ -18,7 +18,7 @@ import pytest
 
 from clusterman.decision.consolidate import KEEP_GIVE_UP_SECONDS
 from clusterman.state.carried import StoredState
-from clusterman.state.factory import open_state_store
+from clusterman.wiring.state_store import open_state_store
 from itests.faults import drains
 from itests.faults.autoscaler_procs import acted
 
