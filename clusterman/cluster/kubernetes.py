@@ -485,6 +485,9 @@ def node_record(obj: Mapping[str, Any] | objects.Node) -> NodeRecord:
         instance_type=_label(labels, "node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type"),
         market=_label(labels, "topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone") or zone,
         ip=ip,
+        # shared by most nodes of a pool: one string each, not one per node
+        kernel=sys.intern(info.kernel_version) if (info := status.node_info) else "",
+        os_image=sys.intern(info.os_image) if info else "",
     )
     return NodeRecord(node, key if tainted_at is None else "")
 

@@ -145,10 +145,16 @@ class NodeAddress(Fields):
     address: str = ""
 
 
+class NodeSystemInfo(Fields):
+    kernel_version: str = ""
+    os_image: str = ""
+
+
 class NodeStatus(Fields):
     allocatable: ResourceList | None = None
     conditions: list[Condition] | None = None
     addresses: list[NodeAddress] | None = None
+    node_info: NodeSystemInfo | None = None
 
 
 class Node(Fields):
@@ -175,6 +181,14 @@ class WatchEvent(Fields):
     object: msgspec.Raw = msgspec.Raw(b"{}")
 
 
+class CustomObject(Fields):
+    """A custom resource (a NodeMigration): its metadata read as any object's, the rest as JSON."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: Any = None
+    status: Any = None
+
+
 T = TypeVar("T", Pod, Node)
 
 
@@ -188,10 +202,16 @@ class NodeList(Fields):
     items: list[Node] | None = None
 
 
+class CustomObjectList(Fields):
+    metadata: ListMeta = msgspec.field(default_factory=ListMeta)
+    items: list[CustomObject] | None = None
+
+
 DECODERS: dict[type, msgspec.json.Decoder[Any]] = {
-    t: msgspec.json.Decoder(t) for t in (Pod, Node, PodList, NodeList, WatchEvent, Status)
+    t: msgspec.json.Decoder(t)
+    for t in (Pod, Node, PodList, NodeList, CustomObject, CustomObjectList, WatchEvent, Status)
 }
-LIST_OF: dict[type, type] = {Pod: PodList, Node: NodeList}
+LIST_OF: dict[type, type] = {Pod: PodList, Node: NodeList, CustomObject: CustomObjectList}
 
 DecodeError = (msgspec.DecodeError, msgspec.ValidationError)
 

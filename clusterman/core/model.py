@@ -171,6 +171,9 @@ class Node:
     instance_type: str = ""
     market: str = ""  # availability zone; Clusterman's market key is "<instance_type, market>"
     ip: str = ""  # private address: how Mesos agents are matched to cloud instances
+    # what node migration conditions read (decision/migration_condition.py); "" when not reported
+    kernel: str = ""  # Kubernetes status.nodeInfo.kernelVersion
+    os_image: str = ""  # Kubernetes status.nodeInfo.osImage, e.g. "Ubuntu 22.04.3 LTS"
     usage: NodeUsage = field(init=False, repr=False, compare=False)
     # allocatable, reserved, allocated_reserved, allocated_unreserved, revocable: 4 floats each, so
     # that pool sums are a transpose and a C-level sum (see core.accounting.account_nodes)
