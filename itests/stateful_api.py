@@ -25,6 +25,15 @@ Kubernetes
   POST   /api/v1/namespaces/{ns}/pods/{name}/eviction
                                            a ``policy/v1`` Eviction: 404 for a missing pod, 429 for a
                                            pod whose disruption budget refuses, else the pod is gone
+  /apis/clusterman.yelp.com/v1/nodemigrations
+                                           the NodeMigration custom resource (cluster scope), with the
+                                           rules of a CRD with a status subresource: GET lists and
+                                           watches as above; POST creates one, checked against the
+                                           schema of deploy/kubernetes/shared/nodemigration-crd.yaml
+                                           (422 Invalid naming the field), 409 when the name exists;
+                                           GET/PATCH .../{name} reads it and merge-patches it, its
+                                           ``status`` left as it was; PATCH .../{name}/status changes
+                                           only its ``status``; ``delete`` removes one
   a silent server                          ``hang("evictions")`` leaves eviction requests unanswered
                                            (the rest answered); ``hang("all")`` every request, and
                                            open watches send nothing; ``evicted_then_hang`` carries
@@ -72,8 +81,11 @@ import time
 from collections.abc import Callable
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from typing import TypeVar
+
+import yaml
 
 from itests.recorded_api import Body
 from itests.recorded_api import DropConnection
@@ -161,15 +173,49 @@ def gone_event(version: int, oldest: int) -> bytes:
     return json.dumps({"type": "ERROR", "object": status_}).encode() + b"\n"
 
 
+CRD_FILE = Path(__file__).resolve().parents[1] / "deploy" / "kubernetes" / "shared" / "nodemigration-crd.yaml"
+MIGRATIONS = "/apis/clusterman.yelp.com/v1/nodemigrations"
+KINDS = {"nodes": ("Node", "v1"), "pods": ("Pod", "v1"), "nodemigrations": ("NodeMigration", "clusterman.yelp.com/v1")}
+
+
+def schema_problems(value: Any, schema: dict[str, Any], where: str) -> list[str]:
+    """What an API server's structural schema check says of ``value`` (types, required, enums)."""
+    kind = schema.get("type")
+    types = {"object": dict, "array": list, "string": str, "integer": int, "boolean": bool}
+    if kind in types and (not isinstance(value, types[kind]) or (kind == "integer" and isinstance(value, bool))):
+        return [f'{where}: Invalid value: "{type(value).__name__}": {where} in body must be of type {kind}']
+    if "enum" in schema and value not in schema["enum"]:
+        allowed = ", ".join(f'"{v}"' for v in schema["enum"])
+        return [f'{where}: Unsupported value: "{value}": supported values: {allowed}']
+    problems = []
+    if kind == "object":
+        for name in schema.get("required", ()):
+            if name not in value:
+                problems.append(f"{where}.{name}: Required value")
+        for name, sub in schema.get("properties", {}).items():
+            if name in value:
+                problems += schema_problems(value[name], sub, f"{where}.{name}")
+    if kind == "array" and "items" in schema:
+        for i, item in enumerate(value):
+            problems += schema_problems(item, schema["items"], f"{where}[{i}]")
+    return problems
+
+
 class FakeKubernetes(FakeServer):
     PATCH_TYPES = ("application/strategic-merge-patch+json", "application/merge-patch+json")
     NODE = re.compile(r"^/api/v1/nodes/([^/]+)$")
     EVICTION = re.compile(r"^/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction$")
+    MIGRATION = re.compile(rf"^{MIGRATIONS}/([^/]+)(/status)?$")
 
     def __init__(self, nodes: list[dict[str, Any]], pods: list[dict[str, Any]], token: str = "recorded-token") -> None:
         super().__init__()
         self.nodes = {n["metadata"]["name"]: copy.deepcopy(n) for n in nodes}
         self.pods = {(p["metadata"]["namespace"], p["metadata"]["name"]): copy.deepcopy(p) for p in pods}
+        self.migrations: dict[str, dict[str, Any]] = {}
+        self.objects: dict[str, dict[Any, dict[str, Any]]] = {
+            "nodes": self.nodes, "pods": self.pods, "nodemigrations": self.migrations,  # type: ignore[dict-item]
+        }  # fmt: skip
+        self.crd_schema = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
         self.token = token
         self.version = 50_000_000
         # the history watches read: (version, resource, the object before, the object after), as JSON
@@ -270,11 +316,21 @@ class FakeKubernetes(FakeServer):
             return status(401, "Unauthorized", "no bearer token")
         node = self.NODE.match(request.path)
         eviction = self.EVICTION.match(request.path)
-        if request.method == "GET" and request.path in ("/api/v1/nodes", "/api/v1/pods"):
+        if request.method == "GET" and request.path in ("/api/v1/nodes", "/api/v1/pods", MIGRATIONS):
             resource = request.path.rsplit("/", 1)[1]
             if flag(request.query, "watch"):
                 return 200, self._watch(resource, request)
             return self._list(resource, request)
+        if request.method == "POST" and request.path == MIGRATIONS:
+            return self._create_migration(request)
+        migration = self.MIGRATION.match(request.path)
+        if migration and request.method == "GET" and not migration[2]:
+            found = self.migrations.get(migration[1])
+            if found is None:
+                return status(404, "NotFound", f'nodemigrations.clusterman.yelp.com "{migration[1]}" not found')
+            return 200, json.dumps(found).encode()
+        if migration and request.method == "PATCH":
+            return self._patch_migration(migration[1], bool(migration[2]), request)
         if request.method == "GET" and node:
             found = self.nodes.get(node[1])
             if found is None:
@@ -296,7 +352,7 @@ class FakeKubernetes(FakeServer):
             version, items = self._snapshots[token]
             offset = int(token.rsplit(":", 1)[1])
         else:
-            objs = self.nodes if resource == "nodes" else self.pods
+            objs = self.objects[resource]
             chosen = [o for _, o in sorted(objs.items()) if selected(o, query)]
             version, items, offset = self.version, [json.dumps(o).encode() for o in chosen], 0
         limit = int(query.get("limit") or 0) or len(items) or 1
@@ -307,8 +363,8 @@ class FakeKubernetes(FakeServer):
             self._snapshots[following] = (version, items)
             metadata["continue"] = following
             metadata["remainingItemCount"] = len(items) - offset - limit  # type: ignore[assignment]
-        kind = "NodeList" if resource == "nodes" else "PodList"
-        head = json.dumps({"kind": kind, "apiVersion": "v1", "metadata": metadata})[:-1].encode()
+        kind, api_version = KINDS[resource]
+        head = json.dumps({"kind": f"{kind}List", "apiVersion": api_version, "metadata": metadata})[:-1].encode()
         return 200, head + b', "items": [' + b",".join(page) + b"]}"
 
     # --- changes, and the watches that see them ---------------------------------------------------
@@ -323,10 +379,10 @@ class FakeKubernetes(FakeServer):
         self._changed.notify_all()
 
     def put(self, resource: str, obj: dict[str, Any]) -> None:
-        """Create or replace a node or a pod (a controller or the kubelet writing it)."""
+        """Create or replace a node, a pod or a NodeMigration (a controller, the kubelet or kubectl writing it)."""
         with self._lock:
             obj = copy.deepcopy(obj)
-            objs: dict[Any, dict[str, Any]] = self.nodes if resource == "nodes" else self.pods  # type: ignore[assignment]
+            objs = self.objects[resource]
             key = self._key(resource, obj)
             before = objs.get(key)
             self._bump(obj)
@@ -335,8 +391,7 @@ class FakeKubernetes(FakeServer):
 
     def delete(self, resource: str, name: str, namespace: str = "") -> None:
         with self._lock:
-            objs: dict[Any, dict[str, Any]] = self.nodes if resource == "nodes" else self.pods  # type: ignore[assignment]
-            gone = objs.pop(name if resource == "nodes" else (namespace, name), None)
+            gone = self.objects[resource].pop((namespace, name) if resource == "pods" else name, None)
             if gone is not None:
                 self._bump(gone)  # a deletion has a version of its own
                 self._record(resource, json.dumps(gone).encode(), None)
@@ -344,7 +399,7 @@ class FakeKubernetes(FakeServer):
     @staticmethod
     def _key(resource: str, obj: dict[str, Any]) -> Any:
         meta = obj["metadata"]
-        return meta["name"] if resource == "nodes" else (meta["namespace"], meta["name"])
+        return (meta["namespace"], meta["name"]) if resource == "pods" else meta["name"]
 
     def compact(self) -> None:
         """Forget the history up to now: a watch from an older version gets 410 Gone."""
@@ -370,7 +425,7 @@ class FakeKubernetes(FakeServer):
         since = int(query.get("resourceVersion") or self.version)
         seconds = float(query.get("timeoutSeconds") or 1800)
         bookmarks = flag(query, "allowWatchBookmarks")
-        kind = "Node" if resource == "nodes" else "Pod"
+        kind, _ = KINDS[resource]
         return self._stream(resource, kind, since, seconds, bookmarks, query, request)
 
     def _stream(
@@ -454,6 +509,50 @@ class FakeKubernetes(FakeServer):
         self._bump(node)
         self._record("nodes", before, node)
         return 200, json.dumps(node).encode()
+
+    def _create_migration(self, request: Request) -> Answer:
+        body = request.json()
+        if not isinstance(body, dict) or (body.get("apiVersion"), body.get("kind")) != KINDS["nodemigrations"][::-1]:
+            return status(400, "BadRequest", f"not a clusterman.yelp.com/v1 NodeMigration: {body}")
+        name = (body.get("metadata") or {}).get("name", "")
+        problems = schema_problems({k: v for k, v in body.items() if k != "status"}, self.crd_schema, "")
+        if problems:
+            detail = ", ".join(p.lstrip(".") for p in problems)
+            return status(422, "Invalid", f'NodeMigration.clusterman.yelp.com "{name}" is invalid: {detail}')
+        if name in self.migrations:
+            return status(409, "AlreadyExists", f'nodemigrations.clusterman.yelp.com "{name}" already exists')
+        body.pop("status", None)  # a status subresource: a create sets no status
+        meta = body["metadata"]
+        meta["creationTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        meta["uid"] = f"uid-{len(self.history)}-{name}"
+        self._bump(body)
+        self.migrations[name] = body
+        self._record("nodemigrations", None, body)
+        return 201, json.dumps(body).encode()
+
+    def _patch_migration(self, name: str, to_status: bool, request: Request) -> Answer:
+        found = self.migrations.get(name)
+        if found is None:
+            return status(404, "NotFound", f'nodemigrations.clusterman.yelp.com "{name}" not found')
+        if request.headers.get("content-type") != "application/merge-patch+json":
+            # custom resources take no strategic merge patch
+            return status(415, "UnsupportedMediaType", f"unsupported patch type {request.headers.get('content-type')}")
+        patch = request.json()
+        if not isinstance(patch, dict):
+            return status(400, "BadRequest", "a merge patch is an object")
+        # with a status subresource, the resource ignores changes to status and /status all but them
+        patch = {"status": patch.get("status")} if to_status else {k: v for k, v in patch.items() if k != "status"}
+        before = json.dumps(found).encode()
+        changed = copy.deepcopy(found)
+        merge(changed, patch)
+        problems = schema_problems(changed, self.crd_schema, "")
+        if problems:
+            detail = ", ".join(p.lstrip(".") for p in problems)
+            return status(422, "Invalid", f'NodeMigration.clusterman.yelp.com "{name}" is invalid: {detail}')
+        self.migrations[name] = changed
+        self._bump(changed)
+        self._record("nodemigrations", before, changed)
+        return 200, json.dumps(changed).encode()
 
     def _evict(self, namespace: str, name: str, request: Request) -> Answer:
         body = request.json() or {}

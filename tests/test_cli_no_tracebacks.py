@@ -29,11 +29,16 @@ REPO = Path(__file__).resolve().parents[1]
 REFUSED = "http://127.0.0.1:1"  # nothing listens on port 1: a connection is refused at once
 POOL = ["--cluster", "local-dev", "--pool", "default"]
 BROKEN_POOL = ["--cluster", "local-dev", "--pool", "broken", "--scheduler", "simulated"]
+KUBE_POOL = ["--cluster", "local-dev", "--pool", "kube"]  # no kubeconfig anywhere: the API cannot be reached
 
 SIMULATED_POOL = """
 resource_groups: [{simulated: {tag: sim-group}}]
 scaling_limits: {min_capacity: 2, max_capacity: 10, max_weight_to_add: 5, max_weight_to_remove: 5}
 simulation: {join_delay_seconds: 0, node_resources: {cpus: 4, mem: 16000}, tasks: [{count: 3, cpus: 0.5, mem: 100}]}
+"""
+KUBERNETES_POOL = """
+resource_groups: [{asg: {tag: kube-group}}]
+scaling_limits: {min_capacity: 1, max_capacity: 10, max_weight_to_add: 5, max_weight_to_remove: 5}
 """
 
 # (command as COMMANDS names it, argv after the global options); {tmp} is the test's directory
@@ -105,6 +110,14 @@ CASES: list[tuple[str, list[str]]] = [
     ("metrics", ["init", "--sqlite", "{tmp}/no/such/dir/m.sqlite"]),
     ("", ["--env-config-path", "{tmp}/bad.yaml", "metrics", "read", "--type", "system_metrics", "--key", "k"]),
     ("", ["--env-config-path", "{tmp}/bad.yaml", "events"]),
+    ("migrate", []),
+    ("migrate", [*POOL, "uptime", "lt", "30d"]),
+    ("migrate", [*KUBE_POOL, "kernel", "ge", "newest"]),
+    ("migrate", [*KUBE_POOL, "uptime", "eq", "30d"]),
+    ("migrate", [*KUBE_POOL, "uptime", "lt", "30d", "--label-selector", "a in (b"]),
+    ("migrate", [*KUBE_POOL, "uptime", "lt", "30d", "--timeout", "2"]),
+    ("migrate-stop", [*KUBE_POOL, "--timeout", "2"]),
+    ("migrate-stop", ["--cluster", "local-dev", "--pool", "nosuch"]),
     ("plan", ["--snapshot", "{tmp}/nonexistent.json"]),
     ("plan", ["--snapshot", "{tmp}"]),
     ("plan", ["--snapshot", "{tmp}/bad.yaml"]),
@@ -167,6 +180,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     broken = (clusters / "local-dev" / "default.simulated").read_text().replace("scaling_limits:", "scaling_limit:")
     (clusters / "local-dev" / "broken.simulated").write_text(broken)
     (clusters / "local-dev" / "sim.simulated").write_text(SIMULATED_POOL)  # needs no AWS
+    (clusters / "local-dev" / "kube.kubernetes").write_text(KUBERNETES_POOL)
     main = yaml.safe_load((REPO / "config" / "clusterman.yaml").read_text())
     main.update(cluster_config_directory=str(clusters), state_directory=str(tmp / "state"))
     main["aws"].update(endpoint_url=REFUSED)
@@ -206,8 +220,8 @@ def run(argv: list[str], tmp: Path, stdout: io.TextIOBase | None = None) -> tupl
 
 @pytest.fixture(autouse=True)
 def no_pool_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in [n for n in os.environ if n.startswith("CMAN_")]:
-        monkeypatch.delenv(name)
+    for name in [n for n in os.environ if n.startswith("CMAN_")] + ["KUBECONFIG", "KUBERNETES_SERVICE_HOST"]:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CMAN_SIGNAL_SOCKET_PREFIX", f"notb-{os.getpid()}-")  # a socket nobody listens on
     for name, value in FAKE_CREDENTIALS.items():  # never real ones: every AWS call goes to REFUSED
         monkeypatch.setenv(name, value)

@@ -33,6 +33,8 @@ from clusterman.config.loader import load_main_config
 from clusterman.core.config import MetricsBackend
 from clusterman.core.config import StateBackend
 from clusterman.data import supervisor_config
+from clusterman.decision.migration_condition import Operator
+from clusterman.decision.migration_condition import Trait
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy" / "kubernetes"
@@ -338,6 +340,14 @@ CLIENT_VERBS = {
 }
 
 
+# The resources of the API groups the code reaches through ``CustomObjectsApi``, whose methods do
+# not name them: clusterman's only custom resource is the NodeMigration.
+CUSTOM_OBJECTS = {
+    "cluster_custom_object": "nodemigrations",
+    "cluster_custom_object_status": "nodemigrations/status",
+}
+
+
 def client_calls(api: type) -> set[tuple[str, str]]:
     """(resource, verb) of every method of ``api`` the code calls, e.g. ("nodes", "patch")."""
     methods = set(dir(api))
@@ -350,27 +360,31 @@ def client_calls(api: type) -> set[tuple[str, str]]:
             if found is None:
                 continue
             verb, kind = CLIENT_VERBS[found[1]], found[2]
-            resource = {"pod_eviction": "pods/eviction"}.get(kind, kind + "s")
+            resource = {"pod_eviction": "pods/eviction", **CUSTOM_OBJECTS}.get(kind, kind + "s")
             used.add((resource, verb))
     return used
 
 
-def grants(docs: list[dict[str, Any]], kind: str) -> set[tuple[str, str]]:
+def grants(docs: list[dict[str, Any]], kind: str, group: str, name: str | None = None) -> set[tuple[str, str]]:
+    """(resource, verb) the roles of ``kind`` (only the one called ``name``, if given) grant in API ``group``."""
     return {
         (r, v)
         for role in of_kind(docs, kind)
+        if name is None or role["metadata"]["name"] == name
         for rule in role["rules"]
+        if group in rule["apiGroups"]
         for r in rule["resources"]
         for v in rule["verbs"]
     }
 
 
 @pytest.mark.parametrize(
-    ("api", "rendering", "kind", "source"),
+    ("api", "group", "rendering", "kind", "source"),
     [
-        (kubernetes.client.CoreV1Api, "shared", "ClusterRole", "shared/rbac.yaml"),
+        (kubernetes.client.CoreV1Api, "", "shared", "ClusterRole", "shared/rbac.yaml"),
         (
             kubernetes.client.CoordinationV1Api,
+            "coordination.k8s.io",
             "prod-batch+kubernetes-lease",
             "Role",
             "components/kubernetes-lease/role.yaml",
@@ -379,11 +393,11 @@ def grants(docs: list[dict[str, Any]], kind: str) -> set[tuple[str, str]]:
     ids=["cluster", "lease"],
 )
 def test_each_rbac_verb_is_one_the_code_uses_and_each_call_is_allowed(
-    rendered: dict[str, list[dict[str, Any]]], api: type, rendering: str, kind: str, source: str
+    rendered: dict[str, list[dict[str, Any]]], api: type, group: str, rendering: str, kind: str, source: str
 ) -> None:
     used = client_calls(api)
     assert used, api
-    granted = grants(rendered[rendering], kind)
+    granted = grants(rendered[rendering], kind, group)
     # watch keeps a list current: granted where the code lists (the connector's cache watches).
     allowed = used | {(r, "watch") for r, v in used if v == "list"}
     assert granted - allowed == set(), "verbs no client call uses"
@@ -393,7 +407,36 @@ def test_each_rbac_verb_is_one_the_code_uses_and_each_call_is_allowed(
         for verb in verbs.split(", "):
             assert re.search(rf"# {verb}: ", text), f"no reason given for {verb}"
     # Leases are granted by the component only, in the namespace only.
-    assert all(r != "leases" for r, _ in grants(rendered["shared"], "ClusterRole"))
+    assert all(r != "leases" for r, _ in grants(rendered["shared"], "ClusterRole", "coordination.k8s.io"))
+
+
+def test_node_migrations_are_read_and_marked_by_the_autoscaler_and_created_by_operators(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """The autoscaler lists, watches and marks NodeMigrations; only operators (the unbound
+    ``clusterman-migrate`` role, for ``clusterman migrate``) create them. Between them the two roles
+    allow every call the code makes, and nothing else."""
+    used = client_calls(kubernetes.client.CustomObjectsApi)
+    group = "clusterman.yelp.com"
+    autoscaler = grants(rendered["shared"], "ClusterRole", group, "clusterman")
+    operators = grants(rendered["shared"], "ClusterRole", group, "clusterman-migrate")
+    assert ("nodemigrations", "create") in used and ("nodemigrations/status", "patch") in used
+    assert ("nodemigrations", "create") not in autoscaler and ("nodemigrations", "create") in operators
+    allowed = used | {(r, "watch") for r, v in used if v == "list"}
+    assert (autoscaler | operators) - allowed == set(), "verbs no client call uses"
+    assert used - (autoscaler | operators) == set(), "calls no role allows"
+    assert used - {("nodemigrations", "create")} <= autoscaler
+    bindings = of_kind(rendered["shared"], "ClusterRoleBinding")
+    assert all(b["roleRef"]["name"] != "clusterman-migrate" for b in bindings)  # operators bind it themselves
+    (crd,) = of_kind(rendered["shared"], "CustomResourceDefinition")
+    assert crd["metadata"]["name"] == "nodemigrations.clusterman.yelp.com" and crd["spec"]["scope"] == "Cluster"
+    assert (crd["spec"]["group"], crd["spec"]["names"]["kind"]) == (group, "NodeMigration")
+    (version,) = crd["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    condition = spec["properties"]["condition"]["properties"]
+    assert version["name"] == "v1" and spec["required"] == ["cluster", "pool", "condition"]
+    assert condition["trait"]["enum"] == [t.value for t in Trait]  # Clusterman's, in its order
+    assert condition["operator"]["enum"] == [o.value for o in Operator]
 
 
 # ---- each pod's files -------------------------------------------------------------------------

@@ -52,6 +52,8 @@ COMMANDS: Final = (
     Command("list-pools", "list_pools", "list a cluster's pools"),
     Command("manage", "manage", "set a pool's target capacity by hand (limited as the autoscaler)"),
     Command("metrics", "metrics", "read and write the metrics datastore"),
+    Command("migrate", "migrate", "replace a pool's nodes that do not meet a condition"),
+    Command("migrate-stop", "migrate", "stop a pool's pending and running node migrations"),
     Command("plan", "plan", "print the scaling decision for a pool snapshot, and why"),
     Command("setup", "setup", "create the state and metrics tables the main file names"),
     Command("signal", "signal", "work with signals", ("signals",)),

@@ -53,7 +53,7 @@ from clusterman.core.model import Task
 
 log = logging.getLogger(__name__)
 
-O = TypeVar("O", objects.Pod, objects.Node)  # noqa: E741
+O = TypeVar("O", objects.Pod, objects.Node, objects.CustomObject)  # noqa: E741
 
 # How long a watch request lasts before the server ends it and it is made again (client-go: 5-10
 # minutes). Shorter, so a cache that hears nothing (no event, no bookmark) learns within this
