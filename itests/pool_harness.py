@@ -72,10 +72,11 @@ class PoolHarness:
         task_cpus: float = 1.0,
         autoscaling: dict[str, Any] | None = None,
         draining: bool = False,
+        node_migration: dict[str, Any] | None = None,
         **limits: Any,
     ) -> str:
         """Write clusterman.yaml and the pool file (``draining``: draining_enabled, which consolidation
-        needs); returns the main file's path."""
+        needs; ``node_migration``: the pool's block); returns the main file's path."""
         cluster: dict[str, Any] = {"aws_region": "us-west-2"}
         if self.kubeconfig:
             cluster["kubeconfig_path"] = self.kubeconfig
@@ -103,6 +104,8 @@ class PoolHarness:
         }
         if draining:
             pool["draining_enabled"] = True
+        if node_migration is not None:
+            pool["node_migration"] = node_migration
         if self.scheduler == "simulated":
             work = [{"count": tasks, "cpus": task_cpus}] if tasks else []
             pool["simulation"] = {"node_resources": {"cpus": 2, "mem": 8000}, "join_delay_seconds": 0, "tasks": work}

@@ -4,9 +4,12 @@ the real ``kubernetes`` client."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from clusterman.cli.main import main
+from clusterman.decision import migration_request
 from clusterman.decision.migration_request import ATTEMPTS_LABEL
 from clusterman.decision.migration_request import STATUS_LABEL
 from itests.aws_world import World
@@ -59,6 +62,12 @@ def test_migrate_creates_a_pending_resource_as_clusterman_does_and_migrate_stop_
         pool.kube.put("nodemigrations", {**other, "spec": {**created["spec"], "pool": "batch"}})
         pool.kube.put("nodemigrations", {**other, "metadata": {"name": "done", "labels": {STATUS_LABEL: "completed"}}})
 
+        # a pool file without node_migration.trigger.event: created all the same, with a warning
+        assert err == (
+            f"{world.cluster}/{POOL}.kubernetes: warning: its pool file does not set node_migration.trigger.event: "
+            "true, so its autoscaler will mark the migration skipped\n"
+        )
+
         status, out, err = cli(capsys, config, "migrate-stop", *where)
         assert status == 0, err
         assert out == (
@@ -74,6 +83,12 @@ def test_migrate_creates_a_pending_resource_as_clusterman_does_and_migrate_stop_
         assert (
             status == 0 and out == f"{world.cluster}/{POOL}.kubernetes: no pending or running node migration to stop\n"
         )
+
+        config = pool.configure(node_migration={"trigger": {"event": True}, "strategy": {"rate": 2}})
+        for _ in range(2):  # the second in the same second, most likely: not refused for its name
+            status, _, err = cli(capsys, config, "migrate", *where, "uptime", "lt", "30d")
+            assert status == 0 and err == ""  # the pool takes NodeMigrations: no warning
+        assert len(pool.kube.migrations) == 5
 
 
 @pytest.mark.parametrize(
@@ -112,9 +127,14 @@ def test_the_api_server_refusing_or_gone_is_one_line(tmp_path, world, capsys):
     with harness(tmp_path, world, "kubernetes") as pool:
         config = pool.configure()
         where = ["migrate", "--cluster", world.cluster, "--pool", POOL, "uptime", "lt", "30d", "--timeout", "2"]
-        pool.kube.put("nodemigrations", {"metadata": {"name": "taken"}, "spec": {}})
+        now = time.time()
+        taken = {migration_request.resource_name(world.cluster, POOL, now + s) for s in range(3)}
+        for name in taken:  # Clusterman's name for this second is taken: the next free suffix
+            pool.kube.put("nodemigrations", {"metadata": {"name": name}, "spec": {}})
         status, _, err = cli(capsys, config, *where)
-        assert status == 0  # a new name each second: no clash with an earlier resource
+        assert status == 0, err
+        (created,) = set(pool.kube.migrations) - taken
+        assert created.endswith("-2") and created.removesuffix("-2") in taken
         pool.kube.go_down()
         status, out, err = cli(capsys, config, *where)
         assert status == 1 and out == ""

@@ -15,11 +15,13 @@ no resource.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from clusterman.batch.arguments import add_pool_arguments
 from clusterman.batch.arguments import add_timeout_argument
 from clusterman.batch.arguments import resolve_identity
+from clusterman.cluster.node_migrations import NameTaken
 from clusterman.cluster.node_migrations import NodeMigrations
 from clusterman.core import label_selectors
 from clusterman.core.config import Scheduler
@@ -79,16 +81,38 @@ def run_migrate(args: argparse.Namespace) -> int:
         selectors = tuple(str(label_selectors.parse(s)) for s in args.label_selector if s.strip())
     pool = target.setup().pool
     identity = target.identity
-    name = migration_request.resource_name(identity.cluster, identity.pool, time.time())
-    body = migration_request.body(name, identity.cluster, identity.pool, condition, selectors, pool.pool_label_key)
     migrations = _migrations(target, args.timeout)
     try:
-        migrations.create(body)
+        name = _create(migrations, target, condition, selectors, pool.pool_label_key)
     finally:
         migrations.close()
     selected = f" on nodes {', '.join(selectors)}" if selectors else ""
     print(f"{identity}: created {migration_request.PLURAL}/{name} ({Status.PENDING.value}): {condition}{selected}")
+    if not pool.node_migration.trigger.event:
+        print(
+            f"{identity}: warning: its pool file does not set node_migration.trigger.event: true, "
+            "so its autoscaler will mark the migration skipped",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _create(
+    migrations: NodeMigrations, target: PoolTarget, condition: Condition, selectors: tuple[str, ...], label_key: str
+) -> str:
+    """Create the resource under Clusterman's name; a second one in the same second gets ``-2``, ``-3``."""
+    identity = target.identity
+    base = migration_request.resource_name(identity.cluster, identity.pool, time.time())
+    for n in range(1, 10):
+        name = base if n == 1 else f"{base}-{n}"
+        try:
+            migrations.create(
+                migration_request.body(name, identity.cluster, identity.pool, condition, selectors, label_key)
+            )
+        except NameTaken:
+            continue
+        return name
+    raise NameTaken(f"{migration_request.PLURAL}/{base}: taken, and {base}-2 to -9 too")
 
 
 def run_migrate_stop(args: argparse.Namespace) -> int:

@@ -40,6 +40,10 @@ def as_json(obj: objects.CustomObject) -> dict[str, Any]:
     }
 
 
+class NameTaken(ConnectorError):
+    """A resource of that name exists already."""
+
+
 class _Store:
     """The reflector's store: every resource by name."""
 
@@ -139,7 +143,10 @@ class NodeMigrations:
                 GROUP, VERSION, PLURAL, body, _request_timeout=request_timeout(self.timeout_seconds)
             )
         except Exception as e:
-            raise self._fail(f"creating {PLURAL}/{name}", e) from e
+            failure = self._fail(f"creating {PLURAL}/{name}", e)
+            if getattr(e, "status", None) == 409:
+                raise NameTaken(str(failure)) from e
+            raise failure from e
 
     def mark(self, name: str, status: Status, attempts: int | None = None) -> None:
         """Set the status label (and the attempts label), as Clusterman does."""
