@@ -42,6 +42,8 @@ from clusterman.core.model import NO_TIME
 from clusterman.core.model import Node
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.model import Task
+from clusterman.core.notices import NO_NOTICES
+from clusterman.core.notices import Notice
 from clusterman.core.resources import ResourceRequest
 from clusterman.decision.autoscaler_state import AutoscalerState
 from clusterman.decision.distribute import distribute
@@ -148,6 +150,7 @@ class Peer:
         now: float,
         holds: tuple[Hold, ...] = (),
         unseen: Fraction | None = ZERO,
+        notices: tuple[Notice, ...] = NO_NOTICES,  # not modelled: the peer's scaling alone is compared
     ) -> Decision:
         view = view_of(snapshot)
         pending = [_need(t) for t in snapshot.pending if t.asks_for_capacity]

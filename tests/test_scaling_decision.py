@@ -270,7 +270,7 @@ class TestSameNodeSet:
         snap = snapshot(busy)
         d = run(snap, demand_from_snapshot(snap))
         assert d.target_capacity == 5 and len(d.taint) == 5 and d.terminate == ()  # busy: wait to empty
-        after = apply(snap, d, 1)
+        after = apply(snap, d, NOW)
         again = run(after, demand_from_snapshot(after))
         assert again.utilisation["cpus"] == Fraction(7, 10)  # 3.5 cpus over 5 ready nodes
         assert again.action is Action.NONE and again.taint == ()

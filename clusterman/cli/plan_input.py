@@ -42,6 +42,7 @@ from clusterman.decision.breaker import Breaker
 from clusterman.decision.demand import INTERNAL_APP
 from clusterman.decision.demand import demand_from_snapshot
 from clusterman.decision.disruption import DisruptionState
+from clusterman.decision.drains import DrainState
 from clusterman.decision.loss_guard import NodeMemory
 from clusterman.decision.policy import ScalingPolicy
 from clusterman.decision.scale_lock import ScaleLock
@@ -289,7 +290,7 @@ def _request(r: _Reader, value: Any, path: str) -> ResourceRequest:
 
 def _state(r: _Reader, value: Any, path: str) -> AutoscalerState:
     """The ``state`` a previous plan printed, so decisions can be chained by hand."""
-    m = r.mapping(value, path, ("scale_lock", "breaker", "memory", "disruption"))
+    m = r.mapping(value, path, ("scale_lock", "breaker", "memory", "disruption", "drains"))
     lock = r.mapping(m.get("scale_lock", {}), f"{path}.scale_lock", ("until", "requested"))
     br = r.mapping(m.get("breaker", {}), f"{path}.breaker", ("failures", "awaiting", "opened_at"))
     mem = r.mapping(m.get("memory", {}), f"{path}.memory", ("joined", "terminating"))
@@ -302,6 +303,10 @@ def _state(r: _Reader, value: Any, path: str) -> AutoscalerState:
         disruption = DisruptionState.from_json(m.get("disruption"))
     except ValueError as e:
         raise r.fail(f"{path}.disruption", str(e).removeprefix("disruption").lstrip(".: ")) from None
+    try:
+        drains = DrainState.from_json(m.get("drains"))
+    except ValueError as e:
+        raise r.fail(f"{path}.drains", str(e).removeprefix("drains").lstrip(".: ")) from None
     failures = r.number(br.get("failures", 0), f"{path}.breaker.failures", non_negative)
     if not failures.is_integer():
         raise r.fail(f"{path}.breaker.failures", f"expected a whole number, got {br['failures']!r}")
@@ -317,6 +322,7 @@ def _state(r: _Reader, value: Any, path: str) -> AutoscalerState:
         ),
         memory=NodeMemory(ids("joined"), ids("terminating")),
         disruption=disruption,
+        drains=drains,
     )
 
 

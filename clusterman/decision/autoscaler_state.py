@@ -1,5 +1,6 @@
-"""What one decision hands to the next: the scale lock, the breaker, the capacity-loss memory and
-what consolidation remembers (its candidates, evictions and nodes drained to be kept).
+"""What one decision hands to the next: the scale lock, the breaker, the capacity-loss memory,
+what consolidation remembers (its candidates, evictions and nodes drained to be kept) and the
+drain machinery's record (nodes leaving for a notice, drain steps, drains given up).
 
 The autoscaler loop (and the simulator) keeps the ``AutoscalerState`` a decision returns and passes
 it to the next call; ``decide`` itself keeps nothing.
@@ -16,6 +17,7 @@ from clusterman.core.model import NO_TIME
 from clusterman.core.stored import is_amount
 from clusterman.decision.breaker import Breaker
 from clusterman.decision.disruption import DisruptionState
+from clusterman.decision.drains import DrainState
 from clusterman.decision.loss_guard import NodeMemory
 from clusterman.decision.scale_lock import ScaleLock
 
@@ -26,6 +28,7 @@ class AutoscalerState:
     breaker: Breaker = field(default_factory=Breaker)
     memory: NodeMemory = field(default_factory=NodeMemory)
     disruption: DisruptionState = field(default_factory=DisruptionState)
+    drains: DrainState = field(default_factory=DrainState)
 
     def as_json(self) -> dict[str, Any]:
         lock, breaker = self.scale_lock, self.breaker
@@ -38,6 +41,7 @@ class AutoscalerState:
             },
             "memory": {"joined": sorted(self.memory.joined), "terminating": sorted(self.memory.terminating)},
             "disruption": self.disruption.as_json(),
+            "drains": self.drains.as_json(),
         }
 
     @staticmethod
@@ -52,6 +56,7 @@ class AutoscalerState:
             Breaker(int(failures), _number(breaker, "breaker.awaiting"), _when(breaker, "breaker.opened_at")),
             NodeMemory(_ids(memory, "memory.joined"), _ids(memory, "memory.terminating")),
             DisruptionState.from_json(data.get("disruption")),
+            DrainState.from_json(data.get("drains")),
         )
 
 

@@ -16,12 +16,15 @@ The autoscaler loop and the simulator call ``decide`` and apply the Decision; no
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from fractions import Fraction
 
 from clusterman.core.model import NO_TIME
 from clusterman.core.model import PoolSnapshot
+from clusterman.core.notices import NO_NOTICES
+from clusterman.core.notices import Notice
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.timestamps import format_time
 from clusterman.decision.autoscaler_state import AutoscalerState
@@ -33,6 +36,11 @@ from clusterman.decision.consolidate import consolidate
 from clusterman.decision.demand import total_request
 from clusterman.decision.disruption import DisruptionState
 from clusterman.decision.distribute import distribute
+from clusterman.decision.drains import DrainActions
+from clusterman.decision.drains import Leavers
+from clusterman.decision.drains import described
+from clusterman.decision.drains import drain_actions
+from clusterman.decision.drains import leavers
 from clusterman.decision.exact import ZERO
 from clusterman.decision.exact import exact
 from clusterman.decision.exact import show
@@ -70,6 +78,7 @@ def decide(
     now: float,
     holds: tuple[Hold, ...] = (),
     unseen: Fraction | None = ZERO,
+    notices: tuple[Notice, ...] = NO_NOTICES,
 ) -> Decision:
     """What the pool should look like at ``now`` (Unix seconds), and why.
 
@@ -77,10 +86,14 @@ def decide(
     ``demand_from_snapshot`` for internal pools). ``holds`` are reasons the caller knows for not
     shrinking this run (e.g. a resource group it could not read). ``unseen``: the capacity of the
     groups that could not be read (their last targets known), which counts within the pool's
-    min and max; None when not known: the pool does not grow. Raises
+    min and max; None when not known: the pool does not grow. ``notices``: nodes that must go
+    for a reason of their own (a Spot interruption, a migration): they leave the ready capacity
+    now, and their replacement is asked for in this run (drains.py). Raises
     SnapshotError for a snapshot it cannot trust; the caller then keeps the pool as it is.
     """
-    view = view_of(snapshot)
+    full = view_of(snapshot)
+    leave = leavers(full, notices, state.drains, now)
+    view = leave.view  # the leaving nodes out of the ready capacity, targets net of replacements kept
     util = measure(view, total_request(requests), policy.excluded_resources)
     T, W = view.target, view.ready_total
     live_ready = sum((view.ready_weight[g.id] for g in view.live_groups), ZERO)
@@ -94,11 +107,16 @@ def decide(
     held = _hold_reason(view, state.scale_lock, live_ready, now)
     if held:
         lock = state.scale_lock if view.live_groups else ScaleLock()
+        # a hold changes nothing, but what leaves for a notice goes on (the cloud takes it anyway)
+        drains = _drains(leave, view, NodeActions(), frozenset(), state, policy, now)
+        actions = _with_drains(NodeActions(), drains, view)
         # what consolidation spent and keeps is remembered across a hold as across any run
-        after = AutoscalerState(lock, breaker, _remember(snapshot, joined, state.memory, ()), state.disruption)
-        as_is = {g.id: exact(g.target_capacity) for g in view.groups.values()}  # a hold changes nothing
+        memory = _remember(snapshot, joined, state.memory, actions.terminate)
+        after = AutoscalerState(lock, breaker, memory, state.disruption, drains.state)
+        as_is = {g.id: exact(g.target_capacity) for g in view.groups.values()}
+        as_is = _replaced(view, as_is, drains, notes)
         why = Reason.SCALE_LOCK if view.live_groups else Reason.NO_GROUPS
-        return _decision(view, util, T, as_is, NodeActions(), held, notes, after, why)
+        return _decision(view, util, full.target, as_is, actions, held, notes, after, why, drains=drains)
 
     slot = largest_in(view, snapshot.pending) if policy.slot_reserve else None
     places = Places(view, slot) if slot is not None and W > 0 else None
@@ -157,7 +175,12 @@ def decide(
         breaker = breaker.withdraw()
 
     chosen = {c.node: (c.choice is Choice.REMOVE, c.line(plan.slot)) for c in plan.chosen}
-    actions = choose(view, group_targets, policy, now, not blocked, chosen, keeping)
+    actions = choose(
+        view, group_targets, policy, now, not blocked, chosen, keeping,
+        frozenset(leave.leaving), state.drains.resting(now, policy.draining),
+    )  # fmt: skip
+    drains = _drains(leave, view, actions, keeping, state, policy, now)
+    actions = _with_drains(actions, drains, view)
     if actions.kept:
         first = actions.kept[0]
         more = f" (and {len(actions.kept) - 1} more)" if len(actions.kept) > 1 else ""
@@ -168,11 +191,67 @@ def decide(
     disruption = _disruption_after(view, state.disruption, plan, actions, policy.consolidation.enabled, now)
     if achieved > T and policy.consolidation.enabled:
         disruption = replace(disruption, grew_at=now)
-    after = AutoscalerState(lock, breaker, _remember(snapshot, joined, state.memory, actions.terminate), disruption)
+    memory = _remember(snapshot, joined, state.memory, actions.terminate)
+    after = AutoscalerState(lock, breaker, memory, disruption, drains.state)
+    group_targets = _replaced(view, group_targets, drains, notes)
     # The arrow is the target's change, as the action, the target shown and the event: the rule
     # sized the ready capacity, so when that differs from the target both are named.
     head = f"{reason} → {signed(achieved - T)}" + (f" from target {show(T)} (ready {show(W)})" if W != T else "")
-    return _decision(view, util, T, group_targets, actions, head, notes, after, why, plan)
+    return _decision(view, util, full.target, group_targets, actions, head, notes, after, why, plan, drains)
+
+
+def _drains(
+    leave: Leavers,
+    view: PoolView,
+    actions: NodeActions,
+    keeping: frozenset[str],
+    state: AutoscalerState,
+    policy: ScalingPolicy,
+    now: float,
+) -> DrainActions:
+    return drain_actions(
+        leave, view, actions.taint, frozenset(actions.terminate), frozenset(actions.untaint), keeping,
+        state.drains, policy.draining, now, math.isfinite(policy.hard_delete_grace_period_seconds),
+    )  # fmt: skip
+
+
+def _with_drains(actions: NodeActions, drains: DrainActions, view: PoolView) -> NodeActions:
+    """The scale-down's node actions with the drain machinery's: the nodes leaving for a notice
+    tainted and terminated, the drains given up untainted (their weight ready again)."""
+    if not (drains.taint or drains.terminate or drains.untaint):
+        return actions
+    weights = {n.id: n.weight for n in view.tainted}
+    back = [n for n in drains.untaint if n not in actions.untaint]
+    return replace(
+        actions,
+        untaint=(*actions.untaint, *back),
+        taint=(*actions.taint, *(n for n in drains.taint if n not in actions.taint)),
+        terminate=(*actions.terminate, *(n for n in drains.terminate if n not in actions.terminate)),
+        reasons={**actions.reasons, **drains.reasons},
+        untainted_weight=actions.untainted_weight + sum((exact(weights.get(n, 0.0)) for n in back), ZERO),
+    )
+
+
+def _replaced(
+    view: PoolView, targets: dict[str, Fraction], drains: DrainActions, notes: list[str]
+) -> dict[str, Fraction]:
+    """The groups' targets with the capacity kept beside the nodes leaving for a notice (each
+    group within its own maximum)."""
+    if not drains.replacement:
+        notes.extend(drains.notes)
+        return targets
+    targets = dict(targets)
+    for group_id, weight in sorted(drains.replacement.items()):
+        group = view.groups[group_id]
+        if group.stale or group_id not in targets:
+            continue
+        wanted = targets[group_id] + weight
+        targets[group_id] = min(wanted, exact(group.max_capacity)) if group.max_capacity != float("inf") else wanted
+        if targets[group_id] < wanted:
+            notes.append(f"group {group_id} at its max_capacity: {show(wanted - targets[group_id])} not replaced")
+    notes.extend(drains.notes)
+    notes.append(described(drains.replacement, {e.node_id: e for e in drains.state.leaving}))
+    return targets
 
 
 def _keeping(view: PoolView, state: DisruptionState, now: float, policy: ConsolidationPolicy) -> frozenset[str]:
@@ -311,7 +390,9 @@ def _decision(
     state: AutoscalerState,
     reason: Reason,
     consolidation: Consolidation = OFF,
+    drains: DrainActions | None = None,
 ) -> Decision:
+    """``T``: the groups' targets as they are (the replacements kept for leaving nodes included)."""
     target = _live_sum(view, group_targets)
     verbs = (("untaint", actions.untaint), ("taint", actions.taint), ("terminate", actions.terminate))
     counts = ", ".join(f"{verb} {len(ids)}" for verb, ids in verbs if ids)
@@ -339,4 +420,6 @@ def _decision(
         node_reasons=actions.reasons,
         state=state,
         consolidation=consolidation,
+        drains=drains or DrainActions(),
+        paced=drains is not None,
     )

@@ -56,8 +56,11 @@ class _Choice:
         policy: ScalingPolicy,
         now: float,
         keeping: frozenset[str] = frozenset(),
+        leaving: frozenset[str] = frozenset(),
+        resting: frozenset[str] = frozenset(),
     ):
         self.view, self.policy, self.now, self.keeping = view, policy, now, keeping
+        self.leaving, self.resting = leaving, resting
         self.targets = {gid: micro(t) for gid, t in group_targets.items()}
         self.stale = {g.id for g in view.groups.values() if g.stale}
         self.live_target = sum(self.targets[g.id] for g in view.live_groups)
@@ -82,7 +85,8 @@ class _Choice:
                 young = n.launched_at != NO_TIME and now - n.launched_at < min_uptime
                 return (n.group_id not in stale, young, u.tasks > 0, u.batch_tasks, u.tasks, n.launched_at, n.id)
 
-            self._order = sorted((n for n in self.view.ready if not n.usage.pinned), key=order)
+            resting = self.resting
+            self._order = sorted((n for n in self.view.ready if not n.usage.pinned and n.id not in resting), key=order)
         return self._order
 
     def fits_elsewhere(self, node: Node) -> str:
@@ -118,7 +122,9 @@ class _Choice:
                 continue
             # a node drained to be kept comes back first, once its pods are gone; newest first
             members = (
-                n for n in self.view.tainted if n.group_id == g.id and not (n.id in self.keeping and n.usage.tasks)
+                n
+                for n in self.view.tainted
+                if n.group_id == g.id and not (n.id in self.keeping and n.usage.tasks) and n.id not in self.leaving
             )
             for node in sorted(members, key=lambda n: (n.id not in self.keeping, -n.launched_at, n.id)):
                 if short <= 0:
@@ -251,11 +257,15 @@ def choose(
     may_remove: bool,
     consolidated: dict[str, tuple[bool, str]] | None = None,
     keeping: frozenset[str] = frozenset(),
+    leaving: frozenset[str] = frozenset(),
+    resting: frozenset[str] = frozenset(),
 ) -> NodeActions:
     """``may_remove`` is False while scale-down is blocked (scale lock, capacity-loss guard).
     ``consolidated``: the nodes consolidation chose, by id: (removed, why); ``keeping``: nodes
-    drained to be kept, untainted only once their pods are gone."""
-    c = _Choice(view, group_targets, policy, now, keeping)
+    drained to be kept, untainted only once their pods are gone; ``leaving``: nodes leaving for a
+    notice, which the drain machinery handles (``drains.py``); ``resting``: nodes whose drain was
+    given up lately, not tainted again yet."""
+    c = _Choice(view, group_targets, policy, now, keeping, leaving, resting)
     untainted = c.untaint()
     tainted: list[Node] = []
     terminate: list[str] = []
@@ -265,7 +275,8 @@ def choose(
         tainted = c.taint()
         terminate = c.orphans()
         untainted_ids = {n.id for n in untainted}
-        terminate += c.expired([n for n in view.tainted if n.id not in untainted_ids], tainted)
+        before = [n for n in view.tainted if n.id not in untainted_ids and n.id not in leaving]
+        terminate += c.expired(before, tainted)
     return NodeActions(
         untaint=tuple(n.id for n in untainted),
         taint=tuple(n.id for n in tainted),

@@ -17,6 +17,7 @@ from clusterman.core.config import PoolAutoscaling
 from clusterman.core.config import ScalingLimits
 from clusterman.core.config_schema import ConfigError
 from clusterman.core.resources import Resources
+from clusterman.decision.drains import DrainPolicy
 from clusterman.decision.exact import exact
 
 
@@ -103,6 +104,7 @@ class ScalingPolicy:
     # resources of one weight unit, for sizing a pool with no ready nodes when the groups do not say
     unit_resources: Resources = Resources()
     consolidation: ConsolidationPolicy = ConsolidationPolicy()
+    draining: DrainPolicy = DrainPolicy()
 
     @staticmethod
     def from_config(

@@ -11,6 +11,7 @@ from typing import Any
 from clusterman.decision.autoscaler_state import AutoscalerState
 from clusterman.decision.consolidate import OFF
 from clusterman.decision.consolidate import Consolidation
+from clusterman.decision.drains import DrainActions
 from clusterman.decision.exact import ZERO
 from clusterman.decision.exact import number
 
@@ -62,6 +63,12 @@ class Decision:
     terminate_with: dict[str, int] = field(default_factory=dict)
     state: AutoscalerState = field(default_factory=AutoscalerState)
     consolidation: Consolidation = OFF
+    # the drain machinery's choices (drains.py): which nodes get a drain step now (most urgent
+    # first), why each node leaves, drains given up, pods lost with a node that went anyway
+    drains: DrainActions = field(default_factory=DrainActions)
+    # which tainted nodes apply drains: those of ``drains.drain`` (False: every tainted node, for
+    # decisions built by hand)
+    paced: bool = False
 
     @property
     def delta(self) -> Fraction:
@@ -92,6 +99,13 @@ class Decision:
             "capacity": numbers(self.capacity),
             "node_reasons": dict(self.node_reasons),
             "consolidation": self.consolidation.as_json(),
+            "drains": {
+                "drain": list(self.drains.drain),
+                "leaving": {n: r.value for n, r in self.drains.why.items()},
+                "given_up": dict(self.drains.given_up),
+                "lost": dict(self.drains.lost),
+                "replacement": numbers(self.drains.replacement),
+            },
             "state": self.state.as_json(),
         }
 

@@ -75,6 +75,8 @@ class ChangeDetail(enum.IntEnum):
     NODE_TERMINATE = 404  # a node was terminated
     NODE_ORPHAN = 405  # an instance that never joined was cleaned up
     NODE_CONSOLIDATE = 406  # consolidation drains the node, to remove it or to keep it as free places
+    NODE_NOTICE = 407  # a notice says the node must go (a Spot interruption, a migration): message = why, when
+    NODE_DRAIN_GIVEN_UP = 408  # a drain did not finish in time: the node is back in the pool (message: why)
     LOCK_TAKEN = 500
     LOCK_RELEASED = 501
     BREAKER_OPEN = 600

@@ -50,6 +50,8 @@ class NodeAction(enum.Enum):
     TERMINATE = "terminate"
     ORPHAN_CLEANUP = "orphan_cleanup"
     CONSOLIDATE = "consolidate"
+    NOTICE = "notice"
+    GIVE_UP = "give_up"
 
 
 class ErrorSource(enum.Enum):
@@ -99,6 +101,13 @@ class AutoscalerMetrics:
         self._node_actions = counter("node_actions", "Actions taken on nodes", "action")
         self._join_seconds = histogram("node_join_seconds", "Launch to scheduler registration", JOIN_BUCKETS)
         self._evictions = counter("evictions", "Pods evicted by drains (scale-down and consolidation)")
+        self._notices = counter(
+            "notices", "Notices that a node must go, by reason and outcome (handled, unknown)", "reason", "outcome"
+        )
+        self._drains = counter(
+            "drains", "Drains by reason and how they ended (started, done, given_up, forced)", "reason", "outcome"
+        )
+        self._pods_lost = counter("pods_lost", "Pods still on a node that went before its drain finished", "reason")
         self._consolidated = counter(
             "consolidated_nodes", "Nodes consolidation drained, by what for (remove, keep)", "choice"
         )
@@ -193,6 +202,14 @@ class AutoscalerMetrics:
 
     def observe_evictions(self, pods: int) -> None:
         self._evictions.labels(*self._l()).inc(pods)
+
+    def observe_notice(self, reason: str, outcome: str) -> None:
+        self._notices.labels(*self._l(reason, outcome)).inc()
+
+    def observe_drain(self, reason: str, outcome: str, pods_lost: int = 0) -> None:
+        self._drains.labels(*self._l(reason, outcome)).inc()
+        if pods_lost:
+            self._pods_lost.labels(*self._l(reason)).inc(pods_lost)
 
     def observe_consolidation(self, choice: str) -> None:
         self._consolidated.labels(*self._l(choice)).inc()

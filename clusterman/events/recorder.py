@@ -34,6 +34,8 @@ _NODE_DETAIL: Final = {
     NodeAction.TERMINATE: (D.NODE_TERMINATE, ChangeType.REMOVE),
     NodeAction.ORPHAN_CLEANUP: (D.NODE_ORPHAN, ChangeType.REMOVE),
     NodeAction.CONSOLIDATE: (D.NODE_CONSOLIDATE, ChangeType.SET),
+    NodeAction.NOTICE: (D.NODE_NOTICE, ChangeType.NONE),
+    NodeAction.GIVE_UP: (D.NODE_DRAIN_GIVEN_UP, ChangeType.SET),
 }
 _ERROR_DETAIL: Final = {
     ErrorSource.CLOUD: D.ERROR_CLOUD,
@@ -173,6 +175,15 @@ class Recorder:
             EventType.NODE, change if amounts else ChangeType.NONE, detail, node_id, group, amounts, explanation
         )
         self.metrics.observe_consolidation(choice)
+
+    def drain(self, reason: str, outcome: str, pods_lost: int = 0) -> None:
+        """A drain started or ended (``outcome``: started, done, given_up, forced), and the pods a
+        node took with it when it went before its drain finished."""
+        self.metrics.observe_drain(reason, outcome, pods_lost)
+
+    def notice(self, reason: str, outcome: str) -> None:
+        """A notice was read: ``handled`` (its node is in the pool) or ``unknown``."""
+        self.metrics.observe_notice(reason, outcome)
 
     def evicted(self, pods: int) -> None:
         """Drains evicted ``pods`` pods this run (each one restarts elsewhere)."""

@@ -133,8 +133,13 @@ def _targets(decision: Decision, report: ApplyReport) -> dict[str, Fraction]:
 
 
 def _draining(decision: Decision, snapshot: PoolSnapshot, report: ApplyReport) -> list[str]:
-    """Nodes tainted before this run, plus those tainted now, minus those the decision keeps: a node
+    """The nodes given a drain step now: the decision's, most urgent first and each at its pace
+    (``decision/drains.py``), less those whose taint failed now. A decision built by hand drains
+    every node tainted before this run, plus those tainted now, minus those it keeps: a node
     whose untaint failed is still one to keep, and evicting its pods would move them for nothing."""
+    if decision.paced:
+        failed = set(decision.taint) - set(report.tainted_now)
+        return [n for n in decision.drains.drain if n not in failed]
     keep = set(decision.untaint)
     earlier = [node_id for node_id in snapshot.node_sets.tainted_ids if node_id not in keep]
     return list(dict.fromkeys([*earlier, *report.tainted_now]))

@@ -41,6 +41,13 @@ from clusterman.core.model import Node
 from clusterman.core.model import NodeSets
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
+from clusterman.core.notices import NO_NOTICES
+from clusterman.core.notices import DrainOutcome
+from clusterman.core.notices import LeaveReason
+from clusterman.core.notices import NoSource
+from clusterman.core.notices import Notice
+from clusterman.core.notices import NoticeError
+from clusterman.core.notices import NoticeSource
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
 from clusterman.datastore.store import MetricsError
@@ -92,19 +99,21 @@ EVENT_REASON: Mapping[Reason, ChangeDetail] = {
 }
 
 
-# the decision's signature (``decide``'s): snapshot, requests by app, policy, state, now, holds, unseen
-Decider = Callable[
-    [
-        PoolSnapshot,
-        Mapping[str, ResourceRequest],
-        ScalingPolicy,
-        AutoscalerState,
-        float,
-        tuple[Hold, ...],
-        Fraction | None,
-    ],
-    Decision,
-]
+class Decider(Protocol):
+    """The decision's signature (``decide``'s). ``notices`` is passed only when there are some: a
+    decider that knows nothing of them (the scoreboard's peers) is then called without."""
+
+    def __call__(
+        self,
+        snapshot: PoolSnapshot,
+        requests: Mapping[str, ResourceRequest],
+        policy: ScalingPolicy,
+        state: AutoscalerState,
+        now: float,
+        holds: tuple[Hold, ...] = (),
+        unseen: Fraction | None = ZERO,
+        notices: tuple[Notice, ...] = NO_NOTICES,
+    ) -> Decision: ...
 
 
 class StateKeeper(Protocol):
@@ -146,6 +155,7 @@ class Cycle:
         clock: Callable[[], float] = time.monotonic,
         record: bool = True,
         decider: Decider = decide,
+        notices: NoticeSource | None = None,
     ) -> None:
         """``record``: False when nothing reads the runs' events, pool metrics and signal health (a
         simulation, whose recorder keeps none): the run then does not work out what it would record.
@@ -177,6 +187,7 @@ class Cycle:
         self.signal_outcomes = SignalOutcomes()  # for /healthz and ``clusterman status``
         self.record = record
         self.decider = decider
+        self.notices: NoticeSource = notices or NoSource()  # nodes that must go for a reason of their own
 
     def run_once(self, now: float) -> RunReport:
         permit = self._permit(now)
@@ -236,8 +247,10 @@ class Cycle:
         if unreadable:
             text = f"{unreadable} resource group(s) could not be read: no scale-down this run"
             holds.append(Hold(HoldReason.GROUPS_UNREADABLE, text))
+        notices = self._notices(snapshot, now)
         try:
-            decision = self.decider(snapshot, requests.by_app, self.policy, self.state, now, tuple(holds), unseen)
+            args = (snapshot, requests.by_app, self.policy, self.state, now, tuple(holds), unseen)
+            decision = self.decider(*args, notices) if notices else self.decider(*args)
         except SnapshotError as e:
             return self._no_change(now, Outcome.NO_SNAPSHOT, f"snapshot refused: {e}", ErrorSource.SCHEDULER, snapshot)
 
@@ -257,10 +270,40 @@ class Cycle:
             self._record_state_changes(self.state, decision.state, now)
             self.state = self._untaken(decision, applied, now)
             self._keep_targets(now)  # after acting: a slow store must not delay the run's changes
+            self._settle_notices(decision, applied, snapshot, now)
         report = RunReport(now, Outcome.ACTED, "", snapshot, decision, applied, requests, unreadable)
         if log.isEnabledFor(logging.INFO):  # building the line costs; a simulated run logs nothing
             log.info("%s", report.line())
         return report
+
+    # --- nodes that must go for a reason of their own ------------------------------------------
+
+    def _notices(self, snapshot: PoolSnapshot, now: float) -> tuple[Notice, ...]:
+        """The notices in force; when a source cannot be read, the run goes on with the nodes its
+        record already has (they keep leaving) and says so."""
+        try:
+            return self.notices.notices(snapshot, now)
+        except NoticeError as e:
+            message = f"cannot read the notices of nodes to replace: {e}"
+            log.warning("%s", message)
+            self.recorder.error(ErrorSource.CLOUD, "notices", message)
+            return getattr(self.notices, "last", NO_NOTICES)
+
+    def _settle_notices(self, decision: Decision, applied: ApplyReport, snapshot: PoolSnapshot, now: float) -> None:
+        drains = decision.drains
+        gone = {n: drains.why[n] for n in applied.terminated_nodes(snapshot) if n in drains.why}
+        outcome = DrainOutcome(
+            now,
+            {e.node_id: e.reason for e in decision.state.drains.leaving},
+            gone,
+            dict(drains.given_up),
+            {n: p for n, p in drains.lost.items() if n in gone},
+            drains.unknown,
+        )
+        try:
+            self.notices.settle(outcome)
+        except Exception:  # a source's bookkeeping must not undo a run that acted
+            log.exception("a source of notices failed to settle the run's outcome")
 
     # --- one autoscaler per pool, and inputs no older than the budget -------------------------
 
@@ -591,6 +634,7 @@ class Cycle:
                 node_event(NodeAction.DRAIN, node_id, drain.detail or drain.status.value)
         if not applied.dry_run:
             self.recorder.evicted(sum(drain.evicted for drain in applied.drains.values()))
+        self._record_drains(d, applied, snapshot, node_event)
         for c in d.consolidation.chosen:
             if c.node in tainted:
                 size = snapshot.node(c.node).allocatable
@@ -611,6 +655,42 @@ class Cycle:
                     change.group_id, before.get(change.group_id, change.previous), change.target, note
                 )
 
+    def _record_drains(
+        self,
+        d: Decision,
+        applied: ApplyReport,
+        snapshot: PoolSnapshot,
+        node_event: Callable[[NodeAction, str, str], None],
+    ) -> None:
+        """Notices read, drains started, ended and given up, and pods lost, each with its reason."""
+        drains = d.drains
+        removing = {c.node for c in d.consolidation.chosen}
+
+        def reason(node_id: str) -> str:
+            if node_id in drains.why:
+                return drains.why[node_id].value
+            return LeaveReason.CONSOLIDATION.value if node_id in removing else LeaveReason.SCALING_DOWN.value
+
+        for node_id in drains.new:
+            node_event(NodeAction.NOTICE, node_id, d.node_reasons.get(node_id, reason(node_id)))
+            self.recorder.notice(reason(node_id), "handled")
+        for notice in drains.unknown:
+            self.recorder.notice(notice.reason.value, "unknown")
+        if applied.dry_run:
+            return
+        for node_id in applied.tainted_now:
+            self.recorder.drain(reason(node_id), "started")
+        for node_id, why in drains.given_up.items():
+            if node_id in applied.untainted and applied.untainted[node_id].ok:
+                node_event(NodeAction.GIVE_UP, node_id, f"{reason(node_id)}: {why}: returned to the pool")
+                self.recorder.drain(reason(node_id), "given_up")
+        for node_id in applied.terminated_nodes(snapshot):
+            lost = drains.lost.get(node_id, 0)
+            if node_id in drains.why or lost:
+                self.recorder.drain(reason(node_id), "forced" if lost else "done", lost)
+            if lost:
+                log.warning("%s went with %d pod(s) not evicted (%s)", node_id, lost, d.node_reasons.get(node_id, ""))
+
     def _record_errors(self, applied: ApplyReport) -> None:
         prefix = "dry run: " if applied.dry_run else ""
         for object_id, message in applied.errors:
@@ -630,7 +710,7 @@ class Cycle:
             self.recorder.breaker_closed("capacity arrived")
 
     def close(self) -> None:
-        for closeable in (self.demand, self.lifecycle, self.connector):
+        for closeable in (self.demand, self.lifecycle, self.connector, self.notices):
             try:
                 closeable.close()
             except Exception:  # closing must not hide the reason the loop is stopping

@@ -48,6 +48,11 @@ class ApplyReport:
     def terminated(self) -> list[str]:
         return [i for t in self.terminations for i in t.terminated]
 
+    def terminated_nodes(self, snapshot: PoolSnapshot) -> list[str]:
+        """The nodes whose instance was terminated this run, by node id."""
+        done = set(self.terminated)
+        return [n.id for n in snapshot.nodes if n.instance_id in done]
+
 
 class Outcome(enum.Enum):
     ACTED = "acted"  # decided and applied (a decision to change nothing included)
@@ -83,8 +88,34 @@ class RunReport:
         held = f" ({self.outcome.value}: {self.message})" if self.outcome is not Outcome.ACTED else ""
         return (
             f"{stamp}{dry}{held} demand {demand}{self._fallbacks()} | utilisation {util} | {d.action.value} | "
-            f"{self._target_text(d)}{errors} | {d.explanation}"
+            f"{self._target_text(d)}{errors} | {d.explanation}{self._drains_text(d)}"
         )
+
+    def _drains_text(self, d: Decision) -> str:
+        """What the drain machinery did this run, node by node, with why ("" when nothing):
+        ``| n2 spot_interruption: tainted, evicted 3, 0 left``."""
+        why = d.drains.why
+        parts = []
+        applied = self.applied
+        for node_id in dict.fromkeys([*d.drains.new, *(applied.drains if applied else ()), *why]):
+            words = []
+            if node_id in d.drains.new:
+                words.append("noticed")
+            if applied is not None and node_id in applied.tainted_now:
+                words.append("tainted")
+            drain = applied.drains.get(node_id) if applied is not None else None
+            if drain is not None and (drain.evicted or node_id in why):
+                left = "" if drain.remaining < 0 else f", {drain.remaining} left"
+                words.append(f"evicted {drain.evicted}{left}")
+            if node_id in d.terminate:
+                lost = d.drains.lost.get(node_id, 0)
+                words.append(f"terminated with {lost} pod(s) not evicted" if lost else "terminated")
+            if node_id in d.drains.given_up:
+                words.append("drain given up: back in the pool")
+            if words:
+                reason = why[node_id].value if node_id in why else "scaling_down"
+                parts.append(f"{node_id} {reason}: {', '.join(words)}")
+        return f" | {'; '.join(parts)}" if parts else ""
 
     def _fallbacks(self) -> str:
         """Which apps the default signal answered for, and why, in a few words ("" when none)."""

@@ -33,6 +33,8 @@ UPDATES = (
     "set_lease",
     "observe_evictions",
     "observe_consolidation",
+    "observe_notice",
+    "observe_drain",
 )
 
 

@@ -24,6 +24,8 @@ RECORDS = (
     "node",
     "consolidated",
     "evicted",
+    "drain",
+    "notice",
     "lock_taken",
     "lock_released",
     "breaker_opened",

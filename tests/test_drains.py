@@ -1,0 +1,174 @@
+"""The drain machinery's decision (decision/drains.py): nodes leaving for a notice, their replacement
+in the same run, the pace of drain steps, and drains given up after draining_time_threshold_seconds."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from clusterman.core.model import NO_TIME
+from clusterman.core.notices import LeaveReason
+from clusterman.core.notices import Notice
+from clusterman.decision import AutoscalerState
+from clusterman.decision import decide
+from clusterman.decision.drains import DrainPolicy
+from clusterman.decision.drains import DrainState
+from clusterman.decision.result import Action
+from tests.scaling_builders import NOW
+from tests.scaling_builders import READY
+from tests.scaling_builders import TAINTED
+from tests.scaling_builders import apply
+from tests.scaling_builders import group
+from tests.scaling_builders import node
+from tests.scaling_builders import nodes
+from tests.scaling_builders import pods
+from tests.scaling_builders import policy
+from tests.scaling_builders import request
+from tests.scaling_builders import snapshot
+
+SPOT = LeaveReason.SPOT_INTERRUPTION
+
+
+def spot(node_id: str, at: float = NOW, deadline: float | None = None) -> Notice:
+    return Notice(SPOT, at, node_id=node_id, deadline=at + 120 if deadline is None else deadline, key="m-1")
+
+
+def busy_pool(count: int = 4) -> list:
+    """``count`` 1-cpu nodes, each with one 0.7-cpu pod: right-sized at the 70% setpoint."""
+    return [node(f"n{i}", tasks=pods(1, cpus=0.7)) for i in range(count)]
+
+
+def run(snap, notices=(), state=None, now=NOW, cpus=2.8, **overrides):
+    """The apps ask for ``cpus`` (2.8: four 1-cpu nodes at the 70% setpoint)."""
+    return decide(
+        snap, {"app": request(cpus=cpus)}, policy(**overrides), state or AutoscalerState(), now, notices=tuple(notices)
+    )
+
+
+class TestReplacement:
+    def test_a_warning_taints_the_node_and_asks_for_its_replacement_in_the_same_run(self):
+        d = run(snapshot(busy_pool()), [spot("n2")])
+        assert d.taint == ("n2",) and d.drains.drain == ("n2",)
+        # the pool wants 4 ready; n2 goes, so its group keeps a place for it beside the 4
+        assert (d.current_target, d.target_capacity, d.action) == (4, 5, Action.SCALE_UP)
+        assert d.drains.why == {"n2": SPOT} and d.drains.replacement == {"g1": 1}
+        assert "replacing 1 (spot_interruption: n2)" in d.explanation
+        assert d.node_reasons["n2"] == "taint: spot_interruption, gone in 120s"
+        (entry,) = d.state.drains.leaving
+        assert (entry.node_id, entry.replacement, entry.deadline) == ("n2", 1.0, NOW + 120)
+
+    def test_the_next_runs_keep_the_replacement_and_end_the_node_once_drained(self):
+        snap = snapshot(busy_pool())
+        first = run(snap, [spot("n2")])
+        after = apply(snap, first, NOW)  # n2 tainted, a new node launched to the target of 5
+        again = run(after, [spot("n2")], first.state, NOW + 5)
+        assert (again.current_target, again.target_capacity, again.taint, again.terminate) == (5, 5, (), ())
+        assert again.drains.drain == ()  # its last step was 5 s ago: within redraining_delay_seconds
+        later = run(after, [spot("n2")], again.state, NOW + 20)
+        assert later.drains.drain == ("n2",)
+        # its pod left: it goes, and its group's target loses the place kept for it
+        empty = replace(after, nodes=tuple(replace(n, tasks=()) if n.id == "n2" else n for n in after.nodes))
+        done = run(empty, [spot("n2")], later.state, NOW + 25)
+        assert done.terminate == ("n2",) and done.target_capacity == 4
+        assert done.node_reasons["n2"] == "terminate: spot_interruption: drained"
+        assert done.state.drains.leaving == () and done.drains.lost == {}
+
+    def test_at_its_deadline_the_node_goes_with_what_still_runs_there_counted_as_lost(self):
+        snap = snapshot(busy_pool())
+        first = run(snap, [spot("n2")])
+        after = apply(snap, first, NOW)
+        d = run(after, [spot("n2")], first.state, NOW + 111)
+        assert d.terminate == ("n2",) and d.drains.lost == {"n2": 1}
+        assert d.node_reasons["n2"] == "terminate: spot_interruption: its deadline is 9s away"
+
+    def test_the_same_warning_three_times_is_one_warning(self):
+        snap = snapshot(busy_pool())
+        once = run(snap, [spot("n2")])
+        thrice = run(snap, [spot("n2"), spot("n2"), spot("n2")])
+        assert thrice == once
+
+    def test_a_warning_for_a_node_not_in_the_pool_changes_nothing_and_says_so(self):
+        snap = snapshot(busy_pool())
+        d = run(snap, [Notice(SPOT, NOW, instance_id="i-elsewhere", deadline=NOW + 120)])
+        assert (d.taint, d.target_capacity, d.drains.why) == ((), 4, {})
+        assert "notice for no node of the pool: i-elsewhere" in d.explanation
+
+    def test_a_node_already_tainted_for_scale_down_needs_no_replacement(self):
+        tainted = node("n3", state=TAINTED, tainted_at=NOW - 60, tasks=pods(1, cpus=0.7))
+        snap = snapshot([*busy_pool(3), tainted], [group("g1", 3)])
+        d = run(snap, [spot("n3")], cpus=2.1)
+        assert d.taint == () and d.drains.replacement == {} and d.target_capacity == 3
+        assert d.drains.why == {"n3": SPOT} and d.drains.drain == ("n3",)
+
+    def test_the_replacement_stays_within_the_groups_maximum(self):
+        d = run(snapshot(busy_pool(), [group("g1", 4, hi=4)]), [spot("n2")])
+        assert d.target_capacity == 4 and "group g1 at its max_capacity: 1 not replaced" in d.explanation
+
+    def test_a_scale_lock_holds_the_target_but_not_an_interruption(self):
+        state = AutoscalerState(scale_lock=replace(AutoscalerState().scale_lock, until=NOW + 600, requested=10))
+        d = run(snapshot(busy_pool()), [spot("n2")], state)
+        assert "scale lock held" in d.explanation
+        assert d.taint == ("n2",) and d.target_capacity == 5
+
+    def test_the_pods_about_to_move_are_demand_for_the_ready_nodes_that_stay(self):
+        # eight nodes, 3 busy: the pool wants fewer, but never fewer than the work of the leaving node needs
+        snap = snapshot([*busy_pool(3), *nodes(5, prefix="e")])
+        d = run(snap, [spot("n0")])
+        assert "n0" in d.taint and "n0" not in d.terminate
+        assert d.utilisation["cpus"] * d.current_capacity == pytest.approx(2.8)
+
+
+class TestDrainsGivenUp:
+    def tainted_busy(self, at: float) -> list:
+        return [*busy_pool(3), node("n3", state=TAINTED, tainted_at=at, tasks=pods(2, cpus=0.1))]
+
+    def test_a_scale_down_drain_not_done_within_the_threshold_is_given_up(self):
+        snap = snapshot(self.tainted_busy(NOW - 1801), [group("g1", 3)])
+        d = run(snap, cpus=2.1)
+        assert d.untaint == ("n3",) and "n3" not in d.terminate
+        assert d.drains.given_up == {"n3": "not drained within draining_time_threshold_seconds 1800s (2 pods left)"}
+        assert d.state.drains.given_up == (("n3", NOW),)
+        # returned to the pool, it is not chosen again while it rests (the pool has one node too many)
+        back = replace(snap, nodes=tuple(replace(n, state=READY, tainted_at=NO_TIME) for n in snap.nodes))
+        again = run(back, state=d.state, now=NOW + 60, cpus=2.1)
+        assert "n3" not in again.taint
+
+    def test_with_force_terminate_it_goes_with_its_pods_counted(self):
+        snap = snapshot(self.tainted_busy(NOW - 1801), [group("g1", 3)])
+        d = run(snap, cpus=2.1, draining=DrainPolicy(force_terminate=True))
+        assert d.terminate == ("n3",) and d.drains.lost == {"n3": 2}
+
+    def test_within_the_threshold_the_drain_goes_on_more_slowly_as_it_ages(self):
+        snap = snapshot(self.tainted_busy(NOW - 1600), [group("g1", 3)])
+        state = AutoscalerState(drains=DrainState(steps=(("n3", NOW - 150),)))
+        assert run(snap, state=state, cpus=2.1).drains.drain == ()  # 1600 s old: a step every 200 s
+        state = AutoscalerState(drains=DrainState(steps=(("n3", NOW - 201),)))
+        assert run(snap, state=state, cpus=2.1).drains.drain == ("n3",)
+
+    def test_a_hard_grace_period_ends_scale_down_drains_instead(self):
+        snap = snapshot(self.tainted_busy(NOW - 1801), [group("g1", 3)])
+        d = run(snap, cpus=2.1, hard_delete_grace_period_seconds=3600.0)
+        assert d.untaint == () and d.drains.given_up == {}
+
+    def test_a_migration_without_deadline_is_given_up_after_the_threshold(self):
+        snap = snapshot(busy_pool())
+        notice = Notice(LeaveReason.NODE_MIGRATION, NOW, node_id="n1", key="migration-1")
+        first = run(snap, [notice])
+        assert first.taint == ("n1",) and first.target_capacity == 5
+        after = apply(snap, first, NOW)
+        d = run(after, [notice], first.state, NOW + 1800)
+        assert d.untaint == ("n1",) and d.target_capacity == 4 and d.drains.given_up
+
+
+def test_the_record_survives_a_restart_as_json():
+    d = run(snapshot(busy_pool()), [spot("n2")])
+    assert AutoscalerState.from_json(d.state.as_json()) == d.state
+
+
+def test_a_record_with_an_unknown_reason_is_refused_by_name():
+    data = AutoscalerState().as_json()
+    data["drains"] = {"leaving": [{"node": "n", "reason": "meteor", "since": 1, "replacement": 0}]}
+    with pytest.raises(ValueError, match=re.escape("drains.leaving.reason: unknown reason 'meteor'")):
+        AutoscalerState.from_json(data)
