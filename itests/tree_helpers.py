@@ -135,7 +135,7 @@ class TreeConfig:
         if self.key_file is not None:
             aws["access_key_file"] = str(self.key_file)
         main = {
-            "clusters": {"itest-cluster": {"aws_region": "us-west-2", "cluster_manager": "simulated"}},
+            "clusters": {"itest-cluster": {"aws_region": "us-west-2"}},
             "aws": aws,
             "autoscaling": {"default_signal_role": VERSIONED_NAMESPACE},
             "autoscale_signal": default_signal,

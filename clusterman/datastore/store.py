@@ -3,7 +3,8 @@
 Keys (so data written by a Clusterman deployment reads back unchanged):
   system metrics  ``name|cluster=<cluster>,pool=<pool>.<scheduler>`` (dimensions sorted by name)
   app metrics     ``<app>,<name>``
-  metadata        ``name|cluster=...,pool=...`` like system metrics
+  metadata        ``name|cluster=...,pool=...`` like system metrics; spot prices
+                  ``spot_prices|aws_availability_zone=<zone>,aws_instance_type=<type>``
 Timestamps are whole Unix seconds, never negative; a store refuses points more than
 ``MAX_FUTURE_SECONDS`` ahead of its clock (a millisecond timestamp is one). A value is a number, or
 for a few metadata metrics (``fulfilled_capacity``) a mapping such as ``{"<m5.large, us-west-2a>": 7}``.
@@ -110,6 +111,16 @@ def key_with_dimensions(name: str, dimensions: Mapping[str, str]) -> str:
 @functools.lru_cache(maxsize=4096)  # the collector builds the same few dozen keys every minute
 def system_key(name: str, cluster: str, pool_with_scheduler: str) -> str:
     return key_with_dimensions(name, {"cluster": cluster, "pool": pool_with_scheduler})
+
+
+SPOT_PRICES = "spot_prices"
+
+
+def spot_price_key(instance_type: str, availability_zone: str) -> str:
+    """A market's spot price series (metadata), dollars per instance-hour."""
+    return key_with_dimensions(
+        SPOT_PRICES, {"aws_instance_type": instance_type, "aws_availability_zone": availability_zone}
+    )
 
 
 def app_key(app: str, name: str) -> str:

@@ -17,12 +17,14 @@ import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
+from clusterman.cloud.simulated_group import SimulatedMarket
 from clusterman.cloud.simulated_group import default_task
 from clusterman.cloud.simulated_group import groups_from_config
 from clusterman.cloud.simulated_group import markets_from_config
 from clusterman.config.loader import load_pool_file
 from clusterman.config.loader import parse_scheduler
 from clusterman.core.config import MainConfig
+from clusterman.core.config import MetricsBackend
 from clusterman.core.config import MetricType
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
@@ -31,15 +33,20 @@ from clusterman.core.resources import Resources
 from clusterman.core.timestamps import parse_time
 from clusterman.datastore.datafile import MetricsData
 from clusterman.datastore.datafile import read_metrics_file
+from clusterman.datastore.store import MetricsError
 from clusterman.datastore.store import split_key
+from clusterman.datastore.store import spot_price_key
 from clusterman.errors import UserError
 from clusterman.signals.specs import default_signal_spec
 from clusterman.simulator.clock import STEP_SECONDS
 from clusterman.simulator.clock import Steps
+from clusterman.simulator.prices import spot_series
 from clusterman.simulator.signals import SignalMode
 from clusterman.simulator.simulation import Scenario
 from clusterman.simulator.workload import demand_keys
 from clusterman.simulator.workload import demand_points
+from clusterman.wiring.metrics_store import open_store
+from clusterman.wiring.metrics_store import sqlite_path
 from clusterman.wiring.setup import PoolSetup
 from clusterman.wiring.trace_workload import trace_series
 
@@ -75,7 +82,7 @@ def load_scenario(main: MainConfig, request: Request) -> Scenario:
     setup.policy  # noqa: B018 - refuse now what the autoscaler would refuse
     if not setup.internal:
         default_signal_spec(main)
-    groups_from_config(identity, pool, lambda: 0.0, source, every_kind=True)
+    groups = groups_from_config(identity, pool, lambda: 0.0, source, every_kind=True)
     if not points and not pool.simulation.tasks:
         expected = next(iter(demand_keys(identity)))
         found = ", ".join(str(p) for p in sorted(pools_in(metrics), key=str)) or "none"
@@ -94,7 +101,47 @@ def load_scenario(main: MainConfig, request: Request) -> Scenario:
         task = pool.simulation.demand_task or default_task(markets_from_config(pool.simulation, source))
     except ValueError as e:
         raise SimulationInputError(f"{source}: {e}") from e
+    spot = [m for g in groups for m in g.markets if m.spot]
+    notes += stored_spot_prices(main, pool, identity, metrics, spot, start, end)
     return Scenario(setup, source, metrics, points, Steps(start, end), task, request.signals, notes)
+
+
+STORED_PRICES_LOOKBACK_SECONDS = 86400  # the collector writes every market's price at least daily
+STORE_TIMEOUT_SECONDS = 10.0
+
+
+def stored_spot_prices(
+    main: MainConfig,
+    pool: PoolConfig,
+    identity: PoolIdentity,
+    metrics: MetricsData,
+    markets: Sequence[SimulatedMarket],
+    start: int,
+    end: int,
+) -> tuple[str, ...]:
+    """Spot prices the metrics files lack, from the metrics store the spot price collector writes
+    (``batches.spot_prices``), added to ``metrics``' metadata: the ledger then bills those markets
+    at them. A store that is not there is no note; one that cannot be read is one, and those
+    markets are billed at their on-demand price as before."""
+    have = spot_series(metrics)
+    wanted = sorted({(m.instance_type, m.availability_zone) for m in markets} - have.keys())
+    if not wanted or (main.metrics.backend is MetricsBackend.SQLITE and not sqlite_path(main).exists()):
+        return ()
+    keys = [spot_price_key(t, z) for t, z in wanted]
+    store = None
+    try:
+        store = open_store(main, pool, identity, timeout_seconds=STORE_TIMEOUT_SECONDS)
+        found = store.read_many(MetricType.METADATA, keys, start - STORED_PRICES_LOOKBACK_SECONDS, end)
+    except MetricsError as e:
+        return (f"spot prices not read from the metrics store ({e}): spot markets are billed on demand",)
+    finally:
+        if store is not None:
+            store.close()
+    found = {key: series for key, series in found.items() if series}
+    if not found:
+        return ()
+    metrics.setdefault(MetricType.METADATA, {}).update(found)
+    return (f"spot prices of {len(found)} of {len(keys)} spot markets read from {store!r}",)
 
 
 def with_trace(

@@ -16,9 +16,9 @@ from collections.abc import Iterable
 
 from clusterman.cloud.simulated_group import SimulatedMarket
 from clusterman.datastore.datafile import MetricsData
+from clusterman.datastore.store import SPOT_PRICES
 from clusterman.datastore.store import split_key
 
-SPOT_PRICES = "spot_prices"
 Market = tuple[str, str]  # (instance type, availability zone)
 
 
