@@ -12,7 +12,8 @@ NOW = 1_700_000_000
 @pytest.mark.parametrize(
     ("text", "seconds"),
     [("90", 90), ("90s", 90), ("2m", 120), ("1h30m", 5400), ("1d 12h", 129600), ("2w", 1209600), (" 1.5h ", 5400),
-     ("500ms", 0.5), ("1m30s", 90)],
+     ("500ms", 0.5), ("1m30s", 90), ("3 minutes", 180), ("2 hours", 7200), ("1 day", 86400),
+     ("1 hour 30 mins", 5400), ("30 secs", 30), ("1 week", 604800)],
 )  # fmt: skip
 def test_every_reader_understands_the_same_durations(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
@@ -21,7 +22,9 @@ def test_every_reader_understands_the_same_durations(text, seconds):
         assert parse_until(text, NOW) == int(NOW + seconds)
 
 
-@pytest.mark.parametrize("text", ["", "m", "2x", "1h 2", "-5m", "1e400", "nan", "two minutes"])
+@pytest.mark.parametrize(
+    "text", ["", "m", "2x", "1h 2", "-5m", "1e400", "nan", "two minutes", "2 hourz", "minutes", "5 mo"]
+)
 def test_every_reader_refuses_the_same_non_durations(text):
     for reader in (parse_duration, design_duration):
         with pytest.raises(ValueError, match="duration"):
