@@ -2,6 +2,7 @@
 
 import pytest
 
+from clusterman.core.durations import format_duration
 from clusterman.core.durations import parse_duration
 from clusterman.datastore.generate import whole_seconds as design_duration
 from clusterman.state.pause import parse_until
@@ -35,3 +36,13 @@ def test_a_pause_takes_an_iso_time_when_it_is_not_a_duration():
     assert parse_until("2023-11-15T00:00:00", NOW) == 1_700_006_400
     with pytest.raises(ValueError, match="expected a duration such as 30m"):
         parse_until("soon", NOW)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (0.4, "0s"), (59.6, "1m"), (90, "1m30s"), (3600, "1h"), (7260, "2h1m"), (93784, "1d2h3m4s"),
+     (2592000, "30d"), (86401, "1d1s")],
+)  # fmt: skip
+def test_a_duration_is_printed_in_the_grammar_and_read_back(seconds, text):
+    assert format_duration(seconds) == text
+    assert parse_duration(text) == round(seconds)

@@ -37,6 +37,7 @@ def as_json(obj: objects.CustomObject) -> dict[str, Any]:
     return {
         "metadata": {"name": meta.name, "labels": meta.labels or {}, "creationTimestamp": meta.creation_timestamp},
         "spec": obj.spec,
+        "status": obj.status,
     }
 
 

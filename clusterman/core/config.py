@@ -827,6 +827,9 @@ class MigrationTrigger:
         NO_UPTIME_LIMIT, parser=parse_duration, check=positive, doc="seconds: replace nodes older than this (30d)"
     )
     event: bool = field(False, doc="accept NodeMigration resources for this pool")
+    drift: bool = field(
+        False, doc="replace nodes launched from another launch template version or image than their group's (ours)"
+    )
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""One duration grammar for every place a person writes one (srv-configs, metric designs, pauses).
+"""One duration grammar for every place a person writes one (srv-configs, metric designs, pauses),
+and the one way a duration is printed (``format_duration``, which the grammar reads back).
 
 A number is seconds (``90``, ``1.5``). Otherwise a sequence of ``<number><unit>`` parts, spaces
 allowed between them: Go's units as Escalator writes them (``ns``, ``us``/``µs``, ``ms``, ``s``,
@@ -46,3 +47,16 @@ def parse_duration(value: Any) -> float:
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"expected a finite duration >= 0, got {value!r}")
     return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """Whole seconds in the grammar's units, largest first: ``90`` -> ``1m30s``, ``93784`` ->
+    ``1d2h3m4s``, ``0`` -> ``0s`` (rounded to the second; ``parse_duration`` reads it back)."""
+    left = max(0, round(seconds))
+    parts: list[str] = []
+    for unit in ("d", "h", "m", "s"):
+        size = int(UNIT_SECONDS[unit])
+        if left >= size or (unit == "s" and not parts):
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return "".join(parts)

@@ -17,6 +17,7 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field
 from dataclasses import replace
 from typing import Any
 
@@ -64,6 +65,11 @@ class MigrationRequest:
     selectors: tuple[LabelSelector, ...] = ()
     attempts: int = 0
     refused: str = ""
+    reported: Mapping[str, Any] = field(default_factory=dict)  # its ``status`` as last written
+
+    def shows(self, status: Status, fields: Mapping[str, Any]) -> bool:
+        """Whether the resource already says this (its label, and these fields of its status)."""
+        return self.status is status and all(self.reported.get(k) == v for k, v in fields.items())
 
     def spec_line(self) -> str:
         """``kernel ge 5.15`` (and its selectors), for lines and events."""
@@ -98,6 +104,7 @@ def read(obj: Mapping[str, Any]) -> MigrationRequest:
         status,
         created,
         attempts=attempts,
+        reported=_mapping(obj.get("status")),
     )
     try:
         condition, selectors = _spec(spec, cluster, pool)
