@@ -64,12 +64,13 @@ class World:
         weights: Iterable[tuple[str, int]] = (),
         extra_tags: dict[str, str] | None = None,
         protected: bool = True,
+        template_version: str = "$Latest",
     ) -> str:
         """An ASG tagged for ``pool``, its instances protected from scale-in (Clusterman expects it)
         unless not ``protected``: then moto, like AWS, terminates instances of its choosing when the
         desired capacity goes below them."""
         name = self.unique(f"{pool}-asg")
-        template = {"LaunchTemplateName": name, "Version": "$Latest"}
+        template = {"LaunchTemplateName": name, "Version": template_version}
         self.ec2.create_launch_template(
             LaunchTemplateName=name, LaunchTemplateData={"ImageId": self.image, "InstanceType": instance_type}
         )

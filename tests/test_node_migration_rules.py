@@ -9,8 +9,11 @@ from clusterman.core import label_selectors
 from clusterman.core.model import NO_TIME
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
+from clusterman.core.model import PoolSnapshot
+from clusterman.core.model import ResourceGroup
 from clusterman.core.resources import Resources
 from clusterman.decision import migration_request
+from clusterman.decision.drift import drifted
 from clusterman.decision.migration_condition import Condition
 from clusterman.decision.migration_condition import os_release
 from clusterman.decision.migration_condition import version_key
@@ -84,7 +87,7 @@ def test_the_os_release_is_the_version_in_the_image_name():
 
 
 def node(**fields) -> Node:
-    return Node(id="n1", state=NodeState.READY, allocatable=Resources(cpus=2), **fields)
+    return Node(**{"id": "n1", "state": NodeState.READY, "allocatable": Resources(cpus=2), **fields})
 
 
 @pytest.mark.parametrize(
@@ -191,3 +194,27 @@ def test_a_new_resource_is_named_and_labelled_as_clusterman_names_it():
         "pool-key": "web",
     }
     assert migration_request.read(body).condition == Condition.parse("uptime", "lt", "90d")
+
+
+def test_a_node_drifts_when_its_template_version_or_image_is_not_its_group_s():
+    groups = (
+        ResourceGroup("g1", 4, 4, template="lt-1:4", image_id="ami-new"),
+        ResourceGroup("g2", 2, 2, image_id="ami-new"),  # a launch configuration: its image only
+        ResourceGroup("g3", 1, 1),  # not read: nothing drifts
+        ResourceGroup("g4", 1, 1, stale=True, template="lt-9:1"),  # draining anyway
+    )
+    nodes = (
+        node(id="a", group_id="g1", template="lt-1:3", image_id="ami-new"),  # a version with the same image
+        node(id="b", group_id="g1", template="lt-1:4", image_id="ami-new"),
+        node(id="c", group_id="g1", template="", image_id="ami-old"),  # no template tags: the image
+        node(id="d", group_id="g1", template="", image_id=""),  # nothing known: not drift
+        node(id="e", group_id="g2", template="lt-7:1", image_id="ami-old"),
+        node(id="f", group_id="g3", template="lt-1:1", image_id="ami-old"),
+        node(id="g", group_id="g4", template="lt-9:0"),
+        Node(id="h", state=NodeState.ORPHAN, allocatable=Resources(), group_id="g1", template="lt-1:1"),
+    )
+    assert drifted(PoolSnapshot(0.0, nodes, groups)) == {
+        "a": "launched from lt-1:3, its group launches lt-1:4",
+        "c": "runs image ami-old, its group launches ami-new",
+        "e": "runs image ami-old, its group launches ami-new",
+    }

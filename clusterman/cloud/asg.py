@@ -33,6 +33,9 @@ from clusterman.cloud.ec2_instances import describe_instances
 from clusterman.cloud.ec2_instances import instance_from_ec2
 from clusterman.cloud.ec2_instances import is_true
 from clusterman.cloud.ec2_instances import tags_of
+from clusterman.cloud.launches import UNKNOWN
+from clusterman.cloud.launches import Launch
+from clusterman.cloud.launches import of_template
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import GroupState
 from clusterman.cloud.resource_group import Instance
@@ -89,17 +92,23 @@ class AutoScalingGroup(CloudGroup):
         *,
         attempts: int = 3,
         sleep: Callable[[float], None] = time.sleep,
+        launches: bool = False,
     ) -> None:
+        """``launches``: read what the group launches now at each read, for drift (cloud/launches.py)."""
         super().__init__(name)
         self._clients = clients
         self._types = instance_types or InstanceTypeCatalog(lambda: clients.ec2)
         self._attempts = attempts
         self._sleep = sleep
+        self._launches = launches
 
     def read(self) -> GroupState:
         raw = self._describe()
         instances = self._instances(raw)
-        return GroupState(self._value(raw, instances, self._offers(raw)), instances)
+        weights = override_weights(raw)
+        launch = self._launch(raw) if self._launches or not weights else UNKNOWN  # no weights: its type sizes a unit
+        offers = self._types.offers(self.label, list(weights.items()) or self._launched_type(launch))
+        return GroupState(self._value(raw, instances, offers, launch if self._launches else UNKNOWN), instances)
 
     def set_target_capacity(self, new_target: float, dry_run: bool = False) -> TargetChange:
         raw = self._describe()
@@ -220,7 +229,9 @@ class AutoScalingGroup(CloudGroup):
             instances.append(replace(inst, state=state))
         return tuple(instances)
 
-    def _value(self, raw: dict[str, Any], instances: tuple[Instance, ...], offers: tuple[Offer, ...]) -> ResourceGroup:
+    def _value(
+        self, raw: dict[str, Any], instances: tuple[Instance, ...], offers: tuple[Offer, ...], launch: Launch
+    ) -> ResourceGroup:
         stale = raw.get("Status") == DELETING or is_true(tags_of(raw).get(STALE_TAG))
         return ResourceGroup(
             id=self.id,
@@ -232,37 +243,36 @@ class AutoScalingGroup(CloudGroup):
             kind=self.kind,
             node_resources=unit_size(offers),
             offers=offers,
+            template=launch.template,
+            image_id=launch.image_id,
         )
 
-    def _offers(self, raw: dict[str, Any]) -> tuple[Offer, ...]:
-        options = list(override_weights(raw).items())
-        if not options:
-            instance_type = self._launch_instance_type(raw)
-            options = [(instance_type, 1.0)] if instance_type else []
-        return self._types.offers(self.label, options)
+    @staticmethod
+    def _launched_type(launch: Launch) -> list[tuple[str, float]]:
+        return [(launch.instance_type, 1.0)] if launch.instance_type else []
 
-    def _launch_instance_type(self, raw: dict[str, Any]) -> str:
-        """The instance type the group launches when it has no overrides ("" when unknown)."""
-        policy = raw.get("MixedInstancesPolicy") or {}
-        spec = raw.get("LaunchTemplate") or (policy.get("LaunchTemplate") or {}).get("LaunchTemplateSpecification")
+    def _launch(self, raw: dict[str, Any]) -> Launch:
+        """What the group launches now: its template's version (an override naming a template of
+        its own makes the group's unknown: drift is then not judged), or its launch configuration's
+        image; and the instance type either names. UNKNOWN when it cannot be read."""
+        policy = (raw.get("MixedInstancesPolicy") or {}).get("LaunchTemplate") or {}
+        spec = raw.get("LaunchTemplate") or policy.get("LaunchTemplateSpecification")
         try:
             if spec:
-                ref = {"LaunchTemplateId": spec["LaunchTemplateId"]} if spec.get("LaunchTemplateId") else {}
-                ref = ref or {"LaunchTemplateName": spec.get("LaunchTemplateName", "")}
-                with cloud_call(self.label, "DescribeLaunchTemplateVersions"):
-                    versions = self._clients.ec2.describe_launch_template_versions(
-                        **ref, Versions=[spec.get("Version") or "$Default"]
-                    )["LaunchTemplateVersions"]
-                return str(versions[0]["LaunchTemplateData"].get("InstanceType", "")) if versions else ""
+                launch = of_template(self._clients.ec2, self.label, spec)
+                if any(o.get("LaunchTemplateSpecification") for o in policy.get("Overrides") or ()):
+                    return Launch(instance_type=launch.instance_type)
+                return launch
             if raw.get("LaunchConfigurationName"):
                 with cloud_call(self.label, "DescribeLaunchConfigurations"):
                     configs = self._clients.autoscaling.describe_launch_configurations(
                         LaunchConfigurationNames=[raw["LaunchConfigurationName"]]
                     )["LaunchConfigurations"]
-                return str(configs[0].get("InstanceType", "")) if configs else ""
+                if configs:
+                    return Launch("", str(configs[0].get("ImageId") or ""), str(configs[0].get("InstanceType") or ""))
         except ResourceGroupError as e:
-            log.warning("size of a capacity unit unknown: %s", e)
-        return ""
+            log.warning("what the group launches is unknown (the size of a capacity unit, drift): %s", e)
+        return UNKNOWN
 
 
 def find_groups(autoscaling: Any, tag_key: str, cluster: str, pool: str) -> tuple[list[str], list[str]]:

@@ -51,7 +51,9 @@ def discover_groups(
     *,
     aws: AwsClients | None = None,
     simulated: SimulatedCloud | None = None,
+    launches: bool = False,
 ) -> Discovery:
+    """``launches``: the groups read what they launch now, for drift (cloud/launches.py)."""
     groups: dict[tuple[str, str], CloudGroup] = {}
     errors: list[ResourceGroupError] = []
     mistagged: list[ResourceGroupError] = []
@@ -59,7 +61,7 @@ def discover_groups(
     for i, entry in enumerate(entries):
         label = f"resource_groups[{i}] ({entry.kind})"
         try:
-            found = _search(entry, label, cluster, pool, aws, simulated, catalog)
+            found = _search(entry, label, cluster, pool, aws, simulated, catalog, launches)
         except ResourceGroupError as e:
             errors.append(e if e.group == label else ResourceGroupError(label, str(e), e.ambiguous))
             continue
@@ -88,6 +90,7 @@ def _search(
     aws: AwsClients | None,
     simulated: SimulatedCloud | None,
     catalog: InstanceTypeCatalog | None,
+    launches: bool = False,
 ) -> _Found:
     tag_key = tag_key_of(entry)
     if entry.kind == "simulated":
@@ -105,13 +108,13 @@ def _search(
         ids, mistagged = find_groups(aws.autoscaling, tag_key, cluster, pool)
 
         def make(name: str) -> CloudGroup:
-            return AutoScalingGroup(name, aws, catalog)
+            return AutoScalingGroup(name, aws, catalog, launches=launches)
     elif entry.kind == "sfr":
         s3 = (entry.s3_bucket, entry.s3_prefix or "") if entry.s3_bucket else None
         ids, mistagged, problems = find_fleets(aws.ec2, aws.s3 if s3 else None, tag_key, s3, cluster, pool)
 
         def make(fleet_id: str) -> CloudGroup:
-            return SpotFleetGroup(fleet_id, aws, catalog)
+            return SpotFleetGroup(fleet_id, aws, catalog, launches=launches)
     else:
         raise ResourceGroupError(label, f"unknown resource group kind {entry.kind!r}")
     return _Found([make(i) for i in ids], mistagged, problems)

@@ -25,6 +25,9 @@ from clusterman.core.resources import Resources
 log = logging.getLogger(__name__)
 
 STALE_TAG: Final = "clusterman:is_stale"  # Clusterman marks instances to be replaced with it
+# EC2's own tags on an instance launched from a launch template: which, and the version resolved
+TEMPLATE_ID_TAG: Final = "aws:ec2launchtemplate:id"
+TEMPLATE_VERSION_TAG: Final = "aws:ec2launchtemplate:version"
 MB_PER_MIB: Final = 1.048576
 MB_PER_GB: Final = 1000.0
 _FILTER_CHUNK = 100
@@ -67,6 +70,8 @@ def instance_from_ec2(
     """An ``Instance`` from EC2's description; ``raw`` None means EC2 does not show it yet."""
     if raw is None:
         return Instance(instance_id, instance_type, availability_zone, weight, NO_TIME, InstanceState.UNKNOWN)
+    tags = tags_of(raw)
+    template_id, version = tags.get(TEMPLATE_ID_TAG, ""), tags.get(TEMPLATE_VERSION_TAG, "")
     return Instance(
         id=instance_id,
         instance_type=raw.get("InstanceType") or instance_type,
@@ -75,9 +80,11 @@ def instance_from_ec2(
         launched_at=unix_seconds(raw.get("LaunchTime")),
         state=InstanceState.parse((raw.get("State") or {}).get("Name", "")),
         spot=raw.get("InstanceLifecycle") == "spot",
-        stale=is_true(tags_of(raw).get(STALE_TAG)),
+        stale=is_true(tags.get(STALE_TAG)),
         private_ip=raw.get("PrivateIpAddress") or "",
         private_dns=raw.get("PrivateDnsName") or "",
+        template=f"{template_id}:{version}" if template_id and version else "",
+        image_id=raw.get("ImageId") or "",
     )
 
 

@@ -60,6 +60,8 @@ def _cloud_instance(i: Instance, group_id: str) -> CloudInstance:
         instance_type=i.instance_type,
         market=i.availability_zone,
         ip=i.private_ip,
+        template=i.template,
+        image_id=i.image_id,
     )
 
 

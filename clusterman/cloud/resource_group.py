@@ -95,6 +95,8 @@ class Instance:
     stale: bool = False  # marked for replacement (Clusterman's `clusterman:is_stale` tag)
     private_ip: str = ""
     private_dns: str = ""
+    template: str = ""  # the launch template version it was launched from, "lt-0abc:3" (cloud/launches.py)
+    image_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,10 @@ from clusterman.cloud.ec2_instances import InstanceTypeCatalog
 from clusterman.cloud.ec2_instances import describe_instances
 from clusterman.cloud.ec2_instances import instance_from_ec2
 from clusterman.cloud.ec2_instances import unix_seconds
+from clusterman.cloud.launches import UNKNOWN
+from clusterman.cloud.launches import Launch
+from clusterman.cloud.launches import of_images
+from clusterman.cloud.launches import of_template
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import GroupState
 from clusterman.cloud.resource_group import Instance
@@ -127,19 +131,37 @@ class SpotFleetGroup(CloudGroup):
         attempts: int = 3,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
+        launches: bool = False,
     ) -> None:
+        """``launches``: read what the fleet launches now at each read, for drift (cloud/launches.py)."""
         super().__init__(fleet_id)
         self._clients = clients
         self._types = instance_types or InstanceTypeCatalog(lambda: clients.ec2)
         self._attempts = attempts
         self._sleep = sleep
         self._clock = clock
+        self._launches = launches
 
     def read(self) -> GroupState:
         raw = self._describe()
         instances = self._instances(raw)
         offers = self._types.offers(self.label, ((s.instance_type, s.weight) for s in launch_specs(raw)))
-        return GroupState(self._value(raw, instances, offers), instances)
+        launch = self._launch(raw) if self._launches else UNKNOWN
+        return GroupState(self._value(raw, instances, offers, launch), instances)
+
+    def _launch(self, raw: dict[str, Any]) -> Launch:
+        """Its one launch template's version now (several: unknown), else its specifications' image."""
+        config = raw.get("SpotFleetRequestConfig") or {}
+        templates = config.get("LaunchTemplateConfigs") or []
+        try:
+            if len(templates) == 1 and templates[0].get("LaunchTemplateSpecification"):
+                return of_template(self._clients.ec2, self.label, templates[0]["LaunchTemplateSpecification"])
+        except ResourceGroupError as e:
+            log.warning("what the fleet launches is unknown (drift): %s", e)
+            return UNKNOWN
+        if templates:
+            return UNKNOWN
+        return of_images(str(spec.get("ImageId") or "") for spec in config.get("LaunchSpecifications") or ())
 
     def set_target_capacity(self, new_target: float, dry_run: bool = False) -> TargetChange:
         raw = self._describe()
@@ -240,7 +262,9 @@ class SpotFleetGroup(CloudGroup):
     def _stale(self, raw: dict[str, Any]) -> bool:
         return self._status(raw) in STALE_STATES
 
-    def _value(self, raw: dict[str, Any], instances: tuple[Instance, ...], offers: tuple[Offer, ...]) -> ResourceGroup:
+    def _value(
+        self, raw: dict[str, Any], instances: tuple[Instance, ...], offers: tuple[Offer, ...], launch: Launch
+    ) -> ResourceGroup:
         stale = self._stale(raw)
         return ResourceGroup(
             id=self.id,
@@ -251,6 +275,8 @@ class SpotFleetGroup(CloudGroup):
             kind=self.kind,
             node_resources=unit_size(offers),
             offers=offers,
+            template=launch.template,
+            image_id=launch.image_id,
         )
 
 

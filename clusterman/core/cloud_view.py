@@ -31,6 +31,8 @@ class CloudInstance:
     instance_type: str = ""
     market: str = ""  # availability zone
     ip: str = ""  # private address
+    template: str = ""  # the launch template version it was launched from, "lt-0abc:3"
+    image_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ def join(scheduler_nodes: Iterable[Node], cloud: CloudView, memo: dict[str, Join
                 instance_type=instance.instance_type or node.instance_type,
                 market=instance.market or node.market,
                 ip=node.ip or instance.ip,
+                template=instance.template,
+                image_id=instance.image_id,
             )
         if instance is not None:
             matched.add(instance.instance_id)
@@ -113,4 +117,6 @@ def orphan(instance: CloudInstance) -> Node:
         instance_type=instance.instance_type,
         market=instance.market,
         ip=instance.ip,
+        template=instance.template,
+        image_id=instance.image_id,
     )

@@ -174,6 +174,9 @@ class Node:
     # what node migration conditions read (decision/migration_condition.py); "" when not reported
     kernel: str = ""  # Kubernetes status.nodeInfo.kernelVersion
     os_image: str = ""  # Kubernetes status.nodeInfo.osImage, e.g. "Ubuntu 22.04.3 LTS"
+    # how its instance was launched, for drift against its group's (decision/drift.py); "" when not known
+    template: str = ""  # the launch template and version, "lt-0abc:3"
+    image_id: str = ""  # the machine image, "ami-0abc"
     usage: NodeUsage = field(init=False, repr=False, compare=False)
     # allocatable, reserved, allocated_reserved, allocated_unreserved, revocable: 4 floats each, so
     # that pool sums are a transpose and a C-level sum (see core.accounting.account_nodes)
@@ -271,6 +274,9 @@ class ResourceGroup:
     kind: str = "simulated"
     node_resources: Resources = Resources()  # allocatable of one weight unit, when known
     offers: tuple[Offer, ...] = ()  # the instance types it launches, when known
+    # what it launches now, for drift (cloud/launches.py): "lt-0abc:4", "ami-0abc"; "" when not read
+    template: str = ""
+    image_id: str = ""
 
 
 _JOINED = frozenset((NodeState.READY, NodeState.TAINTED, NodeState.CORDONED))

@@ -61,9 +61,17 @@ def discovery_for(
     uses_aws = any(entry.kind in ("asg", "sfr") for entry in setup.pool.resource_groups)
     aws = aws_clients(setup, budget_seconds) if uses_aws else None
 
+    migration = setup.pool.node_migration
+    launches = migration.enabled and migration.trigger.drift  # what the groups launch now: drift's other side
+
     def discover() -> Discovery:
         return discover_groups(
-            setup.identity.cluster, setup.identity.pool, setup.pool.resource_groups, aws=aws, simulated=simulated
+            setup.identity.cluster,
+            setup.identity.pool,
+            setup.pool.resource_groups,
+            aws=aws,
+            simulated=simulated,
+            launches=launches,
         )
 
     return discover
