@@ -29,6 +29,15 @@ class OperationalError(Reported):
     """Something around clusterman failed (cloud, network, a signal, the event API)."""
 
 
+class Unworkable(Reported):
+    """Mixed into an adapter's error: what the configuration names cannot work where it runs (a
+    state directory that is a regular file, a table that does not exist, an unreadable kubeconfig).
+
+    Waiting does not mend it, an edit does: an autoscaler that meets it cannot act, and the
+    bootstrap does not keep its configuration as the last good one. A shared dependency that is
+    out for a while (throttled, restarting, unreachable) is not this."""
+
+
 @contextlib.contextmanager
 def reading_input() -> Iterator[None]:
     """Around the step that parses a person's input: its ``ValueError`` is the input's fault.

@@ -141,3 +141,30 @@ def test_a_damaged_item_is_a_state_error_naming_it_and_a_lease_is_written_over(m
         b.claim(1010)
     assert b.claim(1031).held  # expired (DynamoDB checks the expires_at attribute): written over
     assert store.get(AUTOSCALER_LEASE, "norcal.batch.mesos").payload["holder"] == b.holder.id
+
+
+def test_only_what_no_retry_mends_makes_the_store_unusable(moto_server):
+    """A table that does not exist is the configuration's fault (the bootstrap rolls such a
+    configuration back); a throttled or unreachable DynamoDB is an outage, not the configuration's."""
+    from botocore.config import Config
+
+    from clusterman.state.store import UnusableStore
+    from itests.aws_proxy import Fault
+    from itests.aws_proxy import FaultyProxy
+
+    client = boto3.client("dynamodb", endpoint_url=moto_server.url, region_name="us-west-2")
+    with pytest.raises(UnusableStore, match=r"no_such_state_table: .* \(check aws.state_table"):
+        pause_status(DynamoStateStore(client, "no_such_state_table"), POOL, 0)
+
+    make_table(client, "state_throttled")
+    no_retries = Config(retries={"total_max_attempts": 1}, connect_timeout=1, read_timeout=1)
+    with FaultyProxy(moto_server.url) as proxy:
+        proxy.add(Fault(code="ThrottlingException", message="Rate of requests exceeds the allowed throughput"))
+        throttled = boto3.client("dynamodb", endpoint_url=proxy.url, region_name="us-west-2", config=no_retries)
+        with pytest.raises(StateError, match="allowed throughput") as raised:
+            pause_status(DynamoStateStore(throttled, "state_throttled"), POOL, 0)
+        assert not isinstance(raised.value, UnusableStore)
+    down = boto3.client("dynamodb", endpoint_url="http://127.0.0.1:9", region_name="us-west-2", config=no_retries)
+    with pytest.raises(StateError) as raised:
+        pause_status(DynamoStateStore(down, "state_throttled"), POOL, 0)
+    assert not isinstance(raised.value, UnusableStore)

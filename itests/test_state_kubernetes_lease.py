@@ -9,6 +9,7 @@ import copy
 import json
 import re
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -165,3 +166,29 @@ def test_an_unreachable_api_is_a_state_error_naming_the_lease(tmp_path, monkeypa
     store = open_state_store(main, timeout_seconds=1.5)
     with pytest.raises(StateError, match=r"Kubernetes Leases in namespace clusterman: reading autoscaler-lease\."):
         PoolLease(store, POOL, Holder("host-a", 1, 1000.0), ttl_seconds=30).claim(1000)
+
+
+def test_an_unreadable_kubeconfig_or_refused_credentials_make_the_store_unusable_a_stopped_api_not(
+    api, tmp_path, monkeypatch
+):
+    """What no retry mends is the configuration's fault (the bootstrap rolls such a configuration
+    back): a kubeconfig that cannot be read, credentials the API server refuses; an API server
+    that is down (restarting) is an outage."""
+    from clusterman.state.store import UnusableStore
+
+    main = MainConfig(state_directory=str(tmp_path), state=StateConfig(lease=LeaseBackend.KUBERNETES))
+
+    def claim(config: str) -> None:
+        monkeypatch.setenv("KUBECONFIG", config)
+        PoolLease(open_state_store(main, 1.5), POOL, Holder("host-a", 1, 1000.0), ttl_seconds=30).claim(1000)
+
+    (tmp_path / "a-directory").mkdir()
+    with pytest.raises(UnusableStore, match=r"kubeconfig .*a-directory"):
+        claim(str(tmp_path / "a-directory"))
+    wrong = kubeconfig(tmp_path / "wrong-token", api.url)
+    Path(wrong).write_text(Path(wrong).read_text().replace("recorded-token", "another-token"))
+    with pytest.raises(UnusableStore, match="401"):
+        claim(wrong)
+    with pytest.raises(StateError) as raised:
+        claim(kubeconfig(tmp_path / "stopped", "http://127.0.0.1:9"))
+    assert not isinstance(raised.value, UnusableStore), raised.value

@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -60,18 +61,28 @@ class Tree:
     """The real tree on a pool whose one signal, ConstantSignal, asks for 6 cpus."""
 
     def __init__(
-        self, tmp_path: Path, moto_url: str, bootstrap_args: tuple[str, ...] = (), prefix: tuple[str, ...] = ()
+        self,
+        tmp_path: Path,
+        moto_url: str,
+        bootstrap_args: tuple[str, ...] = (),
+        prefix: tuple[str, ...] = (),
+        main_extra: dict[str, Any] | None = None,
+        scheduler: str = "simulated",
+        cman_args: str = "",
     ) -> None:
-        """``prefix``: a command the bootstrap runs under (``unshare -m …``, which must exec the rest)."""
+        """``prefix``: a command the bootstrap runs under (``unshare -m …``, which must exec the rest).
+        ``main_extra``: keys of the main file, dotted (``state.backend``), over the defaults below."""
+        self.tmp_path = tmp_path
         self.namespace = f"itest_{uuid.uuid4().hex[:8]}"
-        pool = f"pool{uuid.uuid4().hex[:6]}"
+        self.pool = f"pool{uuid.uuid4().hex[:6]}"
         bucket = f"signals-{uuid.uuid4().hex[:8]}"
         create_bucket(moto_url, bucket)
-        self.group = create_pool_group(moto_url, CLUSTER, pool, max_size=10)
+        self.group = create_pool_group(moto_url, CLUSTER, self.pool, max_size=10)
         tarball = build_artifact(checkout_with_namespace(tmp_path, self.namespace), "v1", tmp_path, worktree=True)
         upload_artifact(s3_client(moto_url), ArtifactLocation(bucket, "itest", "v1"), tarball)
 
-        main = {
+        self.main_path = tmp_path / "clusterman.yaml"
+        self.main = {
             "clusters": {CLUSTER: {"aws_region": "us-west-2"}},
             "aws": {"region": "us-west-2", "endpoint_url": moto_url, "signals_bucket": bucket},
             "autoscaling": {"default_signal_role": self.namespace},
@@ -81,23 +92,38 @@ class Tree:
             "state_directory": "state",
             "events": {"port": 0},
         }  # fmt: skip
+        self.edit_main(main_extra or {})
         (tmp_path / "clusters" / CLUSTER).mkdir(parents=True)
-        (tmp_path / "clusterman.yaml").write_text(yaml.safe_dump(main))
         limits = {"min_capacity": 1, "max_capacity": 8, "max_weight_to_add": 8, "max_weight_to_remove": 8}
         pool_config = {"resource_groups": [{"asg": {"tag": "clusterman:pool"}}], "scaling_limits": limits}
-        (tmp_path / "clusters" / CLUSTER / f"{pool}.simulated").write_text(yaml.safe_dump(pool_config))
+        (tmp_path / "clusters" / CLUSTER / f"{self.pool}.{scheduler}").write_text(yaml.safe_dump(pool_config))
         logs = tmp_path / "logs"
-        env = {**os.environ, **FAKE_CREDENTIALS, "CMAN_CLUSTER": CLUSTER, "CMAN_POOL": pool,
-               "CMAN_SCHEDULER": "simulated", "CMAN_ARGS": "--period-seconds 1 --no-splay",
-               "CMAN_LOG_DIR": str(logs)}  # fmt: skip
+        self.env = {**os.environ, **FAKE_CREDENTIALS, "CMAN_CLUSTER": CLUSTER, "CMAN_POOL": self.pool,
+                    "CMAN_SCHEDULER": scheduler, "CMAN_ARGS": f"--period-seconds 1 --no-splay {cman_args}".strip(),
+                    "CMAN_LOG_DIR": str(logs)}  # fmt: skip
+        self.command = [
+            *prefix, sys.executable, "-m", "clusterman.batch.autoscaler_bootstrap", "--env-config-path",
+            str(self.main_path), "--codename", "itest", "--poll-interval", "1", *bootstrap_args,
+        ]  # fmt: skip
         self.log = tmp_path / "bootstrap.log"
-        self.bootstrap = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "clusterman.batch.autoscaler_bootstrap", "--env-config-path",
-             str(tmp_path / "clusterman.yaml"), "--codename", "itest", "--poll-interval", "1", *bootstrap_args],
-            env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
-        )  # fmt: skip
         self.autoscaler_log = logs / "autoscaler.log"
         self.runner = f"clusterman_signals.run {self.namespace} ConstantSignal __default__"
+        self.start()
+
+    def start(self) -> None:
+        """Start the bootstrap (again, after ``stop``: its log goes on in the same file)."""
+        with self.log.open("ab") as out:
+            self.bootstrap = subprocess.Popen(self.command, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+
+    def edit_main(self, changes: dict[str, Any]) -> None:
+        """Set dotted keys of the main file and write it (the bootstrap applies it as an edit)."""
+        for dotted, value in changes.items():
+            *parents, key = dotted.split(".")
+            block = self.main
+            for name in parents:
+                block = block.setdefault(name, {})
+            block[key] = value
+        self.main_path.write_text(yaml.safe_dump(self.main))
 
     def decisions(self) -> list[str]:
         return decisions(self.autoscaler_log)

@@ -257,6 +257,7 @@ def test_targets_that_cannot_be_kept_change_nothing_and_are_kept_by_a_later_run(
     pool = pools(work(10), keeper=StoredState(full, POOL_ID))
     report = pool.minute()
     assert report.outcome is Outcome.ACTED and pool.groups[0].read().group.target_capacity == 4
+    assert report.unworkable == ""  # a full disk is no fault of the configuration
     assert "cannot keep the groups' targets" in caplog.text and "database or disk is full" in caplog.text
     assert StoredState(store, POOL_ID).load_targets() == {}
     full.refuse = False
@@ -359,9 +360,11 @@ def test_an_unreadable_kept_state_changes_nothing_until_it_can_be_read(pools, tm
     pool = pools(work(10), keeper=broken)
     report = pool.minute()
     assert report.outcome is Outcome.NO_STATE and "cannot read the autoscaler state" in report.message
+    assert f"{tmp_path / 'state'} is a directory" in report.unworkable  # no proof of a good configuration
     assert pool.groups[0].read().group.target_capacity == 1
     broken.store = SqliteStateStore(tmp_path / "state.sqlite")
-    assert pool.minute().outcome is Outcome.ACTED
+    again = pool.minute()
+    assert again.outcome is Outcome.ACTED and again.unworkable == ""
 
 
 def test_a_run_whose_state_cannot_be_kept_before_acting_changes_nothing(pools, tmp_path):

@@ -27,6 +27,7 @@ from clusterman.state.store import DamagedItem
 from clusterman.state.store import SqliteStateStore
 from clusterman.state.store import StateError
 from clusterman.state.store import StateItem
+from clusterman.state.store import UnusableStore
 
 POOL = PoolIdentity("norcal", "batch", Scheduler.KUBERNETES)
 ENTITY = "norcal.batch.kubernetes"
@@ -98,3 +99,22 @@ def test_an_unwritable_directory_is_not_called_damaged(tmp_path):
     with pytest.raises(StateError, match="state store") as caught:
         pause_status(SqliteStateStore(blocker / "state.sqlite"), POOL, NOW)
     assert "damaged" not in str(caught.value)
+
+
+def test_a_store_that_can_never_be_is_unusable_a_damaged_one_is_not(tmp_path):
+    """Unusable: the configuration's fault, which the bootstrap rolls back; a damaged file is the
+    file's (moved aside, it is made again), and a configuration that meets it is not rolled back."""
+    (tmp_path / "file").write_text("")
+    for path, why in [
+        (tmp_path / "file" / "state.sqlite", f"{tmp_path / 'file'} is not a directory"),
+        (tmp_path / "file" / "deeper" / "state.sqlite", f"{tmp_path / 'file'} is not a directory"),
+        (tmp_path, f"{tmp_path} is a directory"),
+    ]:
+        with pytest.raises(UnusableStore, match=r"check state_directory and state\.path") as caught:
+            pause_status(SqliteStateStore(path), POOL, NOW)
+        assert why in str(caught.value)
+    damaged = tmp_path / "damaged.sqlite"
+    damaged.write_bytes(b"not a database" * 100)
+    with pytest.raises(StateError) as caught:
+        pause_status(SqliteStateStore(damaged), POOL, NOW)
+    assert not isinstance(caught.value, UnusableStore)

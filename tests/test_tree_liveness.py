@@ -44,6 +44,9 @@ def test_heartbeat_file(tmp_path):
     for bad in ("{", json.dumps({"finished_at": 5}), json.dumps({"finished_at": 5, "period_seconds": 0})):
         path.write_text(bad)
         assert Heartbeat.read(path) is None
+    beat = Heartbeat(5.5, 60.0, pid=7, monotonic=3.0, unworkable="state store /x/state.sqlite: /x is not a directory")
+    beat.write(path)
+    assert Heartbeat.read(path) == beat
 
 
 def test_crash_loop_counts_starts_in_the_window_without_a_finished_run_between():

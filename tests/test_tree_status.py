@@ -5,6 +5,7 @@ from clusterman.tree.status_file import StatusFeed
 from clusterman.tree.status_file import StatusWriter
 from clusterman.tree.status_file import follow_tree
 from clusterman.tree.status_file import read_outcomes
+from clusterman.tree.status_file import tree_rolled_back
 
 
 class Recorded:
@@ -38,6 +39,19 @@ def test_each_outcome_is_recorded_once_across_restarts(tmp_path):
     restarted = Recorded()
     assert StatusFeed(status, restarted).poll() == 0  # already recorded by the previous process
     assert [o.seq for o in read_outcomes(status)] == [1, 2]
+
+
+def test_a_rollback_is_said_until_a_change_is_accepted(tmp_path):
+    status = tmp_path / "tree-status.json"
+    env = {"CMAN_TREE_STATUS_FILE": str(status)}
+    assert tree_rolled_back(env) == "" and tree_rolled_back({}) == ""
+    writer = StatusWriter(status)
+    writer.record(False, "main.yaml", "CONFIGURATION ROLLED BACK: the change to main.yaml", rolled_back=True)
+    assert tree_rolled_back(env) == "CONFIGURATION ROLLED BACK: the change to main.yaml"
+    writer.record(False, "main.yaml", "main.yaml: x: unknown key")  # refused: the rollback still runs
+    assert tree_rolled_back(env).startswith("CONFIGURATION ROLLED BACK")
+    writer.record(True, "main.yaml", "1 signal")
+    assert tree_rolled_back(env) == ""
 
 
 def test_the_writer_keeps_the_latest_outcomes(tmp_path):

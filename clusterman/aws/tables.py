@@ -12,6 +12,12 @@ from typing import Any
 
 from clusterman.errors import UserError
 
+# DynamoDB's answers that no retry changes: the table named is not there, or these credentials may
+# not use it
+UNUSABLE_TABLE_CODES = frozenset(
+    {"ResourceNotFoundException", "AccessDeniedException", "UnrecognizedClientException", "InvalidSignatureException"}
+)
+
 
 class TableLayoutError(UserError):
     """A table of that name exists with other keys."""

@@ -50,6 +50,7 @@ from clusterman.tree.liveness import bootstrap_unwritable
 from clusterman.tree.liveness import process_stalled_for
 from clusterman.tree.liveness import watch_problem
 from clusterman.tree.status_file import follow_tree
+from clusterman.tree.status_file import tree_rolled_back
 from clusterman.wiring.build import build_cycle
 
 HEARTBEAT_ENV = "CMAN_HEARTBEAT_FILE"
@@ -230,8 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     stop = stop_on_signals(log, "stopping after the current run")
     heartbeat_path = os.environ.get(HEARTBEAT_ENV)
 
+    unworkable = ""  # why the last run found the configuration cannot work
+
     def show(report: RunReport) -> None:
+        nonlocal unworkable
         print(report.line(), flush=True)
+        if report.unworkable and report.unworkable != unworkable:
+            log.error("THE CONFIGURATION CANNOT WORK: %s: this autoscaler cannot act under it", report.unworkable)
+        unworkable = report.unworkable
         events.listen()
 
     started = (time.time(), time.monotonic())
@@ -241,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def beat(finished_at: float) -> None:
         nonlocal last
-        last = Heartbeat.this_process(finished_at, period, cycle.demand.unanswered())
+        last = Heartbeat.this_process(finished_at, period, cycle.demand.unanswered(), unworkable)
         if heartbeat_path:
             try:
                 why = last.write(Path(heartbeat_path))
@@ -255,6 +262,15 @@ def main(argv: list[str] | None = None) -> int:
         theirs = [f"the bootstrap cannot write the {f}: {why}" for f, why in bootstrap_unwritable(os.environ).items()]
         return {"degraded": [f"cannot write the {f}: {why}" for f, why in unwritable.now.items()] + theirs}
 
+    def configuration() -> dict[str, list[str]]:
+        """For /healthz, without failing it (a restart does not mend a configuration): why this
+        one cannot work, and a change the bootstrap rolled back."""
+        rolled_back = tree_rolled_back(os.environ)
+        return {
+            "degraded": ([f"the configuration cannot work: {unworkable}"] if unworkable else [])
+            + ([rolled_back] if rolled_back else [])
+        }
+
     def run_loop_problem() -> str:
         """For /healthz where no bootstrap watches (or it is stopped): runs that stopped finishing
         (on the monotonic clock: a wall clock stepped either way changes nothing)."""
@@ -262,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         return "" if stalled is None else f"no run finished for {stalled:.0f} s (runs every {period:g} s): hung"
 
     events.server.health_checks += [run_loop_problem, lambda: watch_problem(os.environ, time.time(), time.monotonic())]
-    events.server.health_notes += [cycle.signal_outcomes.health, unwritable_files]
+    events.server.health_notes += [cycle.signal_outcomes.health, unwritable_files, configuration]
     events.start()
     follow_tree(os.environ, events.recorder, events.metrics, stop)  # config outcomes and fallbacks from the bootstrap
     log.info(

@@ -247,6 +247,7 @@ class Bootstrap:
         self.good_since = 0.0  # unix seconds it was found good
         self.kept_home = last_good_home(settings.last_good_dir, settings.env_config_path, settings.identity)
         self.unwritable = Unwritable("the bootstrap")  # its files it could not write, for the autoscaler to show
+        self.stays: Prepared | None = None  # runs on although it cannot act: nothing to go back to
 
     def run(self) -> int:
         try:
@@ -320,7 +321,7 @@ class Bootstrap:
             "a newer edit of the file is tried again"
         )
         log.error("%s", message)
-        status.record(False, what, message)
+        status.record(False, what, message, rolled_back=True)
         self.good, self.good_since = current, kept.accepted_at
         return current, live
 
@@ -424,8 +425,22 @@ class Bootstrap:
                 except CrashLoop as e:
                     tree.stop()
                     tree = None
-                    current, rejected = self._roll_back(paths, status, e, current)
+                    failed, (current, rejected) = current, self._roll_back(paths, status, e, current)
+                    self._forget(failed)
                     refused = Refused(rejected)
+                    tree = self._start(current, paths)
+                    continue
+                except CannotAct as e:  # the earlier configuration is made ready beside the running tree
+                    try:
+                        back, rejected = self._roll_back(paths, status, e, current)
+                    except (*SETUP_ERRORS, TreeError) as why:
+                        log.error("%s; nothing to go back to (%s): the tree runs on under it", e, why)
+                        self.stays = current
+                        continue
+                    tree.stop()
+                    tree = None
+                    self._forget(current)
+                    current, refused = back, Refused(rejected)
                     tree = self._start(current, paths)
                     continue
                 if new is None:
@@ -457,17 +472,16 @@ class Bootstrap:
             log.info("stopped the tree")
 
     def _roll_back(
-        self, paths: Paths, status: StatusWriter, error: CrashLoop, current: Prepared
+        self, paths: Paths, status: StatusWriter, error: TreeError, current: Prepared
     ) -> tuple[Prepared, Fingerprint]:
-        """``current``'s autoscaler keeps exiting: go back to the last configuration it finished runs
-        under, this bootstrap's or the kept one; re-raise when ``current`` is that one."""
+        """``current``'s autoscaler keeps exiting, or cannot act under it: go back to the last
+        configuration it finished runs under, this bootstrap's or the kept one; re-raise when
+        ``current`` is that one. ``current`` is left for the caller to forget once its tree stopped."""
         good = self.good
         if good is current:
             raise error
         if good is None:
-            fallback = self._fall_back(paths, status, error, current.baseline)
-            self._forget(current)
-            return fallback
+            return self._fall_back(paths, status, error, current.baseline)
         what = self._changed(good, current)
         message = (
             f"CONFIGURATION ROLLED BACK: the change to {what} is rejected ({error}); "
@@ -476,8 +490,7 @@ class Bootstrap:
             "a newer edit of the file is tried again"
         )
         log.error("%s", message)
-        status.record(False, what, message)
-        self._forget(current)
+        status.record(False, what, message, rolled_back=True)
         return good, current.baseline
 
     @staticmethod
@@ -489,7 +502,12 @@ class Bootstrap:
         shutil.rmtree(old.snapshot.parent, ignore_errors=True)
 
     def _note_health(self, tree: ProcessTree, current: Prepared) -> None:
-        """``current`` becomes the configuration to roll back to once its autoscaler finished a run."""
+        """``current`` becomes the configuration to roll back to once its autoscaler finished a run
+        it could act in; one whose runs find it cannot work is rolled back (``CannotAct``)."""
+        cause = tree.unworkable()
+        if cause:
+            self._cannot_act(current, cause)
+            return
         if self.good is current or not tree.has_finished_a_run():
             return
         previous, self.good, self.good_since = self.good, current, time.time()
@@ -507,6 +525,27 @@ class Bootstrap:
             log.warning(
                 "cannot keep the last good configuration for a restart (%s): a restart facing a bad file exits 1", e
             )
+
+    def _cannot_act(self, current: Prepared, cause: str) -> None:
+        """The autoscaler's runs find ``current`` cannot work: raise ``CannotAct`` when there is an
+        earlier configuration to go back to; else say so once, and the tree runs on (a later edit,
+        or the missing table created, mends it)."""
+        if current is self.stays:
+            return
+        if self.good is not None and self.good is not current:
+            raise CannotAct(cause)
+        if self.good is None:
+            try:
+                kept = read_last_good(self.kept_home)
+            except LastGoodError:
+                kept = None
+            if kept is not None and kept.baseline != current.baseline:
+                raise CannotAct(cause)
+        log.error(
+            "the autoscaler cannot act under this configuration: %s; there is no other configuration it "
+            "finished runs under to go back to: the tree runs on, and a newer edit is tried", cause,
+        )  # fmt: skip
+        self.stays = current
 
     def _watch(
         self,
@@ -639,6 +678,14 @@ class Refused:
 
     files: Fingerprint | None = None
     retry_at: float = math.inf
+
+
+class CannotAct(TreeError):
+    """The autoscaler's runs find that its configuration cannot work (its state or metrics store
+    unusable, no usable kubeconfig): the bootstrap goes back to the last good one."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(f"the autoscaler cannot act under this configuration: {cause}")
 
 
 class _TreeFailed(Exception):

@@ -44,6 +44,7 @@ from clusterman.core.model import NodeState
 from clusterman.core.model import Task
 from clusterman.core.resources import Resources
 from clusterman.core.timestamps import parse_time
+from clusterman.errors import Unworkable
 
 if TYPE_CHECKING:  # the kubernetes extra (kubernetes, msgspec): imported where a Kubernetes pool needs it
     import kubernetes.client
@@ -70,6 +71,10 @@ MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 FALSE_WORDS = frozenset({"false", "f", "no", "n", "off", "0"})
+
+
+class KubeconfigError(ConnectorError, Unworkable):
+    """No client can be made: the kubeconfig cannot be read or used, or there is none to use."""
 
 
 @dataclass(frozen=True)
@@ -642,14 +647,14 @@ def request_timeout(seconds: float) -> tuple[float, float]:
 def api_client(kubeconfig_path: str | None, retry_reads: bool = True) -> kubernetes.client.ApiClient:
     """A client for the pool's cluster: the kubeconfig the main file names, else ``$KUBECONFIG`` (an
     operator's machine), else the pod's ServiceAccount, as every controller does (its token is read
-    again as the kubelet rotates it). ConnectorError naming what was tried when none is usable.
+    again as the kubelet rotates it). KubeconfigError naming what was tried when none is usable.
 
     Without ``retry_reads`` a request the server took and did not answer is not sent again: it
     costs one timeout, not ``ATTEMPTS`` (connections that fail are still tried again)."""
     try:
         import kubernetes.config
     except ImportError as e:
-        raise ConnectorError(
+        raise KubeconfigError(
             f"Kubernetes pools need clusterman's kubernetes extra: pip install 'clusterman[kubernetes]' ({e})"
         ) from e
     import kubernetes.client
@@ -663,16 +668,16 @@ def api_client(kubeconfig_path: str | None, retry_reads: bool = True) -> kuberne
                 config_file=path, persist_config=False, client_configuration=configuration
             )
         except (kubernetes.config.ConfigException, OSError, ValueError) as e:
-            raise ConnectorError(f"kubeconfig {path}: {e}") from e
+            raise KubeconfigError(f"kubeconfig {path}: {e}") from e
     if not os.environ.get(IN_CLUSTER_HOST_ENV):
-        raise ConnectorError(
+        raise KubeconfigError(
             "no kubeconfig: set the cluster's kubeconfig_path in the main file or $KUBECONFIG, "
             f"or run in a pod (${IN_CLUSTER_HOST_ENV} is not set)"
         )
     try:
         kubernetes.config.load_incluster_config(client_configuration=configuration)
     except (kubernetes.config.ConfigException, OSError) as e:
-        raise ConnectorError(f"in-cluster configuration (the pod's ServiceAccount): {e}") from e
+        raise KubeconfigError(f"in-cluster configuration (the pod's ServiceAccount): {e}") from e
     return kubernetes.client.ApiClient(configuration)
 
 

@@ -35,6 +35,7 @@ from clusterman.aws.session import AwsCredentialsError
 from clusterman.aws.session import AwsSettings
 from clusterman.aws.session import budget_config
 from clusterman.aws.session import client as aws_client
+from clusterman.aws.tables import UNUSABLE_TABLE_CODES
 from clusterman.aws.tables import TableSpec
 from clusterman.aws.tables import ensure_table
 from clusterman.core.config import DynamoDBMetricsConfig
@@ -43,6 +44,7 @@ from clusterman.datastore.store import MetricsError
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import Point
 from clusterman.datastore.store import Series
+from clusterman.datastore.store import UnusableStore
 from clusterman.datastore.store import Value
 from clusterman.datastore.store import check_not_future
 from clusterman.datastore.store import matching_keys
@@ -124,14 +126,15 @@ class DynamoDBStore(MetricsStore):
             error = e.response.get("Error", {})
             code, message = error.get("Code", "?"), error.get("Message", "")
             if code == "ResourceNotFoundException":
-                raise MetricsError(
+                raise UnusableStore(
                     f"DynamoDB{on} not found at {self.where} (`clusterman metrics init` creates the tables)"
                 ) from e
             if code in THROTTLED:
                 raise MetricsError(
                     f"DynamoDB{on}: {action} throttled ({code}) after {self.max_attempts} attempts"
                 ) from e
-            raise MetricsError(f"DynamoDB{on}: {action} failed at {self.where}: {code}: {message}") from e
+            failed = UnusableStore if code in UNUSABLE_TABLE_CODES else MetricsError
+            raise failed(f"DynamoDB{on}: {action} failed at {self.where}: {code}: {message}") from e
         except (BotoCoreError, AwsCredentialsError) as e:
             raise MetricsError(f"cannot reach DynamoDB at {self.where} to {action}{on}: {e}") from e
 

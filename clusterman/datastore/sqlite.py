@@ -36,11 +36,13 @@ from pathlib import Path
 from typing import Any
 from typing import TypeVar
 
+from clusterman.config.files import unusable_path
 from clusterman.core.config import MetricType
 from clusterman.datastore.store import MetricsError
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import Point
 from clusterman.datastore.store import Series
+from clusterman.datastore.store import UnusableStore
 from clusterman.datastore.store import Value
 from clusterman.datastore.store import check_not_future
 from clusterman.datastore.store import matching_keys
@@ -95,11 +97,15 @@ class SqliteStore(MetricsStore):
     def _connect(self, create: bool) -> sqlite3.Connection:
         if self._conn is not None:
             return self._conn
+        unusable = unusable_path(self.path)
+        if unusable:
+            raise UnusableStore(f"{self.path}: {unusable}: check metrics.sqlite_path and state_directory")
         if create:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
-                raise MetricsError(f"{self.path}: cannot create the metrics directory: {e.strerror}") from e
+                error = UnusableStore if unusable_path(self.path, e) else MetricsError
+                raise error(f"{self.path}: cannot create the metrics directory: {e.strerror}") from e
         elif not self.path.exists():
             raise MetricsError(
                 f"{self.path}: no metrics database here (the metrics collector or `clusterman metrics load` "

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from clusterman.core.config import MetricType
 from clusterman.core.timestamps import format_time
+from clusterman.errors import Unworkable
 from clusterman.errors import UserError
 
 Value = float | dict[str, float]
@@ -44,6 +45,11 @@ class MetricsError(UserError):
     Every backend turns its own failures (sqlite3, botocore, requests) into this, so the autoscaler
     needs one ``except`` to keep the current target when its metrics are out of reach.
     """
+
+
+class UnusableStore(MetricsError, Unworkable):
+    """The metrics store the configuration names cannot work (its directory a regular file, a table
+    that does not exist, no access): no retry mends it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,7 @@ from clusterman.decision.policy import ScalingPolicy
 from clusterman.decision.pool_view import SnapshotError
 from clusterman.decision.result import Decision
 from clusterman.decision.result import Reason
+from clusterman.errors import Unworkable
 from clusterman.events.event import ChangeDetail
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.exporter import NodeAction
@@ -188,8 +189,19 @@ class Cycle:
         self.record = record
         self.decider = decider
         self.notices: NoticeSource = notices or NoSource()  # nodes that must go for a reason of their own
+        self._unworkable = ""  # why this run found the configuration cannot work ("" when it did not)
 
     def run_once(self, now: float) -> RunReport:
+        self._unworkable = ""
+        report = self._run(now)
+        return replace(report, unworkable=self._unworkable) if self._unworkable else report
+
+    def _note(self, error: Exception) -> None:
+        """An error of this run: the first that says the configuration cannot work goes in its report."""
+        if isinstance(error, Unworkable) and not self._unworkable:
+            self._unworkable = str(error)
+
+    def _run(self, now: float) -> RunReport:
         permit = self._permit(now)
         standby = self._claim(permit)
         if standby is not None:
@@ -200,6 +212,7 @@ class Cycle:
         try:
             holds = list(self._load())
         except StateError as e:  # tried again next run
+            self._note(e)
             return self._no_change(
                 now, Outcome.NO_STATE, f"cannot read the autoscaler state: {e}", ErrorSource.INTERNAL
             )
@@ -207,6 +220,7 @@ class Cycle:
         try:
             reading = read_pool(self.connector, self.cloud, now)
         except ConnectorError as e:
+            self._note(e)
             return self._no_change(now, Outcome.NO_SNAPSHOT, f"cannot read the pool: {e}", ErrorSource.SCHEDULER)
         snapshot, unreadable = reading.snapshot, len(reading.unreadable)
         for error in (*reading.unreadable, *reading.mistagged):
@@ -224,6 +238,7 @@ class Cycle:
             try:
                 self.write_metrics(snapshot)
             except MetricsError as e:
+                self._note(e)
                 message = f"cannot write the pool's metrics: {e}"
                 log.warning("%s: the signals read older data: no scale-down this run", message)
                 self.recorder.error(ErrorSource.INTERNAL, "metrics", message)
@@ -233,6 +248,7 @@ class Cycle:
         try:
             requests = self.demand.requests(snapshot, int(now))
         except (SignalError, MetricsError) as e:
+            self._note(e)
             self.signal_outcomes.no_answer(str(e), now)
             return self._no_change(now, Outcome.NO_DEMAND, f"no usable demand, target kept: {e}", None, snapshot)
         permit.going_on()
@@ -321,6 +337,7 @@ class Cycle:
         try:
             status = self.lease.claim(now, hand_over=hand_over)
         except StateError as e:
+            self._note(e)
             status = LeaseStatus(False, "", now, str(e))
             self.lease.last = status
         # not held, or lapsed before the store answered (this process stopped or stuck, the store
@@ -419,6 +436,7 @@ class Cycle:
         try:
             self.keeper.save_targets(self._group_targets, now)
         except StateError as e:
+            self._note(e)
             log.warning("cannot keep the groups' targets (after a restart, no growth beside a group not read): %s", e)
             return
         self._targets_kept = dict(self._group_targets)
@@ -432,6 +450,7 @@ class Cycle:
         try:
             self.keeper.save(state, now)
         except StateError as e:
+            self._note(e)
             return str(e)
         self._kept = state
         return ""
@@ -490,6 +509,7 @@ class Cycle:
         try:
             status = self.pause_status(now)
         except StateError as e:
+            self._note(e)
             # a pause we cannot read is a pause we may be ignoring: do nothing, loudly
             return self._no_change(now, Outcome.PAUSED, f"cannot read the pause state: {e}", ErrorSource.INTERNAL)
         if status.paused:

@@ -74,6 +74,7 @@ class RunReport:
     applied: ApplyReport | None = None
     requests: Requests | None = None
     unreadable_groups: int = 0  # resource groups that could not be read: the target is not all known
+    unworkable: str = ""  # why the configuration cannot work, as this run found ("" when it did not)
 
     def line(self) -> str:
         """One line per run, for people watching the log or `make run`."""

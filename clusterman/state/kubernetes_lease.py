@@ -18,10 +18,12 @@ from collections.abc import Callable
 from typing import Any
 from typing import TypeVar
 
+from clusterman.errors import Unworkable
 from clusterman.state.store import NO_EXPIRY
 from clusterman.state.store import StateError
 from clusterman.state.store import StateItem
 from clusterman.state.store import StateStore
+from clusterman.state.store import UnusableStore
 from clusterman.state.store import _claimable
 from clusterman.state.store import _item
 
@@ -117,7 +119,7 @@ class KubernetesLeaseStore(StateStore):
         else:
             body["metadata"]["resourceVersion"] = lease["metadata"]["resourceVersion"]
             call = lambda api: api.replace_namespaced_lease(name, self.namespace, body)  # noqa: E731
-        return bool(self._call(f"writing {name}", call, conflict=False, result=True))
+        return bool(self._call(f"writing {name}", call, conflict=False, result=True, creating=lease is None))
 
     def _delete(self, state: str, entity: str, resource_version: str | None) -> None:
         name = lease_name(state, entity)
@@ -128,10 +130,18 @@ class KubernetesLeaseStore(StateStore):
     _UNSET: Any = object()
 
     def _call(
-        self, what: str, call: Callable[[Any], Any], missing: Any = _UNSET, conflict: Any = _UNSET, result: Any = _UNSET
+        self,
+        what: str,
+        call: Callable[[Any], Any],
+        missing: Any = _UNSET,
+        conflict: Any = _UNSET,
+        result: Any = _UNSET,
+        creating: bool = False,
     ) -> Any:
         """One API call, its JSON answer (or ``result``); ``missing``/``conflict``: the answer to a
-        404/409 instead of a StateError. Every other failure is a StateError naming the Lease."""
+        404/409 instead of a StateError. Every other failure is a StateError naming the Lease: an
+        ``UnusableStore`` when no retry mends it (no usable kubeconfig, no access to Leases, a
+        namespace that does not exist, which a create is told with a 404)."""
         import urllib3
         from kubernetes.client import CoordinationV1Api
         from kubernetes.client.exceptions import ApiException
@@ -150,8 +160,12 @@ class KubernetesLeaseStore(StateStore):
                 return missing
             if e.status == 409 and conflict is not self._UNSET:
                 return conflict
+            if e.status in (401, 403) or (e.status == 404 and creating):
+                raise UnusableStore(f"{self!r}: {what}: {api_error(e)} (check state.lease_namespace and RBAC)") from e
             raise StateError(f"{self!r}: {what}: {api_error(e)}") from e
         except (urllib3.exceptions.HTTPError, ConnectorError, OSError) as e:
+            if isinstance(e, Unworkable):
+                raise UnusableStore(f"{self!r}: {what}: {e}") from e
             raise StateError(f"{self!r}: {what}: {e}") from e
         if result is not self._UNSET:
             return result

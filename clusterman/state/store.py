@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 from typing import TypeVar
 
+from clusterman.aws.tables import UNUSABLE_TABLE_CODES
 from clusterman.aws.tables import TableSpec
 from clusterman.aws.tables import ensure_table
+from clusterman.config.files import unusable_path
+from clusterman.errors import Unworkable
 from clusterman.errors import UserError
 
 T = TypeVar("T")
@@ -30,6 +33,11 @@ NO_EXPIRY = 0  # an item that never expires
 
 class StateError(UserError):
     """The state store could not be read or written; the message names the store."""
+
+
+class UnusableStore(StateError, Unworkable):
+    """The store the configuration names cannot work (a directory that is a file, a table that does
+    not exist, no access): the autoscaler cannot act until the configuration is changed."""
 
 
 class DamagedItem(StateError):
@@ -175,7 +183,11 @@ class SqliteStateStore(StateStore):
 
 def _sqlite_error(path: Path, e: Exception) -> StateError:
     """SQLite keeps its file whole through crashes and full disks; a damaged one (overwritten, a
-    disk fault) stays so, so the message says what to do."""
+    disk fault) stays so, so the message says what to do. A path that can never be a store (under a
+    regular file, a directory itself) is the configuration's fault: ``UnusableStore``."""
+    unusable = unusable_path(path, e)
+    if unusable:
+        return UnusableStore(f"state store {path}: {e} ({unusable}: check state_directory and state.path)")
     damaged = getattr(e, "sqlite_errorname", "") in ("SQLITE_NOTADB", "SQLITE_CORRUPT")
     hint = (
         " (the file is damaged: move it aside to start afresh; a pause set with `clusterman disable` goes with it)"
@@ -236,7 +248,10 @@ class DynamoStateStore(StateStore):
         try:
             return call()
         except ClientError as e:
-            raise StateError(f"DynamoDB state table {self.table}: {e.response['Error'].get('Message', e)}") from e
+            message = f"DynamoDB state table {self.table}: {e.response['Error'].get('Message', e)}"
+            if e.response["Error"].get("Code") in UNUSABLE_TABLE_CODES:
+                raise UnusableStore(f"{message} (check aws.state_table and the credentials)") from e
+            raise StateError(message) from e
         except BotoCoreError as e:
             raise StateError(f"DynamoDB state table {self.table}: {e}") from e
 

@@ -10,6 +10,8 @@ The bootstrap reads two small files and asks these rules:
   clock for every process of the host, which no step of the wall clock moves. ``"unanswered":
   {<app>: {"since": <unix s>, "last": <unix s>}}`` names the signals whose runners did not answer
   in time (stopped, or hung in the signal's code, while supervisord sees them RUNNING);
+  ``"unworkable": <why>`` says the run could not act because its configuration cannot work (its
+  state or metrics store unusable, no usable kubeconfig): a run, but no proof of a good one;
 - the starts ``$CMAN_SUPERVISOR_DIR/starts-autoscaler``, one line per start
   (``clusterman.tree.parent_death``).
 
@@ -50,13 +52,17 @@ class Heartbeat:
     unanswered: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # app -> (since, last), unix s
     pid: int = 0  # the writer; 0: an older autoscaler, which wrote neither this nor ``monotonic``
     monotonic: float = 0.0  # the end of the last run on the host's CLOCK_MONOTONIC (seconds)
+    unworkable: str = ""  # why the last run found its configuration cannot work ("" when it did not)
 
     @staticmethod
     def this_process(
-        finished_at: float, period_seconds: float, unanswered: Mapping[str, tuple[float, float]] | None = None
+        finished_at: float,
+        period_seconds: float,
+        unanswered: Mapping[str, tuple[float, float]] | None = None,
+        unworkable: str = "",
     ) -> Heartbeat:
         """The heartbeat of a run of this process that has just finished (at ``finished_at``, wall clock)."""
-        return Heartbeat(finished_at, period_seconds, unanswered or {}, os.getpid(), time.monotonic())
+        return Heartbeat(finished_at, period_seconds, unanswered or {}, os.getpid(), time.monotonic(), unworkable)
 
     @staticmethod
     def read(path: Path) -> Heartbeat | None:
@@ -70,6 +76,7 @@ class Heartbeat:
                 {str(app): (float(v["since"]), float(v["last"])) for app, v in unanswered.items()},
                 int(data.get("pid", 0)),
                 float(data.get("monotonic", 0.0)),
+                str(data.get("unworkable", "")),
             )
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return None
@@ -83,6 +90,8 @@ class Heartbeat:
         beat: dict[str, object] = {"finished_at": self.finished_at, "period_seconds": self.period_seconds}
         if self.pid:
             beat.update(pid=self.pid, monotonic=self.monotonic)
+        if self.unworkable:
+            beat["unworkable"] = self.unworkable[:1000]  # within LIVENESS_BYTES, rewritten in place
         if self.unanswered:
             beat["unanswered"] = {app: {"since": since, "last": last} for app, (since, last) in self.unanswered.items()}
         return write_liveness(path, beat)

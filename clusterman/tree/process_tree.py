@@ -233,13 +233,24 @@ class ProcessTree:
         except ProcessLookupError:
             pass
 
-    def has_finished_a_run(self) -> bool:
-        """Whether the autoscaler of this tree finished a run (the heartbeat the last ``check`` read is
-        newer than the tree)."""
+    def _this_trees(self) -> Heartbeat | None:
+        """The heartbeat the last ``check`` read, when it is of a run of this tree."""
         beat = self.beat
         if beat is None:
-            return False
-        return beat.monotonic >= self.started_monotonic if beat.pid else beat.finished_at >= self.started_at
+            return None
+        newer = beat.monotonic >= self.started_monotonic if beat.pid else beat.finished_at >= self.started_at
+        return beat if newer else None
+
+    def has_finished_a_run(self) -> bool:
+        """Whether the autoscaler of this tree finished a run its configuration could work in (one
+        that found it cannot, its state store unusable say, proves nothing of it)."""
+        beat = self._this_trees()
+        return beat is not None and not beat.unworkable
+
+    def unworkable(self) -> str:
+        """Why the last run of this tree found its configuration cannot work ("" when it did not)."""
+        beat = self._this_trees()
+        return beat.unworkable if beat is not None else ""
 
     def stop(self) -> None:
         self.supervisor.stop(self.timeouts.stop)

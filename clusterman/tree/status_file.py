@@ -7,7 +7,9 @@ the autoscaler follows it and records ``config_reloaded`` / ``config_rejected``.
 has a sequence number; the autoscaler writes the last one it recorded to ``<file>.ack`` so that
 a restarted autoscaler records only what is new. The same file says which signal versions run
 from their installed copy because S3 gave no verified one (``fallback_versions``: known only once
-S3 was asked, beside the running tree), and the autoscaler exports them as a gauge.
+S3 was asked, beside the running tree), and the autoscaler exports them as a gauge. While the tree
+runs a configuration it rolled back to, ``rolled_back`` says why (the autoscaler's ``/healthz``
+shows it, degraded), until a change is accepted.
 """
 
 from __future__ import annotations
@@ -81,6 +83,14 @@ def read_fallbacks(path: Path) -> dict[str, str] | None:
     return {str(version): str(why) for version, why in fallbacks.items()}
 
 
+def tree_rolled_back(env: Mapping[str, str]) -> str:
+    """For the autoscaler's ``/healthz``: why the bootstrap runs a configuration it rolled back to
+    ("" when it does not, or there is no bootstrap)."""
+    status = env.get("CMAN_TREE_STATUS_FILE")
+    why = _read(Path(status)).get("rolled_back") if status else None
+    return str(why) if why else ""
+
+
 class StatusWriter:
     """The bootstrap's side. ``report`` is told after each write: "" or why it failed (a full disk:
     what could not be written is kept, and written with the next change)."""
@@ -91,11 +101,18 @@ class StatusWriter:
         self.outcomes: list[ConfigOutcome] = []
         self.fallbacks: dict[str, str] = {}
         self.signals_disk: int | None = None
+        self.rolled_back = ""  # why the tree runs a configuration it rolled back to ("" when it does not)
 
-    def record(self, accepted: bool, path: str, message: str, now: float | None = None) -> None:
+    def record(
+        self, accepted: bool, path: str, message: str, now: float | None = None, rolled_back: bool = False
+    ) -> None:
+        """An outcome; ``rolled_back``: the tree went back to an earlier configuration for it. An
+        accepted change ends the rollback."""
         seq = self.outcomes[-1].seq + 1 if self.outcomes else 1
         outcome = ConfigOutcome(seq, time.time() if now is None else now, accepted, path, message)
         self.outcomes = [*self.outcomes, outcome][-KEEP:]
+        if accepted or rolled_back:
+            self.rolled_back = message if rolled_back else ""
         self._write()
 
     def set_fallbacks(self, fallbacks: Mapping[str, str]) -> None:
@@ -115,6 +132,8 @@ class StatusWriter:
         }
         if self.signals_disk is not None:
             status["signals_dir_bytes"] = self.signals_disk
+        if self.rolled_back:
+            status["rolled_back"] = self.rolled_back
         try:
             write_atomically(self.path, json.dumps(status))
         except OSError as e:

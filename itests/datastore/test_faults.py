@@ -14,6 +14,7 @@ from clusterman.datastore.prometheus import PrometheusStore
 from clusterman.datastore.sqlite import SqliteStore
 from clusterman.datastore.store import MetricsError
 from clusterman.datastore.store import Point
+from clusterman.datastore.store import UnusableStore
 from clusterman.local.moto_server import free_port
 from clusterman_signals.wire import gc_paused
 from itests.datastore.conftest import IDENTITY
@@ -74,8 +75,9 @@ def test_sqlite_locked_beyond_the_busy_timeout(tmp_path):
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
-        with pytest.raises(MetricsError, match=r"held the database for more than 0.2 s"):
+        with pytest.raises(MetricsError, match=r"held the database for more than 0.2 s") as busy:
             SqliteStore(path, busy_timeout_seconds=0.2).write([POINT])
+        assert not isinstance(busy.value, UnusableStore)
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -83,9 +85,17 @@ def test_sqlite_locked_beyond_the_busy_timeout(tmp_path):
 
 
 def test_sqlite_directory_that_cannot_exist(tmp_path):
+    """The configuration's fault, read or write: the bootstrap rolls a configuration that meets it back."""
     (tmp_path / "a-file").write_text("")
-    with pytest.raises(MetricsError, match="cannot create the metrics directory"):
-        SqliteStore(tmp_path / "a-file" / "metrics.sqlite3").write([POINT])
+    store = SqliteStore(tmp_path / "a-file" / "metrics.sqlite3")
+    for attempt in (lambda: store.write([POINT]), lambda: store.read(SYS, WEB_CPUS, 0, 10)):
+        with pytest.raises(
+            UnusableStore, match=rf"{tmp_path / 'a-file'} is not a directory: check metrics.sqlite_path"
+        ):
+            attempt()
+    with pytest.raises(MetricsError, match="no metrics database here") as not_yet:  # the collector makes it
+        SqliteStore(tmp_path / "metrics.sqlite3").read(SYS, WEB_CPUS, 0, 10)
+    assert not isinstance(not_yet.value, UnusableStore)
 
 
 # -- DynamoDB -------------------------------------------------------------------------------------
@@ -95,7 +105,7 @@ def test_dynamodb_missing_table(moto_server):
     tables = unique_tables()
     store = dynamodb_store(moto_server, tables)
     for attempt in (lambda: store.read(SYS, WEB_CPUS, 0, 10), lambda: store.write([POINT]), lambda: store.keys(SYS)):
-        with pytest.raises(MetricsError, match=rf"DynamoDB table {tables.system_metrics_table} not found at .*init"):
+        with pytest.raises(UnusableStore, match=rf"DynamoDB table {tables.system_metrics_table} not found at .*init"):
             attempt()
 
 
