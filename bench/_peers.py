@@ -24,7 +24,8 @@ signal: both act on the pods they see.
   consolidation every run, within the default budget (``nodes: 10%`` of the pool's nodes disrupted
                at once, rounded up, nodes already leaving counted): empty nodes first, then the nodes with
                the fewest pods whose pods, with the pending ones, fit on the nodes that stay (its
-               scheduling simulation includes pending pods and nodes in flight); no waiting
+               scheduling simulation includes pending pods and nodes in flight), up to 10
+               candidates that do not fit a run (its searches run under time limits); no waiting
                period; a node leaves once drained (no termination grace period set: it waits)
 
 Sources: cluster-autoscaler's FAQ ("How does scale-down work?", its flag table) and
@@ -67,6 +68,7 @@ UTILISATION_THRESHOLD = 0.5  # --scale-down-utilization-threshold
 EMPTY_BULK = 10  # --max-empty-bulk-delete
 GRACEFUL_SECONDS = 600.0  # --max-graceful-termination-sec
 KARPENTER_BUDGET = Fraction(1, 10)  # the default disruption budget, nodes: 10%
+SINGLE_TRIES = 10  # candidates that do not fit looked at in one run (its consolidation searches have time limits)
 
 
 def _need(task: Task) -> Need:
@@ -264,8 +266,9 @@ class Karpenter(Peer):
         # and the pending ones fit on the nodes that stay (else it would need a replacement)
         if not pack(pending, [list(r) for r in rooms.values()]):
             return chosen, f"consolidation: {len(chosen)} empty nodes"
+        tries = SINGLE_TRIES
         for node in sorted(view.ready, key=lambda n: (n.usage.tasks, _requested_share(n), n.id)):
-            if len(chosen) >= budget:
+            if len(chosen) >= budget or tries <= 0:
                 break
             if node.id in gone:
                 continue
@@ -277,9 +280,12 @@ class Karpenter(Peer):
                 chosen.append(node)
                 gone.add(node.id)
                 rooms = trial
+            else:
+                tries -= 1
         return chosen, f"consolidation: {len(chosen)} empty nodes"
+        tries = SINGLE_TRIES
         for node in sorted(view.ready, key=lambda n: (n.usage.tasks, _requested_share(n), n.id)):
-            if len(chosen) >= budget:
+            if len(chosen) >= budget or tries <= 0:
                 break
             if node.id in gone:
                 continue

@@ -182,12 +182,24 @@ def _internal(autoscaling: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
 # a peer's rules are its own (bench/_peers.py): the pool's keys only keep clusterman's out of it
 PEER_AUTOSCALING: dict[str, Any] = {"scale_up_hedge": 0, "consolidation": {"enabled": False}}
 
+
+def _spare(raw: dict[str, Any]) -> None:
+    """One spare sized from measured risk (docs/scaling.md): the signal's newsvendor quantile, kept
+    by the decision as whole places and as its band; no setpoint, margin, reserve or packing of
+    its own."""
+    raw["autoscaling"] |= {"setpoint": 1.0, "target_capacity_margin": 0, "slot_reserve": 1,
+                           "slot_reserve_fraction": 0, "slot_reserve_band": 0, "spare": True,
+                           "consolidation": {"enabled": False}}  # fmt: skip
+    raw["autoscale_signal"]["parameters"].append({"shortfall_price": 20})
+
+
 row(Row("old", main=_old))
 row(Row("new", tunable=True))
 row(Row("unconsolidated", main=_consolidation(enabled=False), tunable=True))
 row(Row("eager", main=_consolidation(enabled=True, surplus=0), tunable=True))
 row(Row("escalator", pool=_internal(ESCALATOR), fill=ESCALATOR["scale_up_threshold_percent"] / 100))
 row(Row("perfect", perfect=True, tunable=True))
+row(Row("spare", main=_spare, tunable=True))
 row(Row("ca", pool=_internal(PEER_AUTOSCALING), decider=ClusterAutoscaler, fill=1.0))
 row(Row("karpenter", pool=_internal(PEER_AUTOSCALING), decider=Karpenter, fill=1.0))
 
@@ -197,7 +209,7 @@ BOARD = ("old", "new", "perfect", "escalator", "ca", "karpenter")
 OTHER_PLACEMENTS = ("most_allocated", "least_allocated")
 INTEGER_CONSOLIDATION_KEYS = ("drains_per_run", "evictions_per_hour")
 AUTOSCALING_KEYS = ("setpoint", "target_capacity_margin", "slot_reserve", "slot_reserve_band", "slot_reserve_fraction",
-                    "scale_up_hedge")  # fmt: skip
+                    "scale_up_hedge", "spare")  # fmt: skip
 
 # The pods a trace's demand runs as: the mix of four sizes, or pods of one size. A trace named
 # "<shape>" runs the mix, "<shape>-<pods>" the pods named.
@@ -641,6 +653,29 @@ def table(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot_board(out: dict[str, Any], path: Path) -> None:
+    """Each trace's rows as points: cost ÷ oracle against unmet CPU-minutes (docs/scaling.md)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    names = list(out["traces"])
+    figure = Figure(figsize=(3.2 * len(names), 3.0))
+    FigureCanvasAgg(figure)
+    for k, name in enumerate(names):
+        ax = figure.add_subplot(1, len(names), k + 1)
+        for v, r in out["traces"][name].items():
+            ax.scatter(r["unmet_cpu_minutes"] + 1, r["cost_vs_oracle"], s=18)
+            ax.annotate(v, (r["unmet_cpu_minutes"] + 1, r["cost_vs_oracle"]), fontsize=7)
+        ax.set_xscale("log")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("unmet CPU-minutes + 1", fontsize=8)
+        ax.tick_params(labelsize=7)
+        if k == 0:
+            ax.set_ylabel("cost ÷ oracle", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scoreboard")
     parser.add_argument("--days", type=float, default=7.0)
@@ -653,6 +688,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--placement", default="first_fit", choices=PLACEMENTS, help="the simulated scheduler's")
     parser.add_argument("--bound", nargs="*", type=float, metavar="SPARE", help="only the flash lower bound")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1], help="draw each trace once per seed; the mean")
+    parser.add_argument("--plot", type=Path, help="draw each trace's rows, cost against unmet demand, as a PNG")
     args = parser.parse_args(argv)
     if args.bound is not None:
         for spare in args.bound or (0.0, 0.1, 0.14, 0.2, 0.3, 0.43, 0.5):
@@ -660,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"spare {spare:.2f}: {crowds} crowds, at least {unmet:,.0f} unmet CPU-minutes")
         return 0
     overrides = {k: _value(v) for k, _, v in (item.partition("=") for item in args.set)}
-    run(
+    out = run(
         False,
         args.days,
         tuple(args.traces),
@@ -671,6 +707,8 @@ def main(argv: list[str] | None = None) -> int:
         args.breakdown,
         tuple(args.seeds),
     )
+    if args.plot:
+        plot_board(out, args.plot)
     return 0
 
 

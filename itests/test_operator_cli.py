@@ -73,6 +73,11 @@ def test_status_shows_groups_nodes_utilisation_and_the_autoscalers_last_decision
         assert doc["autoscaler_health"] == {"state": "ok", "problems": [], "degraded": []}
         assert doc["consolidation"] == {"enabled": False, "text": "consolidation: off"}
 
+        # turned on for a pool that does not drain: off, and why
+        config = pool.configure(tasks=10, autoscaling={"consolidation": {"enabled": True}})
+        status, out, err = cli(capsys, config, "status", *pool_args, "--events-url", url)
+        assert "consolidation off: draining is disabled for this pool" in out.splitlines(), out
+
         # with consolidation on, the budget it has used: nothing yet
         config = pool.configure(tasks=10, draining=True, autoscaling={"consolidation": {"enabled": True}})
         status, out, err = cli(capsys, config, "status", *pool_args, "--events-url", url)

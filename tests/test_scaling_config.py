@@ -154,3 +154,18 @@ def test_consolidation_stays_off_where_pods_cannot_move_by_a_drain(tmp_path, sch
     pool = parse(PoolConfig, {"scaling_limits": LIMITS, "draining_enabled": draining}, "web.pool")
     setup = PoolSetup(main, PoolIdentity("c", "web", Scheduler(scheduler)), pool)
     assert setup.policy.consolidation.enabled is on
+    # configured on and off here: every decision says why (the plan, the line, status)
+    why = {(False, "kubernetes"): "draining is disabled for this pool", (True, "mesos"): "a Mesos drain moves no task"}
+    assert setup.policy.consolidation.off_because == ("" if on else why[draining, scheduler])
+    if not on:
+        from tests.scaling_builders import node
+        from tests.scaling_builders import request
+        from tests.scaling_builders import run
+        from tests.scaling_builders import snapshot
+
+        decision = run(snapshot([node("n1")]), request(cpus=0.5), setup.policy)
+        assert f"consolidation off: {why[draining, scheduler]}" in decision.explanation
+        assert decision.consolidation.as_json() == {
+            "chosen": [],
+            "note": f"consolidation off: {why[draining, scheduler]}",
+        }

@@ -185,6 +185,7 @@ class AutoscalingDefaults:
     slot_reserve_band: int = field(0, check=non_negative)
     slot_reserve_fraction: float = field(0.0, check=unit_interval)
     scale_up_hedge: float = field(0.0, check=non_negative)
+    spare: bool = False
     consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
     excluded_resources: tuple[str, ...] = ()
     # Clusterman's docs call it default_signal_pool
@@ -486,6 +487,7 @@ class PoolAutoscaling:
     slot_reserve_fraction: float | None = field(None, check=unit_interval)
     # more asked for pending pods than they need, for the join delay's spread (docs/scaling.md)
     scale_up_hedge: float | None = field(None, check=non_negative)
+    spare: bool | None = None
     consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
     excluded_resources: tuple[str, ...] | None = None
     prevent_scale_down_after_capacity_loss: bool | None = field(None, doc="false")

@@ -185,8 +185,8 @@ class Consolidation:
         return [c.line(self.slot) for c in self.chosen]
 
     def as_json(self) -> dict[str, Any] | None:
-        if self.budget is None:
-            return None
+        if self.budget is None:  # off: None, or why, when the configuration turned it on
+            return {"chosen": [], "note": self.note} if self.note else None
         return {
             "chosen": [c.as_json() for c in self.chosen],
             "note": self.note,

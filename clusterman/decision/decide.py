@@ -33,6 +33,7 @@ from clusterman.decision.consolidate import OFF
 from clusterman.decision.consolidate import Choice
 from clusterman.decision.consolidate import Consolidation
 from clusterman.decision.consolidate import consolidate
+from clusterman.decision.demand import demand_from_snapshot
 from clusterman.decision.demand import total_request
 from clusterman.decision.disruption import DisruptionState
 from clusterman.decision.distribute import distribute
@@ -64,6 +65,7 @@ from clusterman.decision.result import action_of
 from clusterman.decision.scale_lock import ScaleLock
 from clusterman.decision.slots import Places
 from clusterman.decision.slots import largest_in
+from clusterman.decision.spare import spare_of
 from clusterman.decision.target import Proposal
 from clusterman.decision.target import propose
 from clusterman.decision.utilisation import Utilisation
@@ -118,20 +120,24 @@ def decide(
         why = Reason.SCALE_LOCK if view.live_groups else Reason.NO_GROUPS
         return _decision(view, util, full.target, as_is, actions, held, notes, after, why, drains=drains)
 
-    slot = largest_in(view, snapshot.pending) if policy.slot_reserve else None
+    slot = largest_in(view, snapshot.pending) if policy.slot_reserve or policy.spare else None
     places = Places(view, slot) if slot is not None and W > 0 else None
-    proposal = propose(view, util, policy, slot, places)
+    spare = spare_of(view, util, demand_from_snapshot(snapshot)) if policy.spare else None
+    proposal = propose(view, util, policy, slot, places, spare=spare)
     pods_waiting = _pods_waiting(snapshot)
     proposal = hedged(proposal, view, policy.scale_up_hedge, pods_waiting)
     if pods_waiting and not blocked:  # a hold already keeps the target, and names itself
         proposal = held_while_joining(proposal, view, now, policy.max_capacity)
     keeping = _keeping(view, state.disruption, now, policy.consolidation)
     plan = OFF
+    if policy.consolidation.off_because:  # configured on, but it cannot act here: say so every run
+        plan = Consolidation(note=f"consolidation off: {policy.consolidation.off_because}")
+        notes.append(plan.note)
     if policy.consolidation.enabled:
         busy = _in_flight(view, snapshot, proposal, blocked, keeping, policy, state.disruption, now)
         plan = consolidate(view, places, policy, proposal.asked, state.disruption, now, busy)
         if plan.gained:  # a node drained to be kept: its places come, and the pool shrinks no further now
-            again = propose(view, util, policy, slot, places, plan.gained)
+            again = propose(view, util, policy, slot, places, plan.gained, spare)
             proposal = again if again.target >= T else Proposal(T, f"{again.reason}; keep {show(T)}", again.asked)
         elif plan.removed:
             proposal = Proposal(T - plan.removed, proposal.reason, proposal.asked)

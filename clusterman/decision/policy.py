@@ -51,6 +51,8 @@ class ConsolidationPolicy:
     evictions_per_hour: int = 60
     evict_local_storage: bool = False
     surplus: Fraction = Fraction(3)
+    # why it is off although the configuration turns it on ("" otherwise): said in every decision
+    off_because: str = ""
 
     @staticmethod
     def resolve(pool: ConsolidationConfig, main: ConsolidationConfig) -> ConsolidationPolicy:
@@ -88,6 +90,9 @@ class ScalingPolicy:
     slot_reserve_band: int = 0  # more places a scale-down keeps: hysteresis against reserve churn
     slot_reserve_fraction: Fraction = Fraction(0)  # at least this fraction of the pool's places kept free
     scale_up_hedge: Fraction = Fraction(0)  # more asked for pending pods, as a share of what they need (joining.py)
+    # the spare the signals ask above the pods is kept as whole places, and a scale-down waits
+    # while the free room stays within it above what is asked (spare.py)
+    spare: bool = False
     max_tasks_to_kill: float = 0  # math.inf: no limit
     min_node_scalein_uptime_seconds: float = 0.0
     excluded_resources: frozenset[str] = frozenset()
@@ -153,6 +158,7 @@ class ScalingPolicy:
                 a.slot_reserve_fraction if a.slot_reserve_fraction is not None else d.slot_reserve_fraction
             ),
             scale_up_hedge=exact(a.scale_up_hedge if a.scale_up_hedge is not None else d.scale_up_hedge),
+            spare=a.spare if a.spare is not None else d.spare,
             max_tasks_to_kill=limits.max_tasks_to_kill,
             min_node_scalein_uptime_seconds=float(limits.min_node_scalein_uptime_seconds),
             excluded_resources=frozenset(

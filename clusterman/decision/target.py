@@ -21,6 +21,7 @@ from clusterman.decision.policy import ScalingPolicy
 from clusterman.decision.pool_view import PoolView
 from clusterman.decision.slots import Places
 from clusterman.decision.slots import reserve
+from clusterman.decision.spare import Spare
 from clusterman.decision.utilisation import Utilisation
 
 
@@ -40,10 +41,12 @@ def propose(
     slot: Need | None = None,
     places: Places | None = None,
     coming: int = 0,
+    spare: Spare | None = None,
 ) -> Proposal:
     """``slot``: the largest request in the pool, for ``policy.slot_reserve`` (slots.py), with the
     ready nodes' ``places`` when already counted and the places ``coming`` from nodes drained to
-    be kept (consolidate.py)."""
+    be kept (consolidate.py); ``spare``: what the signals ask above the pods, with ``policy.spare``
+    kept as whole places and as the band a scale-down waits out (spare.py)."""
     T = view.target
     if not util.has_opinion:
         return Proposal(T, f"no opinion on any resource: keep target {show(T)}")
@@ -60,11 +63,12 @@ def propose(
         proposal = _from_utilisation(util, policy, T, W)
         if not escalator:
             asked = proposal.target
+            wanted = policy.slot_reserve if spare is None else max(policy.slot_reserve, spare.places(slot))
             kept = reserve(
                 view,
                 proposal.target,
                 slot,
-                policy.slot_reserve,
+                wanted,
                 policy.slot_reserve_band,
                 policy.slot_reserve_fraction,
                 places,
@@ -73,6 +77,8 @@ def propose(
             if kept.reason:
                 proposal = Proposal(kept.target, f"{proposal.reason}; {kept.reason}")
             within = _within_margin(proposal, T, policy.target_capacity_margin)
+            if spare is not None:
+                within = _within_band(within, T, spare)
             return Proposal(within.target, within.reason, asked)
     # the taint thresholds are Escalator's band, its rates its step: no margin on top
     return _escalator_bounds(proposal, W, policy) if escalator else proposal
@@ -161,4 +167,16 @@ def _within_margin(p: Proposal, T: Fraction, margin: Fraction) -> Proposal:
     """
     if T > 0 and p.target < T and (T - p.target) / T < margin:
         return Proposal(T, f"{p.reason}, within margin {percent(margin)}% of target {show(T)}: keep {show(T)}")
+    return p
+
+
+def _within_band(p: Proposal, T: Fraction, spare: Spare) -> Proposal:
+    """With ``spare``: ignore a decrease while the target is no more than the spare above what is
+    asked (spare.py): the free room stays within one more spare."""
+    if T > 0 and p.target < T and T - p.target <= spare.units:
+        return Proposal(
+            T,
+            f"{p.reason}, within the spare's band ({show(spare.amount)} {spare.resource}) of target {show(T)}: "
+            f"keep {show(T)}",
+        )
     return p

@@ -197,10 +197,11 @@ class ConsolidationReading:
 
     budget: Budget | None
     kept: int = 0  # nodes being drained to be kept
+    off_because: str = ""  # why it is off although the configuration turns it on
 
     def describe(self) -> str:
         if self.budget is None:
-            return "consolidation: off"
+            return f"consolidation off: {self.off_because}" if self.off_because else "consolidation: off"
         kept = f", {self.kept} node(s) being drained to be kept" if self.kept else ""
         return f"consolidation budget: {self.budget.describe()}{kept}"
 
@@ -215,7 +216,7 @@ def consolidation_reading(
 ) -> ConsolidationReading | Unavailable:
     policy = setup.policy.consolidation
     if not policy.enabled:
-        return ConsolidationReading(None)
+        return ConsolidationReading(None, off_because=policy.off_because)
     if isinstance(snapshot, Unavailable):
         return Unavailable(f"no snapshot: {snapshot.why}")
     if isinstance(kept, Unavailable):

@@ -27,7 +27,8 @@ class PoolSetup:
             self.pool.scaling_limits, self.pool.autoscaling, self.main.autoscaling, f"{self.identity} config"
         )
         if policy.consolidation.enabled and not self.consolidates:
-            policy = replace(policy, consolidation=replace(policy.consolidation, enabled=False))
+            why = "a Mesos drain moves no task" if self.pool.draining_enabled else "draining is disabled for this pool"
+            policy = replace(policy, consolidation=replace(policy.consolidation, enabled=False, off_because=why))
         return policy
 
     @property

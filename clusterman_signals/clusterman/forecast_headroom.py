@@ -80,6 +80,7 @@ DEFAULTS: dict[str, float] = {
     "min_spare": 0.0,
     "follow_falls": 0.0,
     "fall_evenness": 0.15,
+    "shortfall_price": 0.0,
 }
 BUCKET = 5  # points per bucket when looking for a period
 SLACK = 4  # points of slack around the period
@@ -214,6 +215,17 @@ class ForecastHeadroom(BaseSignal):
         spare = max(model.headroom, held * self.p("min_spare"))
         return max(level, held + spare) + self.p("stuck_factor") * stuck
 
+    @property
+    def newsvendor(self) -> bool:
+        """The spare is a quantile of the errors (``shortfall_price`` set), not median + k × MAD under a hold."""
+        return self.p("shortfall_price") > 0
+
+    def quantile(self) -> float:
+        """The newsvendor's critical ratio: a CPU-minute short costs ``shortfall_price`` idle ones, so
+        the spare covers the errors up to price / (price + 1) of the time."""
+        price = self.p("shortfall_price")
+        return price / (price + 1)
+
     def stuck(self, resource: str, d: Demand, earlier: list[float], model: Model, now: float) -> float:
         """Pending work while the demand is no more than was asked for a horizon or more ago (time
         enough for capacity to join) did not fit: the largest such amount of the last
@@ -240,15 +252,17 @@ class ForecastHeadroom(BaseSignal):
         if self.p("seasonal") > 0:
             period = find_period(values, int(self.p("min_period_minutes") * 60 / step), self.p("min_correlation"))
             if period:
-                seasonal_headroom, seasonal_score = self._headroom(values, Rule(self, step, period, noise), seen)
-                if seasonal_score < PERIOD_GAIN * score:
-                    best = Model(now, period, seasonal_headroom, noise)
+                seasonal = self._headroom(values, Rule(self, step, period, noise), seen)
+                if seasonal[1] < PERIOD_GAIN * score:
+                    best = Model(now, period, seasonal[0], noise)
         return best
 
     def _headroom(self, values: list[float], rule: Rule, seen: Hindsight) -> tuple[float, float]:
-        """(median + k × MAD of this rule's errors at the horizon, its score): the score is the mean
-        request plus ``SHORTFALL_WEIGHT`` times the mean demand it would have left unmet. The early
-        release depends on the headroom: it is measured first without it, then again with it."""
+        """(the spare this rule's errors at the horizon call for, its score): the score is
+        the mean request plus ``SHORTFALL_WEIGHT`` (or ``shortfall_price``) times the mean demand it
+        would have left unmet. The early release depends on the headroom: it is measured first
+        without it, then again with it. The spare is median + k × MAD, or with ``shortfall_price``
+        the newsvendor's quantile of the errors."""
         n, h = len(values), rule.horizon
         base = rule.bases(values)
         long, short = sliding_max(base, rule.hold, ahead=False), sliding_max(base, rule.release, ahead=False)
@@ -259,11 +273,14 @@ class ForecastHeadroom(BaseSignal):
         errors = [future[j] - held[j] for j in range(n - h)]
         headroom = self._spread(errors)
         short_sum = math.fsum(e - headroom for e in errors if e > headroom) / len(errors)
-        return headroom, math.fsum(held) / n + headroom + SHORTFALL_WEIGHT * short_sum
+        weight = self.p("shortfall_price") if self.newsvendor else SHORTFALL_WEIGHT
+        return headroom, math.fsum(held) / n + headroom + weight * short_sum
 
     def _spread(self, errors: list[float]) -> float:
-        """median + spread_k × MAD."""
+        """median + spread_k × MAD; with ``shortfall_price``, the errors' newsvendor quantile."""
         ordered = sorted(errors)
+        if self.newsvendor:
+            return ordered[min(len(ordered) - 1, math.ceil(self.quantile() * len(ordered)) - 1)]
         median = ordered[len(ordered) // 2]
         mad = sorted(abs(e - median) for e in ordered)[len(ordered) // 2]
         return median + self.p("spread_k") * mad
