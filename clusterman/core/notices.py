@@ -23,8 +23,7 @@ class LeaveReason(enum.Enum):
 
     SPOT_INTERRUPTION = "spot_interruption"  # the cloud takes the instance back at the deadline
     NODE_MIGRATION = "node_migration"  # replaced by rule (issue 42: uptime, kernel, template)
-    SCALING_DOWN = "scaling_down"  # the decision's own scale-down
-    CONSOLIDATION = "consolidation"  # its pods fit elsewhere (docs/consolidation.md)
+    SCALING_DOWN = "scaling_down"  # the decision's own scale-down, consolidation's removals included
     REBALANCE_RECOMMENDATION = "rebalance_recommendation"  # the Spot market says: at higher risk
     SCHEDULED_CHANGE = "scheduled_change"  # an AWS Health scheduled retirement or reboot
     INSTANCE_STOPPING = "instance_stopping"  # the instance is stopping, shutting down or gone

@@ -206,11 +206,13 @@ def consolidate(
     state: DisruptionState,
     now: float,
     busy: str = "",
+    resting: frozenset[str] = frozenset(),
 ) -> Consolidation:
     """``places``: the ready nodes' free slots (None without a slot reserve: no slot, no places);
     ``asked``: the target utilisation alone asks for (None: no opinion, nothing is removed);
     ``busy``: why the pool is in flight ("" when it is not): then nothing is looked at, and what
-    the last runs found stays as it was."""
+    the last runs found stays as it was; ``resting``: nodes whose drain was given up lately
+    (``drains.py``), not chosen again yet."""
     policy = scaling.consolidation
     if not policy.enabled:
         return OFF
@@ -230,7 +232,7 @@ def consolidate(
     limits = _Limits(view, asked, scaling, reserved)
     have = places.total if places is not None else 0  # on the ready nodes: capacity joining is in flight
     blocked = _removal_blocked(view, places, limits, keep, scaling)
-    candidates = _candidates(view, policy, state.resting(now))
+    candidates = _candidates(view, policy, state.resting(now) | resting)
     if not candidates or (not limits.may_remove() and have >= wanted and not blocked):
         # nothing to look at (what the last runs found stays)
         replace = _replacement(view, policy, candidates)

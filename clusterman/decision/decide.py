@@ -135,7 +135,8 @@ def decide(
         notes.append(plan.note)
     if policy.consolidation.enabled:
         busy = _in_flight(view, snapshot, proposal, blocked, keeping, policy, state.disruption, now)
-        plan = consolidate(view, places, policy, proposal.asked, state.disruption, now, busy)
+        resting = state.drains.resting(now, policy.draining)
+        plan = consolidate(view, places, policy, proposal.asked, state.disruption, now, busy, resting)
         if plan.gained:  # a node drained to be kept: its places come, and the pool shrinks no further now
             again = propose(view, util, policy, slot, places, plan.gained, spare)
             proposal = again if again.target >= T else Proposal(T, f"{again.reason}; keep {show(T)}", again.asked)

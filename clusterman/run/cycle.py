@@ -684,12 +684,9 @@ class Cycle:
     ) -> None:
         """Notices read, drains started, ended and given up, and pods lost, each with its reason."""
         drains = d.drains
-        removing = {c.node for c in d.consolidation.chosen}
 
         def reason(node_id: str) -> str:
-            if node_id in drains.why:
-                return drains.why[node_id].value
-            return LeaveReason.CONSOLIDATION.value if node_id in removing else LeaveReason.SCALING_DOWN.value
+            return drains.why[node_id].value if node_id in drains.why else LeaveReason.SCALING_DOWN.value
 
         for node_id in drains.new:
             node_event(NodeAction.NOTICE, node_id, d.node_reasons.get(node_id, reason(node_id)))

@@ -112,7 +112,7 @@ class RunReport:
                 lost = d.drains.lost.get(node_id, 0)
                 words.append(f"terminated with {lost} pod(s) not evicted" if lost else "terminated")
             if node_id in d.drains.given_up:
-                words.append("drain given up: back in the pool")
+                words.append(f"drain given up, {d.drains.given_up[node_id]}: back in the pool")
             if words:
                 reason = why[node_id].value if node_id in why else "scaling_down"
                 parts.append(f"{node_id} {reason}: {', '.join(words)}")

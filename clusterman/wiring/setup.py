@@ -12,6 +12,7 @@ from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
+from clusterman.decision.drains import DrainPolicy
 from clusterman.decision.policy import ScalingPolicy
 
 
@@ -29,7 +30,15 @@ class PoolSetup:
         if policy.consolidation.enabled and not self.consolidates:
             why = "a Mesos drain moves no task" if self.pool.draining_enabled else "draining is disabled for this pool"
             policy = replace(policy, consolidation=replace(policy.consolidation, enabled=False, off_because=why))
-        return policy
+        draining = self.pool.draining
+        return replace(
+            policy,
+            draining=DrainPolicy(
+                threshold_seconds=draining.draining_time_threshold_seconds,
+                redrain_seconds=draining.redraining_delay_seconds,
+                force_terminate=draining.force_terminate,
+            ),
+        )
 
     @property
     def consolidates(self) -> bool:
