@@ -97,7 +97,7 @@ def test_durations(value, seconds):
                          "fast_node_removal_rate": 2}, "autoscaling", "must be below the setpoint"),
         ("autoscaling", {"setpoint": 0.7, "scale_up_threshold_percent": 70}, "autoscaling.scale_up_threshold_percent",
          "given twice"),
-        ("autoscaling", {"soft_delete_grace_period": "2 minutes"}, "autoscaling.soft_delete_grace_period",
+        ("autoscaling", {"soft_delete_grace_period": "2 fortnights"}, "autoscaling.soft_delete_grace_period",
          "such as 90s"),
         ("autoscaling", {"hard_delete_grace_period": -1}, "autoscaling.hard_delete_grace_period", ">= 0"),
         ("autoscaling", {"taint_upper_capacity_threshold_percent": 40}, "autoscaling", "needs all four"),
