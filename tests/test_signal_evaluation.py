@@ -211,3 +211,38 @@ def test_apps_whose_runners_do_not_answer_are_remembered_until_they_answer(store
     clients["a"].answer = SignalError("signal ns.S (app a): a bad reply")
     evaluator.evaluate(store, 3780)
     assert evaluator.unanswered == {}  # it answered, badly: alive, a restart would not help
+
+
+def test_an_answer_beyond_any_demand_of_the_pool_is_refused_like_a_nan(store):
+    """1e308 cpus is a finite number: taken as demand it sized the pool to its max in one run. An
+    app's such answer falls back to the default signal; the default's own leaves no demand."""
+    from clusterman.core.resources import Resources
+    from clusterman.decision.answer_bound import NO_POOL_HOLDS
+    from clusterman.decision.answer_bound import answer_bounds
+    from clusterman.signals.protocol import AnswerRefused
+    from tests.scaling_builders import group
+    from tests.scaling_builders import nodes
+    from tests.scaling_builders import policy
+    from tests.scaling_builders import snapshot
+
+    bounds = answer_bounds(snapshot(nodes(4, cpus=2, mem=8000)), policy(max_capacity=10))
+    assert bounds.most == {"cpus": 2000.0, "mem": 8_000_000.0}  # 100 × 10 units of 2 cpus, 8000 MB
+    assert bounds.refusal(ResourceRequest(cpus=2000, mem=8e6, gpus=3)) == ""  # gpus: no unit holds them
+    assert bounds.refusal(ResourceRequest(gpus=NO_POOL_HOLDS * 2)).startswith("gpus=2e+12 is over 1e+12")
+    refused = bounds.refusal(ResourceRequest(cpus=1e308))
+    assert refused == (
+        "cpus=1e+308 is over 2000, 100 times the pool at max_capacity 10 (2 cpus a weight unit): refused as garbage"
+    )
+    empty = snapshot([], [group("g1", 0, node_resources=Resources(cpus=4, mem=16000))])
+    assert answer_bounds(empty, policy(max_capacity=10)).most["cpus"] == 4000.0  # no node yet: the groups' size
+
+    evaluator, _ = make_evaluator(
+        {"__default__": ResourceRequest(cpus=4), "a": ResourceRequest(cpus=1e308), "b": ResourceRequest(cpus=1)},
+        ["a", "b"],
+    )
+    results = {e.app: e for e in evaluator.evaluate(store, 3600, bounds)}
+    assert results["a"].request.cpus == 4 and results["a"].fallback_reason == f"signal ns.S (app a): {refused}"
+    assert results["b"].request.cpus == 1 and not results["b"].is_fallback
+    evaluator, _ = make_evaluator({"__default__": ResourceRequest(cpus=1e308)}, [])
+    with pytest.raises(AnswerRefused, match=r"signal ns.Default .app __default__.: cpus=1e.308 is over 2000"):
+        evaluator.evaluate(store, 3600, bounds)

@@ -20,8 +20,11 @@ from clusterman.core.resources import ResourceRequest
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import Point
 from clusterman.datastore.store import Series
+from clusterman.decision.answer_bound import NO_BOUNDS
+from clusterman.decision.answer_bound import answer_bounds
 from clusterman.decision.demand import INTERNAL_APP
 from clusterman.decision.demand import demand_from_snapshot
+from clusterman.decision.policy import ScalingPolicy
 from clusterman.signals.evaluator import Evaluation
 from clusterman.signals.evaluator import SignalEvaluator
 
@@ -47,13 +50,18 @@ class DemandSource(Protocol):
 
 
 class SignalDemand:
-    def __init__(self, evaluator: SignalEvaluator, store: MetricsStore) -> None:
+    """``policy``: the pool's, for the bound on an answer (``decision/answer_bound.py``); without
+    it, only what no pool holds is refused."""
+
+    def __init__(self, evaluator: SignalEvaluator, store: MetricsStore, policy: ScalingPolicy | None = None) -> None:
         self.evaluator = evaluator
         self.store = store
+        self.policy = policy
 
     def requests(self, snapshot: PoolSnapshot, now: int) -> Requests:
         watched = _WatchedStore(self.store)
-        evaluations = self.evaluator.evaluate(watched, now)
+        bounds = answer_bounds(snapshot, self.policy) if self.policy is not None else NO_BOUNDS
+        evaluations = self.evaluator.evaluate(watched, now, bounds)
         stale = ""
         if watched.reads and watched.newest is None:
             stale = f"no metric point in the signals' windows ({watched.reads} series read, all empty): input stale"

@@ -27,8 +27,11 @@ from typing import Protocol
 from clusterman.core.config import PoolIdentity
 from clusterman.core.resources import ResourceRequest
 from clusterman.datastore.store import MetricsStore
+from clusterman.decision.answer_bound import NO_BOUNDS
+from clusterman.decision.answer_bound import AnswerBounds
 from clusterman.signals.client import SignalClient
 from clusterman.signals.metrics_window import read_required_metrics
+from clusterman.signals.protocol import AnswerRefused
 from clusterman.signals.protocol import SignalError
 from clusterman.signals.protocol import SignalUnanswered
 from clusterman.signals.specs import SignalSpec
@@ -118,10 +121,17 @@ class SignalEvaluator:
         return self._clients[spec.app]
 
     def evaluate_one(
-        self, spec: SignalSpec, store: MetricsStore, now: int, share: _Share = UNBOUNDED, keep: bool = False
+        self,
+        spec: SignalSpec,
+        store: MetricsStore,
+        now: int,
+        share: _Share = UNBOUNDED,
+        keep: bool = False,
+        bounds: AnswerBounds = NO_BOUNDS,
     ) -> Evaluation:
-        """Raises SignalError (the signal failed, or the run's ``share`` of time is gone) or
-        MetricsError (its metrics could not be read). ``keep``: leave the default signal its part."""
+        """Raises SignalError (the signal failed, answered more than ``bounds`` allow, or the run's
+        ``share`` of time is gone) or MetricsError (its metrics could not be read). ``keep``: leave
+        the default signal its part."""
         metrics = read_required_metrics(store, spec.config.required_metrics, spec.app, self.identity, now)
         timeout = share.left(keep)
         if timeout is not None and timeout <= 0:
@@ -138,25 +148,28 @@ class SignalEvaluator:
             raise
         self.unanswered.pop(spec.app, None)
         self._silent_since.pop(spec.app, None)
+        refused = bounds.refusal(request)
+        if refused:
+            raise AnswerRefused(f"signal {spec.namespace}.{spec.name} (app {spec.app}): {refused}")
         return Evaluation(spec.app, request, f"{spec.namespace}.{spec.name}", time.monotonic() - started)
 
-    def evaluate(self, store: MetricsStore, now: int) -> list[Evaluation]:
+    def evaluate(self, store: MetricsStore, now: int, bounds: AnswerBounds = NO_BOUNDS) -> list[Evaluation]:
         """One request per app. Raises SignalError only when the default signal fails when needed."""
         share = _Share(self.signal_seconds)
         if not self.apps:
-            return [self.evaluate_one(self.default, store, now, share)]
+            return [self.evaluate_one(self.default, store, now, share, bounds=bounds)]
         results: list[Evaluation] = []
         default_answer: Evaluation | None = None
         for spec in self.apps:
             try:
-                results.append(self.evaluate_one(spec, store, now, share, keep=default_answer is None))
+                results.append(self.evaluate_one(spec, store, now, share, default_answer is None, bounds))
                 continue
             except SignalError as e:
                 reason = str(e)
             self.failures[spec.app] += 1
             log.warning("%s; using the default signal for app %s", reason, spec.app)
             if default_answer is None:
-                default_answer = self.evaluate_one(self.default, store, now, share)
+                default_answer = self.evaluate_one(self.default, store, now, share, bounds=bounds)
             results.append(
                 Evaluation(
                     spec.app,

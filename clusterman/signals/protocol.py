@@ -37,6 +37,11 @@ class ProtocolError(SignalError):
     """The runner broke the protocol (a bad ACK, a malformed reply): reconnecting will not help."""
 
 
+class AnswerRefused(SignalError):
+    """A well-formed answer asks for more than any demand of the pool could be
+    (``decision/answer_bound.py``): garbage, refused as a NaN is."""
+
+
 def to_request(amounts: dict[str, float | None]) -> ResourceRequest:
     return ResourceRequest(**{name: NO_OPINION if v is None else v for name, v in amounts.items()})
 

@@ -81,7 +81,7 @@ def signal_demand(
         return runners.client(spec) if runners is not None else in_process(setup.identity, spec)
 
     evaluator = SignalEvaluator(setup.identity, specs[0], specs[1:], factory)
-    return SignalDemand(evaluator, store), runners
+    return SignalDemand(evaluator, store, setup.policy), runners
 
 
 def collected_names(setup: PoolSetup) -> frozenset[str] | None:

@@ -112,7 +112,9 @@ def demand_for(
         signal_seconds=signal_seconds(budget_seconds),
     )
     return SignalDemand(
-        evaluator, store or open_store(setup.main, setup.pool, setup.identity, metrics_timeout(budget_seconds))
+        evaluator,
+        store or open_store(setup.main, setup.pool, setup.identity, metrics_timeout(budget_seconds)),
+        setup.policy,
     )
 
 
