@@ -6,6 +6,7 @@ import pytest
 
 from clusterman.cloud.asg import AutoScalingGroup
 from clusterman.cloud.discovery import discover_groups
+from clusterman.cloud.kinds import Clouds
 from clusterman.cloud.resource_group import InstanceState
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.resource_group import read_groups
@@ -30,7 +31,7 @@ def test_asg_is_found_by_tag_and_follows_its_targets(world):
     world.asg("db", desired=1)  # another pool of the same cluster
     world.asg("web", desired=0, extra_tags={TAG_KEY: "not json"})  # reported, never hides the others
 
-    found = discover_groups(world.cluster, "web", [ASG_ENTRY], aws=clients(world.url))
+    found = discover_groups(world.cluster, "web", [ASG_ENTRY], Clouds(aws=clients(world.url)))
     assert [g.id for g in found.groups] == [mine]
     assert found.errors == () and len(found.mistagged) == 1 and "expected JSON like" in str(found.mistagged[0])
     (group,) = found.groups

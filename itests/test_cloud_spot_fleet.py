@@ -7,6 +7,7 @@ import json
 import pytest
 
 from clusterman.cloud.discovery import discover_groups
+from clusterman.cloud.kinds import Clouds
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cloud.resource_group import read_groups
 from clusterman.cloud.spot_fleet import SpotFleetGroup
@@ -27,7 +28,9 @@ def world(moto_server):
 
 def test_fleet_follows_its_targets_and_terminates_exactly_the_chosen(world, moto_server):
     fleet_id = world.fleet("web", target=4, specs=[("m5.large", 2.0)])
-    found = discover_groups(world.cluster, "web", [ResourceGroupConfig("sfr", tag=TAG_KEY)], aws=clients(world.url))
+    found = discover_groups(
+        world.cluster, "web", [ResourceGroupConfig("sfr", tag=TAG_KEY)], Clouds(aws=clients(world.url))
+    )
     assert [g.id for g in found.groups] == [fleet_id] and found.errors == ()
     (group,) = found.groups
 
@@ -98,7 +101,7 @@ def test_fleets_are_found_by_tag_and_in_clusterman_s3_listing(world):
         ResourceGroupConfig("sfr", tag=TAG_KEY),
         ResourceGroupConfig("sfr", s3_bucket=bucket, s3_prefix="us-west-2"),
     ]
-    found = discover_groups(world.cluster, "web", entries, aws=clients(world.url))
+    found = discover_groups(world.cluster, "web", entries, Clouds(aws=clients(world.url)))
     assert sorted(g.id for g in found.groups) == sorted([by_fleet_tag, by_spec_tag, listed, cancelled_running])
     assert len(found.errors) == 1 and f"s3://{bucket}/us-west-2/broken.json" in str(found.errors[0])
 

@@ -4,6 +4,7 @@ import pytest
 
 from clusterman.cloud.discovery import discover_groups
 from clusterman.cloud.instance_types import CATALOG
+from clusterman.cloud.kinds import Clouds
 from clusterman.cloud.resource_group import DEFAULT_TAG_KEY
 from clusterman.cloud.resource_group import InstanceState
 from clusterman.cloud.resource_group import ResourceGroupError
@@ -180,12 +181,12 @@ def test_discovery_finds_the_pools_simulated_groups_by_tag():
         ]
     )
     entries = [ResourceGroupConfig("simulated"), ResourceGroupConfig("simulated", tag="puppet:role::paasta")]
-    found = discover_groups("c1", "web", entries, simulated=cloud)
+    found = discover_groups("c1", "web", entries, Clouds(simulated=cloud))
     assert [g.id for g in found.groups] == ["mine", "custom"]
     assert found.errors == () and len(found.mistagged) == 1  # names no pool: reported, holds nothing
     assert "bad-tag" in str(found.mistagged[0]) and "resource_groups[0] (simulated)" in str(found.mistagged[0])
 
-    no_aws = discover_groups("c1", "web", [ResourceGroupConfig("asg", tag="k"), entries[0]], simulated=cloud)
+    no_aws = discover_groups("c1", "web", [ResourceGroupConfig("asg", tag="k"), entries[0]], Clouds(simulated=cloud))
     assert [g.id for g in no_aws.groups] == ["mine"]
     assert "need AWS clients" in str(no_aws.errors[0])
 

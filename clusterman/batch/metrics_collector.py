@@ -6,10 +6,11 @@ store. A pool that fails (scheduler unreachable, store down, a bug) is logged an
 run tries again: one failing run never ends the loop. ``--once`` runs once and exits 1 if any pool
 failed. ``clusterman collect-metrics`` is the same program.
 
-A pool with cloud resource groups (``asg``, ``sfr``) is read with the same cloud adapters as its
-autoscaler, so its capacity figures are written and a simulated scheduler has instances to turn
-into nodes. Beside its writes (never inside them) the collector applies the store's retention
-once an hour of wall-clock time (``RetentionPass``).
+A pool with groups in a cloud (``asg``, ``sfr``: each kind whose row in ``cloud/kinds.py`` is not
+in-process) is read with the same cloud adapters as its autoscaler, so its capacity figures are
+written and a simulated scheduler has instances to turn into nodes. Beside its writes (never
+inside them) the collector applies the store's retention once an hour of wall-clock time
+(``RetentionPass``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from clusterman.batch.arguments import configure_logging
 from clusterman.batch.arguments import reader_left
 from clusterman.batch.stopping import stop_on_signals
 from clusterman.cloud.groups_view import GroupsCloudView
+from clusterman.cloud.kinds import clouds_needed
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
 from clusterman.config.loader import list_pools
@@ -220,8 +222,8 @@ def load_pools(main: MainConfig, cluster: str, wanted: Sequence[str], directory:
     for identity in identities:
         try:
             pool_config = load_pool_config(main, identity, directory)
-            uses_cloud = any(entry.kind in ("asg", "sfr") for entry in pool_config.resource_groups)
-            cloud = cloud_for(PoolSetup(main, identity, pool_config)) if uses_cloud else None
+            in_a_cloud = bool(clouds_needed(pool_config.resource_groups))
+            cloud = cloud_for(PoolSetup(main, identity, pool_config)) if in_a_cloud else None
             source = WholeCloud(cloud) if cloud is not None and identity.scheduler is Scheduler.SIMULATED else cloud
             connector = connector_for_pool(main, identity, pool_config, cloud=source, timeout_seconds=timeout)
             pools.append((identity, connector))

@@ -41,6 +41,7 @@ from clusterman.cloud.resource_group import Termination
 from clusterman.cloud.resource_group import clamp_target
 from clusterman.cloud.resource_group import plan_termination
 from clusterman.cloud.resource_group import tag_names_pool
+from clusterman.core.config import GroupKind
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import SimulationConfig
@@ -278,7 +279,7 @@ def groups_from_config(
     if not entries:
         problem = f"the pool {identity} has no resource groups to simulate (add `- simulated: {{tag: <group id>}}`)"
         raise ConfigError(source, "resource_groups", problem)
-    others = sorted({e.kind for e in entries if e.kind != "simulated"})
+    others = sorted({e.kind for e in entries if e.kind is not GroupKind.SIMULATED})
     if others and not every_kind:
         problem = f"the simulated pool {identity} needs a cloud adapter for its {', '.join(others)} groups"
         raise ConfigError(source, "resource_groups", problem)
@@ -287,10 +288,10 @@ def groups_from_config(
     initial = sim.initial_capacity if sim.initial_capacity is not None else pool.scaling_limits.min_capacity
     groups: list[SimulatedGroup] = []
     for i, entry in enumerate(entries):
-        group_id = entry.tag if entry.kind == "simulated" and entry.tag else f"{entry.kind}-{i}"
+        group_id = entry.tag if entry.kind is GroupKind.SIMULATED and entry.tag else f"{entry.kind}-{i}"
         if any(g.id == group_id for g in groups):
             raise ConfigError(source, f"resource_groups[{i}]", f"a second group named {group_id!r}")
-        own = [replace(m, spot=True) for m in markets] if entry.kind == "sfr" else markets
+        own = [replace(m, spot=True) for m in markets] if entry.kind is GroupKind.SFR else markets
         share = initial // len(entries) + (1 if i < initial % len(entries) else 0)
         groups.append(
             SimulatedGroup(group_id, own, clock, target_capacity=share, seed=sim.seed if seed is None else seed)

@@ -33,6 +33,15 @@ class Scheduler(enum.Enum):
     SIMULATED = "simulated"
 
 
+class GroupKind(enum.StrEnum):
+    """A kind of resource group, as a ``resource_groups`` entry names it (``- asg: {tag: ...}``).
+    What the autoscaler builds for each is its row of ``cloud/kinds.py: KINDS``."""
+
+    ASG = "asg"  # an EC2 Auto Scaling group
+    SFR = "sfr"  # an EC2 Spot Fleet request
+    SIMULATED = "simulated"  # a group of the simulator or the local stack, in the process
+
+
 class MetricType(enum.Enum):
     SYSTEM_METRICS = "system_metrics"
     APP_METRICS = "app_metrics"
@@ -385,10 +394,13 @@ class ResourceGroupConfig:
     ``s3`` (Spot Fleets only) names Clusterman's JSON listing of fleet ids.
     """
 
-    kind: str
+    kind: GroupKind
     tag: str | None = None
     s3_bucket: str | None = None
     s3_prefix: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", GroupKind(self.kind))  # ``"asg"`` is read as ``GroupKind.ASG``
 
 
 def parse_resource_groups(value: Any) -> tuple[ResourceGroupConfig, ...]:
@@ -398,9 +410,12 @@ def parse_resource_groups(value: Any) -> tuple[ResourceGroupConfig, ...]:
     for i, item in enumerate(value):
         if not isinstance(item, Mapping) or len(item) != 1:
             raise ValueError(f"resource_groups[{i}]: expected a one-key mapping such as `asg: {{tag: ...}}`")
-        ((kind, body),) = item.items()
-        if kind not in ("asg", "sfr", "simulated"):
-            raise ValueError(f"resource_groups[{i}]: unknown group kind {kind!r} (known: asg, sfr, simulated)")
+        ((name, body),) = item.items()
+        try:
+            kind = GroupKind(name)
+        except ValueError:
+            known = ", ".join(GroupKind)
+            raise ValueError(f"resource_groups[{i}]: unknown group kind {name!r} (known: {known})") from None
         body = body or {}
         if not isinstance(body, Mapping):
             raise ValueError(f"resource_groups[{i}].{kind}: expected a mapping")
@@ -416,7 +431,7 @@ def parse_resource_groups(value: Any) -> tuple[ResourceGroupConfig, ...]:
             )
         s3 = body.get("s3") or {}
         if s3:
-            if kind != "sfr":
+            if kind is not GroupKind.SFR:
                 raise ValueError(f"{where}.s3: only sfr groups are listed in S3; {kind} groups are found by tag")
             if not isinstance(s3, Mapping) or set(s3) != {"bucket", "prefix"}:
                 raise ValueError(f"{where}.s3: expected {{bucket: ..., prefix: ...}}, got {s3!r}")

@@ -15,6 +15,8 @@ from clusterman.cloud.clients import AwsClients
 from clusterman.cloud.discovery import Discovery
 from clusterman.cloud.discovery import discover_groups
 from clusterman.cloud.groups_view import GroupsCloudView
+from clusterman.cloud.kinds import Clouds
+from clusterman.cloud.kinds import clouds_needed
 from clusterman.cloud.simulated_group import SimulatedCloud
 from clusterman.core.model import PoolSnapshot
 from clusterman.datastore.pool_metrics import collect
@@ -54,24 +56,25 @@ def aws_clients(setup: PoolSetup, budget_seconds: float | None = None) -> AwsCli
     return AwsClients(AwsSettings.from_config(setup.main.aws, region), timeout_seconds=timeout)
 
 
+def clouds_for(
+    setup: PoolSetup, simulated: SimulatedCloud | None = None, budget_seconds: float | None = None
+) -> Clouds:
+    """The clouds the pool's ``resource_groups`` live in, each connected to only when a kind needs it."""
+    needed = clouds_needed(setup.pool.resource_groups)
+    return Clouds(aws=aws_clients(setup, budget_seconds) if "aws" in needed else None, simulated=simulated)
+
+
 def discovery_for(
     setup: PoolSetup, simulated: SimulatedCloud | None = None, budget_seconds: float | None = None
 ) -> Callable[[], Discovery]:
     """Finds the pool's resource groups when called (as every run does)."""
-    uses_aws = any(entry.kind in ("asg", "sfr") for entry in setup.pool.resource_groups)
-    aws = aws_clients(setup, budget_seconds) if uses_aws else None
-
+    clouds = clouds_for(setup, simulated, budget_seconds)
     migration = setup.pool.node_migration
     launches = migration.enabled and migration.trigger.drift  # what the groups launch now: drift's other side
 
     def discover() -> Discovery:
         return discover_groups(
-            setup.identity.cluster,
-            setup.identity.pool,
-            setup.pool.resource_groups,
-            aws=aws,
-            simulated=simulated,
-            launches=launches,
+            setup.identity.cluster, setup.identity.pool, setup.pool.resource_groups, clouds, launches=launches
         )
 
     return discover
