@@ -153,6 +153,7 @@ class Peer:
         holds: tuple[Hold, ...] = (),
         unseen: Fraction | None = ZERO,
         notices: tuple[Notice, ...] = NO_NOTICES,  # not modelled: the peer's scaling alone is compared
+        ahead: Fraction = ZERO,  # not modelled either
     ) -> Decision:
         view = view_of(snapshot)
         pending = [_need(t) for t in snapshot.pending if t.asks_for_capacity]

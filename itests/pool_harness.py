@@ -141,13 +141,17 @@ class PoolHarness:
 
     # --- the Kubernetes side --------------------------------------------------------------------
 
-    def join(self, instance_ids: list[str], cpus: float = 2, mem: str = "8000M") -> list[str]:
-        """Register instances as Ready nodes of the pool; returns the node names."""
+    def join(
+        self, instance_ids: list[str], cpus: float = 2, mem: str = "8000M", kernel: str = "", watched: bool = False
+    ) -> list[str]:
+        """Register instances as Ready nodes of the pool (``kernel``: their status.nodeInfo's;
+        ``watched``: written as the kubelet writes them, so a running watch sees them join);
+        returns the node names."""
         assert self.kube is not None
         names = []
         for instance_id in instance_ids:
             name = f"node-{instance_id}"
-            self.kube.nodes[name] = {
+            node = {
                 "metadata": {
                     "name": name,
                     "labels": {POOL_LABEL: POOL},
@@ -158,8 +162,13 @@ class PoolHarness:
                 "status": {
                     "allocatable": {"cpu": str(cpus), "memory": mem},
                     "conditions": [{"type": "Ready", "status": "True"}],
+                    "nodeInfo": {"kernelVersion": kernel, "osImage": "Ubuntu 22.04.3 LTS"},
                 },
             }
+            if watched:
+                self.kube.put("nodes", node)
+            else:
+                self.kube.nodes[name] = node
             names.append(name)
         return names
 
@@ -199,11 +208,16 @@ class PoolHarness:
                 if pod["spec"].get("nodeName") == name:
                     del self.kube.pods[key]
 
-    def forget_terminated(self) -> list[str]:
-        """What the cloud controller does: drop the nodes whose instances were terminated."""
+    def forget_terminated(self, watched: bool = False) -> list[str]:
+        """What the cloud controller does: drop the nodes whose instances were terminated
+        (``watched``: as the API server deletes them, so a running watch sees them go)."""
         assert self.kube is not None
         gone = [name for name, obj in self.kube.nodes.items() if not self._running(obj)]
-        self.remove_nodes(gone)
+        if watched:
+            for name in gone:
+                self.kube.delete("nodes", name)
+        else:
+            self.remove_nodes(gone)
         return gone
 
     def _running(self, node: dict[str, Any]) -> bool:

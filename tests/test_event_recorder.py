@@ -205,3 +205,13 @@ def test_event_history_health_is_exported(rec):
     assert 'clusterman_events_stored{cluster="norcal",pool="web.kubernetes"} 2.0' in text
     assert 'clusterman_events_dropped_total{cluster="norcal",pool="web.kubernetes"} 1.0' in text
     assert 'clusterman_events_published_total{cluster="norcal",pool="web.kubernetes"} 2.0' in text
+
+
+def test_every_node_action_records_a_node_with_its_size(rec):
+    """Each action, given the node's size, is an event the ring takes (a NONE change with a
+    resource would be refused: the run that records it would fail after acting)."""
+    for action in NodeAction:
+        rec.node(action, "i-1", "asg-web", NODE_SIZE, "why")
+    recorded = events(rec)
+    assert len(recorded) == len(NodeAction)
+    assert all(e.resource and e.change is not ChangeType.NONE for e in recorded)

@@ -5,6 +5,7 @@ the drain machinery's replacements joining, nodes terminated, drains given up.""
 from __future__ import annotations
 
 from dataclasses import replace
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -18,6 +19,8 @@ from clusterman.core.model import PoolSnapshot
 from clusterman.core.model import ResourceGroup
 from clusterman.core.model import Task
 from clusterman.core.resources import Resources
+from clusterman.decision import AutoscalerState
+from clusterman.decision import decide
 from clusterman.decision import migration_request
 from clusterman.decision.migration import MigrationInputs
 from clusterman.decision.migration import MigrationRecord
@@ -27,6 +30,7 @@ from clusterman.decision.migration import due_for_uptime
 from clusterman.decision.migration import plan
 from clusterman.decision.migration import settle
 from clusterman.decision.migration_request import Status
+from tests import scaling_builders as builders
 
 NOW = 1_700_000_000.0
 DAY = 86400.0
@@ -84,7 +88,7 @@ def test_an_event_replaces_ahead_then_drains_batch_by_batch_oldest_first_and_com
     m = first.active
     assert m is not None and (m.trigger, m.phase, m.step, m.selected) == (Trigger.EVENT, Phase.REPLACING, 1, 3)
     assert first.replace == ("n2", "n1") and first.drain == ()  # the oldest first, replaced ahead
-    assert first.happened == ("m1: started: kernel ge 5.15: 3 node(s) to replace",)
+    assert tuple(map(str, first.happened)) == ("m1: started: kernel ge 5.15: 3 node(s) to replace",)
     (mark,) = first.marks
     assert (mark.name, mark.status, mark.fields["step"], mark.fields["nodesLeft"]) == (
         "m1", Status.INPROGRESS, "step 1: replacing 2 node(s)", 3,
@@ -98,7 +102,7 @@ def test_an_event_replaces_ahead_then_drains_batch_by_batch_oldest_first_and_com
     assert short.replace == ("n2", "n1") and "waiting for replacements: 5 of target 7 joined" in short.line
     ready = plan(first.record, pool(joined(nodes, 2), target=7), inputs(r), NOW + 200)
     assert ready.drain == ("n2", "n1") and ready.active.phase is Phase.DRAINING
-    assert ready.happened == ("m1: step 1: replacements ready, draining 2 node(s)",)
+    assert tuple(map(str, ready.happened)) == ("m1: step 1: replacements ready, draining 2 node(s)",)
 
     # the drain machinery terminates them: the next step replaces the last old node
     after = [n for n in joined(nodes, 2) if n.id not in ("n1", "n2")]
@@ -166,7 +170,7 @@ def test_a_migration_stopped_or_deleted_mid_step_drains_no_more(label, why):
     now_r = () if label is None else (replace(r, status=Status(label)),)
     stopped = plan(p.record, pool(joined(nodes, 2), target=6), inputs(*now_r), NOW + 260)
     assert stopped.active is None and stopped.drain == stopped.replace == ()
-    assert stopped.happened == (f"m1: stopped: {why}",)
+    assert tuple(map(str, stopped.happened)) == (f"m1: stopped: {why}",)
     if label:
         (mark,) = stopped.marks
         assert mark.status is Status.SKIPPED and mark.fields["reason"] == why  # Clusterman's label for a stop
@@ -258,7 +262,7 @@ def test_max_uptime_starts_early_enough_for_every_node_to_be_reached_in_time():
     for t in (2, 60, 125, 250):
         p = plan(record, pool(nodes, pending=3), inputs(s=s2), NOW + t)
         record = p.record
-    assert p.active is not None and p.happened[-1].startswith("max_uptime: started")
+    assert p.active is not None and str(p.happened[-1]).startswith("max_uptime: started")
     assert record.skips == 0
 
 
@@ -296,3 +300,14 @@ def test_nodes_whose_trait_is_not_reported_are_left_and_said():
     assert p.active is None and p.record.ended == (("m1", "completed"),)
     assert p.marks[0].fields["reason"] == "1 node(s) whose kernel is not reported left as they are"
     assert NO_TIME < 0  # unknown launch times sort last with highest_uptime
+
+
+def test_the_decision_adds_the_capacity_asked_ahead_within_the_pool_s_maximum():
+    at_setpoint = builders.snapshot(builders.nodes(10, cpus=1))  # 10 units, 7 cpus asked at setpoint 70%
+    asked = {"app": builders.request(cpus=7)}
+    plain = decide(at_setpoint, asked, builders.policy(), AutoscalerState(), NOW)
+    ahead = decide(at_setpoint, asked, builders.policy(), AutoscalerState(), NOW, ahead=Fraction(2))
+    assert plain.target_capacity == 10 and ahead.target_capacity == 12
+    assert "+ 2 asked ahead for a node migration" in ahead.explanation
+    capped = decide(at_setpoint, asked, builders.policy(max_capacity=11), AutoscalerState(), NOW, ahead=Fraction(2))
+    assert capped.target_capacity == 11

@@ -134,6 +134,31 @@ class NodeMigrations:
             self._reflector = Reflector(PLURAL, source, self._store)
         return self._reflector
 
+    def nodes_selected(self, pool_selector: str, selectors: tuple[str, ...]) -> frozenset[str]:
+        """The names of the pool's nodes that every one of ``selectors`` selects, as the API server
+        selects them (a NodeMigration's ``label_selectors``). ConnectorError when it cannot say."""
+        import kubernetes.client
+
+        self._custom()
+        api = kubernetes.client.CoreV1Api(self._client)
+        names: set[str] = set()
+        token: str | None = None
+        query = ",".join((pool_selector, *selectors))
+        try:
+            while True:
+                page = api.list_node(
+                    label_selector=query,
+                    limit=500,
+                    _continue=token,
+                    _request_timeout=request_timeout(self.timeout_seconds),
+                )
+                names.update(n.metadata.name for n in page.items or ())
+                token = page.metadata._continue
+                if not token:
+                    return frozenset(names)
+        except Exception as e:
+            raise self._fail(f"listing the nodes {query}", e) from e
+
     # --- writing ------------------------------------------------------------------------------------
 
     def create(self, body: dict[str, Any]) -> None:

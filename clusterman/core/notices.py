@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from typing import Protocol
+from typing import runtime_checkable
 
 from clusterman.core.model import NO_TIME
 from clusterman.core.model import PoolSnapshot
@@ -104,6 +105,28 @@ class NoticeSource(Protocol):
     def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Ahead:
+    """What a source that plans its notices (a node migration) asks of the run besides them:
+    ``weight`` (capacity units) asked beyond the decision's own sizing while it runs (Clusterman's
+    prescaling), ``hold`` why the pool must not shrink meanwhile ("" when it may: Clusterman's
+    ``disable_autoscaling``), and its ``line`` for the run's log line and ``clusterman status``."""
+
+    weight: float = 0.0
+    hold: str = ""
+    line: str = ""
+
+
+NOTHING_AHEAD = Ahead()
+
+
+@runtime_checkable
+class Plans(Protocol):
+    """A source of notices that also asks capacity ahead (``ahead`` is read after ``notices``)."""
+
+    def ahead(self) -> Ahead: ...
+
+
 class NoSource:
     """No notices: a pool whose nodes leave only by its own decision."""
 
@@ -142,6 +165,17 @@ class Sources:
     def settle(self, outcome: DrainOutcome) -> None:
         for source in self.sources:
             source.settle(outcome)
+
+    def ahead(self) -> Ahead:
+        """The sources that plan, as one: their weights added, their holds and lines joined."""
+        asks = [source.ahead() for source in self.sources if isinstance(source, Plans)]
+        if not asks:
+            return NOTHING_AHEAD
+        return Ahead(
+            sum(a.weight for a in asks),
+            "; ".join(a.hold for a in asks if a.hold),
+            "; ".join(a.line for a in asks if a.line),
+        )
 
     def close(self) -> None:
         for source in self.sources:

@@ -81,6 +81,7 @@ def decide(
     holds: tuple[Hold, ...] = (),
     unseen: Fraction | None = ZERO,
     notices: tuple[Notice, ...] = NO_NOTICES,
+    ahead: Fraction = ZERO,
 ) -> Decision:
     """What the pool should look like at ``now`` (Unix seconds), and why.
 
@@ -90,8 +91,10 @@ def decide(
     groups that could not be read (their last targets known), which counts within the pool's
     min and max; None when not known: the pool does not grow. ``notices``: nodes that must go
     for a reason of their own (a Spot interruption, a migration): they leave the ready capacity
-    now, and their replacement is asked for in this run (drains.py). Raises
-    SnapshotError for a snapshot it cannot trust; the caller then keeps the pool as it is.
+    now, and their replacement is asked for in this run (drains.py). ``ahead``: capacity asked
+    beyond the decision's own sizing (a node migration's prescaling), within the pool's bounds;
+    consolidation waits meanwhile. Raises SnapshotError for a snapshot it cannot trust; the caller
+    then keeps the pool as it is.
     """
     full = view_of(snapshot)
     leave = leavers(full, notices, state.drains, now)
@@ -134,7 +137,8 @@ def decide(
         plan = Consolidation(note=f"consolidation off: {policy.consolidation.off_because}")
         notes.append(plan.note)
     if policy.consolidation.enabled:
-        busy = _in_flight(view, snapshot, proposal, blocked, keeping, policy, state.disruption, now)
+        busy = "a node migration runs" if ahead else ""
+        busy = busy or _in_flight(view, snapshot, proposal, blocked, keeping, policy, state.disruption, now)
         resting = state.drains.resting(now, policy.draining)
         plan = consolidate(view, places, policy, proposal.asked, state.disruption, now, busy, resting)
         if plan.gained:  # a node drained to be kept: its places come, and the pool shrinks no further now
@@ -142,6 +146,9 @@ def decide(
             proposal = again if again.target >= T else Proposal(T, f"{again.reason}; keep {show(T)}", again.asked)
         elif plan.removed:
             proposal = Proposal(T - plan.removed, proposal.reason, proposal.asked)
+    if ahead:
+        reason = f"{proposal.reason}; + {show(ahead)} asked ahead for a node migration"
+        proposal = Proposal(proposal.target + ahead, reason, proposal.asked)
     clamped = clamp(T, proposal.target, policy, blocked, unseen)
     why = Reason.CONSOLIDATION if plan.removed else clamped.reason
     reason = proposal.reason

@@ -19,6 +19,7 @@ class HoldReason(enum.Enum):
     SIGNALS_STALE = "signals_stale"  # the signals' input is too old
     GROUPS_UNREADABLE = "groups_unreadable"  # some of the pool's capacity is not known
     CAPACITY_LOSS = "capacity_loss"  # more nodes lost since the last run than the policy allows
+    NODE_MIGRATION = "node_migration"  # a node migration runs with disable_autoscaling
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,20 @@ class Mark:
 
 
 @dataclass(frozen=True)
+class Happened:
+    """Something a run did to a migration, for events: ``outcome`` is started, step, completed,
+    failed, stopped, skipped or put_off; ``text`` says it in words."""
+
+    key: str
+    trigger: Trigger
+    outcome: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.text}"
+
+
+@dataclass(frozen=True)
 class MigrationInputs:
     """What a run knows besides the snapshot. ``requests``: this pool's NodeMigration resources;
     ``selected``: per resource with label selectors, the pool's nodes they select (absent: not
@@ -244,7 +258,7 @@ class MigrationPlan:
     drain: tuple[str, ...] = ()
     prescale: float = 0.0
     marks: tuple[Mark, ...] = ()
-    happened: tuple[str, ...] = ()
+    happened: tuple[Happened, ...] = ()
     line: str = ""
 
     @property
@@ -318,7 +332,7 @@ def plan(record: MigrationRecord, snapshot: PoolSnapshot, inputs: MigrationInput
     A resource's status is written only when it would change (``marks``)."""
     s = inputs.settings
     marks: list[Mark] = []
-    happened: list[str] = []
+    happened: list[Happened] = []
     requests = {r.name: r for r in inputs.requests}
     ended = list(record.ended)
     active = record.active
@@ -334,7 +348,7 @@ def plan(record: MigrationRecord, snapshot: PoolSnapshot, inputs: MigrationInput
         if why:
             marks.append(Mark(r.name, status, {"state": status.value, "reason": why, "updatedAt": format_time(now)}))
             ended.append((r.name, (Phase.FAILED if status is Status.FAILED else Phase.STOPPED).value))
-            happened.append(f"{r.name}: {status.value}: {why}")
+            happened.append(Happened(r.name, Trigger.EVENT, status.value, f"{status.value}: {why}"))
     record = replace(record, ended=tuple(ended))
 
     def finished(m: Migration) -> bool:
@@ -414,7 +428,7 @@ def _refusal(r: MigrationRequest, s: NodeMigrationConfig) -> tuple[str, Status]:
 
 def _start(
     record: MigrationRecord, snapshot: PoolSnapshot, inputs: MigrationInputs, now: float
-) -> tuple[MigrationRecord, Migration | None, list[str]]:
+) -> tuple[MigrationRecord, Migration | None, list[Happened]]:
     """The next migration to run, if any has work: the oldest open resource, else max_uptime, else drift."""
     s = inputs.settings
     if not s.enabled:
@@ -423,7 +437,7 @@ def _start(
     rate = max(1, s.strategy.rate.of(len(nodes)))
     prescale = s.strategy.prescaling.of(len(nodes)) * _mean_weight(nodes)
     phase = Phase.PRESCALING if prescale > 0 else Phase.REPLACING
-    events = []
+    events: list[Happened] = []
     openings = sorted(
         (r for r in inputs.requests if r.status is not None and r.status.open and not r.refused),
         key=lambda r: (r.created, r.name),
@@ -435,7 +449,8 @@ def _start(
                 r.name, Trigger.EVENT, phase, now, now, selected=len(chosen or ()), rate=rate, prescale=prescale,
                 created=r.created if r.created != NO_TIME else now,
             )  # fmt: skip
-            events.append(f"{r.name}: started: {r.spec_line()}: {len(chosen or ())} node(s) to replace")
+            text = f"started: {r.spec_line()}: {len(chosen or ())} node(s) to replace"
+            events.append(Happened(r.name, Trigger.EVENT, "started", text))
             return record, _first_step(migration, snapshot, inputs, now), events
     if math.isfinite(s.trigger.max_uptime) and s.trigger.max_uptime >= MIN_MAX_UPTIME:
         due = due_for_uptime(nodes, s, rate, now)
@@ -445,14 +460,16 @@ def _start(
             if unhealthy and (limit == 0 or record.skips < limit):
                 if record.skipped_at == NO_TIME or now - record.skipped_at >= s.health_check_interval:
                     record = replace(record, skips=record.skips + 1, skipped_at=now)
-                    events.append(f"max_uptime: {len(due)} node(s) due, put off: the pool is not healthy ({unhealthy})")
+                    text = f"{len(due)} node(s) due, put off: the pool is not healthy ({unhealthy})"
+                    events.append(Happened(Trigger.MAX_UPTIME.value, Trigger.MAX_UPTIME, "put_off", text))
                 return record, None, events
             record = replace(record, skips=0, skipped_at=NO_TIME)
             migration = Migration(
                 Trigger.MAX_UPTIME.value, Trigger.MAX_UPTIME, phase, now, now, selected=len(due), rate=rate,
                 prescale=prescale,
             )  # fmt: skip
-            events.append(f"max_uptime: started: {len(due)} node(s) older than they may be when reached")
+            text = f"started: {len(due)} node(s) older than they may be when reached"
+            events.append(Happened(Trigger.MAX_UPTIME.value, Trigger.MAX_UPTIME, "started", text))
             return record, _first_step(migration, snapshot, inputs, now), events
     if inputs.drift:
         drifted = [n for n in nodes if n.id in inputs.drifted]
@@ -461,7 +478,8 @@ def _start(
                 Trigger.DRIFT.value, Trigger.DRIFT, phase, now, now, selected=len(drifted), rate=rate,
                 prescale=prescale,
             )  # fmt: skip
-            events.append(f"drift: started: {len(drifted)} node(s) launched from another template or image")
+            text = f"started: {len(drifted)} node(s) launched from another template or image"
+            events.append(Happened(Trigger.DRIFT.value, Trigger.DRIFT, "started", text))
             return record, _first_step(migration, snapshot, inputs, now), events
     return record, None, events
 
@@ -478,7 +496,7 @@ def _advance(
     inputs: MigrationInputs,
     requests: Mapping[str, MigrationRequest],
     now: float,
-) -> tuple[Migration, list[str]]:
+) -> tuple[Migration, list[Happened]]:
     s = inputs.settings
     if m.trigger is Trigger.EVENT:
         r = requests.get(m.key)
@@ -515,9 +533,8 @@ def _advance(
         unhealthy = health(snapshot, s)
         waited = now - m.since
         if waited >= s.strategy.bootstrap_wait and not unhealthy:
-            return replace(m, phase=Phase.DRAINING, since=now, reason=""), [
-                f"{m.key}: step {m.step}: replacements ready, draining {len(m.batch)} node(s)"
-            ]
+            text = f"step {m.step}: replacements ready, draining {len(m.batch)} node(s)"
+            return replace(m, phase=Phase.DRAINING, since=now, reason=""), [Happened(m.key, m.trigger, "step", text)]
         if waited > s.strategy.bootstrap_timeout:
             why = f"replacements not ready within bootstrap_timeout {format_duration(s.strategy.bootstrap_timeout)}"
             return _end(m, Phase.FAILED, f"{why} ({unhealthy}); the step's nodes are left as they were", now)
@@ -594,9 +611,9 @@ def _completed(m: Migration, snapshot: PoolSnapshot, request: MigrationRequest |
     )
 
 
-def _end(m: Migration, phase: Phase, why: str, now: float) -> tuple[Migration, list[str]]:
+def _end(m: Migration, phase: Phase, why: str, now: float) -> tuple[Migration, list[Happened]]:
     ended = replace(m, phase=phase, since=now, reason=why)
-    return ended, [f"{m.key}: {phase.value}: {why}"]
+    return ended, [Happened(m.key, m.trigger, phase.value, f"{phase.value}: {why}")]
 
 
 def _mean_weight(nodes: list[Node]) -> float:
@@ -629,7 +646,7 @@ def _step_line(m: Migration) -> str:
 
 
 def _plan(
-    record: MigrationRecord, marks: list[Mark], happened: list[str], s: NodeMigrationConfig, now: float
+    record: MigrationRecord, marks: list[Mark], happened: list[Happened], s: NodeMigrationConfig, now: float
 ) -> MigrationPlan:
     m = record.active
     if m is None:

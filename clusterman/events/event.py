@@ -83,6 +83,7 @@ class ChangeDetail(enum.IntEnum):
     BREAKER_CLOSED = 601
     POOL_PAUSE = 700
     POOL_RESUME = 701
+    POOL_MIGRATION = 702  # a node migration started, moved on or ended; objectID = pool, referenceID = which
     CONFIG_RELOAD = 800  # a changed file was loaded and is in use
     CONFIG_REJECTED = 801  # a changed file was invalid; the previous one stays in use
     ERROR_CLOUD = 900  # the cloud provider failed a call

@@ -108,6 +108,14 @@ class AutoscalerMetrics:
             "drains", "Drains by reason and how they ended (started, done, given_up, forced)", "reason", "outcome"
         )
         self._pods_lost = counter("pods_lost", "Pods still on a node that went before its drain finished", "reason")
+        self._migrations = counter(
+            "node_migrations",
+            "Node migrations by trigger (event, max_uptime, drift) and what happened (started, completed, ...)",
+            "trigger",
+            "outcome",
+        )
+        self._migrated = counter("node_migration_nodes", "Nodes a node migration replaced, by trigger", "trigger")
+        self._migration_left = gauge("node_migration_nodes_left", "Nodes the running node migration has left")
         self._consolidated = counter(
             "consolidated_nodes", "Nodes consolidation drained, by what for (remove, keep)", "choice"
         )
@@ -210,6 +218,14 @@ class AutoscalerMetrics:
         self._drains.labels(*self._l(reason, outcome)).inc()
         if pods_lost:
             self._pods_lost.labels(*self._l(reason)).inc(pods_lost)
+
+    def observe_migration(self, trigger: str, outcome: str) -> None:
+        self._migrations.labels(*self._l(trigger, outcome)).inc()
+
+    def observe_migration_nodes(self, trigger: str, replaced: int, left: int) -> None:
+        if replaced:
+            self._migrated.labels(*self._l(trigger)).inc(replaced)
+        self._migration_left.labels(*self._l()).set(left)
 
     def observe_consolidation(self, choice: str) -> None:
         self._consolidated.labels(*self._l(choice)).inc()

@@ -34,7 +34,7 @@ _NODE_DETAIL: Final = {
     NodeAction.TERMINATE: (D.NODE_TERMINATE, ChangeType.REMOVE),
     NodeAction.ORPHAN_CLEANUP: (D.NODE_ORPHAN, ChangeType.REMOVE),
     NodeAction.CONSOLIDATE: (D.NODE_CONSOLIDATE, ChangeType.SET),
-    NodeAction.NOTICE: (D.NODE_NOTICE, ChangeType.NONE),
+    NodeAction.NOTICE: (D.NODE_NOTICE, ChangeType.SET),
     NodeAction.GIVE_UP: (D.NODE_DRAIN_GIVEN_UP, ChangeType.SET),
 }
 _ERROR_DETAIL: Final = {
@@ -212,6 +212,16 @@ class Recorder:
     def paused(self, reason: str) -> None:
         self._publish(EventType.POOL, ChangeType.NONE, D.POOL_PAUSE, self.pool, message=reason)
         self.metrics.set_paused(True)
+
+    def migration(self, key: str, trigger: str, outcome: str, message: str) -> None:
+        """A node migration (``key``: its NodeMigration, or the trigger) started, moved on to its
+        next step, or ended (``outcome``: started, step, completed, failed, stopped, put_off)."""
+        self._publish(EventType.POOL, ChangeType.NONE, D.POOL_MIGRATION, self.pool, key, message=message)
+        self.metrics.observe_migration(trigger, outcome)
+
+    def migration_progress(self, trigger: str, replaced: int, left: int) -> None:
+        """Nodes a migration replaced this run, and how many it has left (0 when none runs)."""
+        self.metrics.observe_migration_nodes(trigger, replaced, left)
 
     def resumed(self, reason: str) -> None:
         self._publish(EventType.POOL, ChangeType.NONE, D.POOL_RESUME, self.pool, message=reason)

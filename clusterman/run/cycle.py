@@ -42,12 +42,14 @@ from clusterman.core.model import NodeSets
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.notices import NO_NOTICES
+from clusterman.core.notices import NOTHING_AHEAD
 from clusterman.core.notices import DrainOutcome
 from clusterman.core.notices import LeaveReason
 from clusterman.core.notices import NoSource
 from clusterman.core.notices import Notice
 from clusterman.core.notices import NoticeError
 from clusterman.core.notices import NoticeSource
+from clusterman.core.notices import Plans
 from clusterman.core.resources import ResourceRequest
 from clusterman.core.resources import Resources
 from clusterman.datastore.store import MetricsError
@@ -101,8 +103,8 @@ EVENT_REASON: Mapping[Reason, ChangeDetail] = {
 
 
 class Decider(Protocol):
-    """The decision's signature (``decide``'s). ``notices`` is passed only when there are some: a
-    decider that knows nothing of them (the scoreboard's peers) is then called without."""
+    """The decision's signature (``decide``'s). ``notices`` and ``ahead`` are passed only when there
+    are some: a decider that knows nothing of them (the scoreboard's peers) is then called without."""
 
     def __call__(
         self,
@@ -114,6 +116,7 @@ class Decider(Protocol):
         holds: tuple[Hold, ...] = (),
         unseen: Fraction | None = ZERO,
         notices: tuple[Notice, ...] = NO_NOTICES,
+        ahead: Fraction = ZERO,
     ) -> Decision: ...
 
 
@@ -264,9 +267,15 @@ class Cycle:
             text = f"{unreadable} resource group(s) could not be read: no scale-down this run"
             holds.append(Hold(HoldReason.GROUPS_UNREADABLE, text))
         notices = self._notices(snapshot, now)
+        ahead = self.notices.ahead() if isinstance(self.notices, Plans) else NOTHING_AHEAD
+        if ahead.hold:
+            holds.append(Hold(HoldReason.NODE_MIGRATION, ahead.hold))
         try:
             args = (snapshot, requests.by_app, self.policy, self.state, now, tuple(holds), unseen)
-            decision = self.decider(*args, notices) if notices else self.decider(*args)
+            if ahead.weight:
+                decision = self.decider(*args, notices, exact(ahead.weight))
+            else:
+                decision = self.decider(*args, notices) if notices else self.decider(*args)
         except SnapshotError as e:
             return self._no_change(now, Outcome.NO_SNAPSHOT, f"snapshot refused: {e}", ErrorSource.SCHEDULER, snapshot)
 
@@ -287,7 +296,9 @@ class Cycle:
             self.state = self._untaken(decision, applied, now)
             self._keep_targets(now)  # after acting: a slow store must not delay the run's changes
             self._settle_notices(decision, applied, snapshot, now)
-        report = RunReport(now, Outcome.ACTED, "", snapshot, decision, applied, requests, unreadable)
+        report = RunReport(
+            now, Outcome.ACTED, "", snapshot, decision, applied, requests, unreadable, migration=ahead.line
+        )
         if log.isEnabledFor(logging.INFO):  # building the line costs; a simulated run logs nothing
             log.info("%s", report.line())
         return report

@@ -75,6 +75,7 @@ class RunReport:
     requests: Requests | None = None
     unreadable_groups: int = 0  # resource groups that could not be read: the target is not all known
     unworkable: str = ""  # why the configuration cannot work, as this run found ("" when it did not)
+    migration: str = ""  # where the pool's node migration stands ("" when none runs)
 
     def line(self) -> str:
         """One line per run, for people watching the log or `make run`."""
@@ -90,6 +91,7 @@ class RunReport:
         return (
             f"{stamp}{dry}{held} demand {demand}{self._fallbacks()} | utilisation {util} | {d.action.value} | "
             f"{self._target_text(d)}{errors} | {d.explanation}{self._drains_text(d)}"
+            + (f" | {self.migration}" if self.migration else "")
         )
 
     def _drains_text(self, d: Decision) -> str:

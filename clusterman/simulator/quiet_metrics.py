@@ -35,6 +35,8 @@ UPDATES = (
     "observe_consolidation",
     "observe_notice",
     "observe_drain",
+    "observe_migration",
+    "observe_migration_nodes",
 )
 
 

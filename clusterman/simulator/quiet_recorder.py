@@ -26,6 +26,8 @@ RECORDS = (
     "evicted",
     "drain",
     "notice",
+    "migration",
+    "migration_progress",
     "lock_taken",
     "lock_released",
     "breaker_opened",

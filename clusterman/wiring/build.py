@@ -18,6 +18,8 @@ from clusterman.cloud.groups_view import GroupsCloudView
 from clusterman.cloud.kinds import Clouds
 from clusterman.cloud.kinds import clouds_needed
 from clusterman.cloud.simulated_group import SimulatedCloud
+from clusterman.cluster.node_migrations import NodeMigrations
+from clusterman.core.config import Scheduler
 from clusterman.core.model import PoolSnapshot
 from clusterman.datastore.pool_metrics import collect
 from clusterman.datastore.store import MetricsStore
@@ -30,6 +32,7 @@ from clusterman.run.cycle import Cycle
 from clusterman.run.demand_source import DemandSource
 from clusterman.run.demand_source import InternalDemand
 from clusterman.run.demand_source import SignalDemand
+from clusterman.run.migration_source import MigrationSource
 from clusterman.signals.client import SignalClient
 from clusterman.signals.client import allowed_uids_from_env
 from clusterman.signals.evaluator import SignalEvaluator
@@ -39,9 +42,12 @@ from clusterman.signals.specs import default_signal_spec
 from clusterman.state.carried import StoredState
 from clusterman.state.lease import Holder
 from clusterman.state.lease import PoolLease
+from clusterman.state.node_migration import StoredMigration
 from clusterman.state.pause import PauseStatus
 from clusterman.state.pause import pause_status
+from clusterman.state.store import StateStore
 from clusterman.wiring.connectors import connector_for_pool
+from clusterman.wiring.connectors import kubeconfig_path
 from clusterman.wiring.lifecycles import lifecycle_for_pool
 from clusterman.wiring.metrics_store import open_store
 from clusterman.wiring.setup import PoolSetup
@@ -121,6 +127,30 @@ def demand_for(
     )
 
 
+def migration_for(
+    setup: PoolSetup, state_store: StateStore, recorder: Recorder, *, dry_run: bool = False, timeout: float = 30.0
+) -> MigrationSource | None:
+    """The pool's node migration as a source of notices, when its file has a ``node_migration``
+    block; NodeMigration resources are read for Kubernetes pools with ``trigger.event``."""
+    settings = setup.pool.node_migration
+    if not settings.enabled:
+        return None
+    resources = None
+    if settings.trigger.event and setup.identity.scheduler is Scheduler.KUBERNETES:
+        resources = NodeMigrations(kubeconfig_path(setup.main, setup.identity), timeout_seconds=timeout)
+    return MigrationSource(
+        setup.identity,
+        settings,
+        StoredMigration(state_store, setup.identity),
+        recorder,
+        resources=resources,
+        pool_selector=f"{setup.pool.node_label_key}={setup.identity.pool}",
+        budget_share=float(setup.policy.consolidation.max_disrupted_share),
+        attempts_margin=setup.main.batches.node_migration.failed_attemps_margin,
+        dry_run=dry_run,
+    )
+
+
 def build_cycle(
     setup: PoolSetup,
     recorder: Recorder,
@@ -173,4 +203,5 @@ def build_cycle(
         keeper=StoredState(state_store, setup.identity),
         lease=PoolLease(state_store, setup.identity, holder, lease_seconds) if holder and not dry_run else None,
         budget_seconds=budget_seconds,
+        notices=migration_for(setup, state_store, recorder, dry_run=dry_run, timeout=timeout),
     )
