@@ -35,7 +35,7 @@ def test_durations_and_times():
     assert [whole_seconds(v) for v in (90, "90s", "15m", "6h", "2d", "1h30m", "0.5h")] == [
         90, 90, 900, 21600, 172800, 5400, 1800,
     ]  # fmt: skip
-    for bad in ("soon", "15 minutes", "1h and a bit", True, None):
+    for bad in ("soon", "15 fortnights", "1h and a bit", True, None):
         with pytest.raises(ValueError, match="expected a duration"):
             whole_seconds(bad)
     assert (
