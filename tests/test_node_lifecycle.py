@@ -41,8 +41,8 @@ from clusterman.core.config_schema import ConfigError
 from clusterman.core.model import NodeState
 from clusterman.core.resources import Resources
 from clusterman.run.budget import scheduler_timeout
-from clusterman.wiring.connectors import connector_for_pool
-from clusterman.wiring.lifecycles import lifecycle_for_pool
+from clusterman.wiring.schedulers import connector_for_pool
+from clusterman.wiring.schedulers import lifecycle_for_pool
 
 CORDON = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule", "timeAdded": "2024-05-02T07:00:00Z"}
 OURS = {"key": SCALE_DOWN_TAINT_KEY, "value": "1714640000", "effect": "NoSchedule"}

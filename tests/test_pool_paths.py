@@ -21,7 +21,7 @@ from clusterman.datastore.datafile import write_metrics_file
 from clusterman.simulator.inputs import Request
 from clusterman.simulator.inputs import load_scenario
 from clusterman.tree.snapshot import take_snapshot
-from clusterman.wiring.connectors import connector_for_pool
+from clusterman.wiring.schedulers import connector_for_pool
 
 REPO = Path(__file__).resolve().parents[1]
 POOL = PoolIdentity("local-dev", "p1", Scheduler.SIMULATED)

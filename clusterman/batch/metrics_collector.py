@@ -43,7 +43,6 @@ from clusterman.core.cloud_view import CloudView
 from clusterman.core.config import MainConfig
 from clusterman.core.config import MetricType
 from clusterman.core.config import PoolIdentity
-from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import ConfigError
 from clusterman.datastore.pool_metrics import collect
 from clusterman.datastore.store import InMemoryStore
@@ -58,8 +57,8 @@ from clusterman.tree.liveness import Heartbeat
 from clusterman.tree.liveness import LivenessRules
 from clusterman.tree.liveness import heartbeat_problem
 from clusterman.wiring.build import cloud_for
-from clusterman.wiring.connectors import connector_for_pool
 from clusterman.wiring.metrics_store import open_store as open_configured_store
+from clusterman.wiring.schedulers import connector_for_pool
 from clusterman.wiring.setup import PoolSetup
 
 log = logging.getLogger(__name__)
@@ -224,7 +223,8 @@ def load_pools(main: MainConfig, cluster: str, wanted: Sequence[str], directory:
             pool_config = load_pool_config(main, identity, directory)
             in_a_cloud = bool(clouds_needed(pool_config.resource_groups))
             cloud = cloud_for(PoolSetup(main, identity, pool_config)) if in_a_cloud else None
-            source = WholeCloud(cloud) if cloud is not None and identity.scheduler is Scheduler.SIMULATED else cloud
+            whole = identity.scheduler.traits.nodes_are_instances  # a group not read fails the pool's run
+            source = WholeCloud(cloud) if cloud is not None and whole else cloud
             connector = connector_for_pool(main, identity, pool_config, cloud=source, timeout_seconds=timeout)
             pools.append((identity, connector))
         except (ConfigError, ValueError) as e:

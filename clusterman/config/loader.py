@@ -23,6 +23,7 @@ from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
+from clusterman.core.config import split_scheduler
 from clusterman.core.config_schema import ConfigError
 from clusterman.core.config_schema import parse
 from clusterman.data import default_main_config
@@ -185,13 +186,12 @@ def cluster_config(main: MainConfig, cluster: str) -> ClusterConfig:
 def list_pools(cluster_config_directory: str, cluster: str) -> list[PoolIdentity]:
     """Every pool file of a cluster, sorted; files with other suffixes are not pools."""
     directory = Path(cluster_config_directory) / cluster
-    schedulers = {s.value: s for s in Scheduler}
     pools = []
     if directory.is_dir():
         for entry in sorted(directory.iterdir()):
-            pool, _, suffix = entry.name.rpartition(".")
-            if entry.is_file() and pool and suffix in schedulers:
-                pools.append(PoolIdentity(cluster, pool, schedulers[suffix]))
+            pool, scheduler = split_scheduler(entry.name)
+            if entry.is_file() and scheduler is not None:
+                pools.append(PoolIdentity(cluster, pool, scheduler))
     return pools
 
 

@@ -28,9 +28,45 @@ from clusterman.core.resources import Resources
 
 
 class Scheduler(enum.Enum):
+    """A pool's scheduler: the suffix of its pool file (``web.kubernetes``). What follows from it
+    is its row of ``SCHEDULER_TRAITS``, which any layer reads; what the autoscaler builds for it,
+    its row of ``wiring/schedulers.py: SCHEDULERS``."""
+
     KUBERNETES = "kubernetes"
     MESOS = "mesos"
     SIMULATED = "simulated"
+
+    @property
+    def traits(self) -> SchedulerTraits:
+        return SCHEDULER_TRAITS[self]
+
+
+@dataclass(frozen=True)
+class SchedulerTraits:
+    # it says what work it could not place: the pool's ``*_pending`` metrics (Mesos has no such queue)
+    reports_pending: bool
+    # why consolidation stays off for its pools, whatever the config ("": it may run). It moves
+    # pods by draining nodes, so the drain must be evictions a disruption budget can refuse.
+    no_consolidation: str = ""
+    # its nodes are its groups' instances (a simulated scheduler): a group not read would look like
+    # nodes gone, so a reader that cannot read every group fails instead (the metrics collector)
+    nodes_are_instances: bool = False
+
+
+SCHEDULER_TRAITS: Mapping[Scheduler, SchedulerTraits] = {
+    Scheduler.KUBERNETES: SchedulerTraits(reports_pending=True),
+    Scheduler.MESOS: SchedulerTraits(reports_pending=False, no_consolidation="a Mesos drain moves no task"),
+    Scheduler.SIMULATED: SchedulerTraits(reports_pending=True, nodes_are_instances=True),
+}
+
+
+def split_scheduler(name: str) -> tuple[str, Scheduler | None]:
+    """A pool file's name, or a metric's ``pool`` dimension, as the pool and its scheduler:
+    ``web.kubernetes`` is ``("web", KUBERNETES)``; a name without a scheduler's suffix is all pool
+    (``("web.v2", None)``)."""
+    pool, _, suffix = name.rpartition(".")
+    scheduler = next((s for s in Scheduler if s.value == suffix), None) if pool else None
+    return (pool, scheduler) if scheduler is not None else (name, None)
 
 
 class GroupKind(enum.StrEnum):

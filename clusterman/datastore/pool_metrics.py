@@ -18,7 +18,6 @@ from clusterman.core.accounting import account_snapshot
 from clusterman.core.accounting import pending_demand
 from clusterman.core.config import MetricType
 from clusterman.core.config import PoolIdentity
-from clusterman.core.config import Scheduler
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.resources import RESOURCE_NAMES
@@ -29,8 +28,6 @@ from clusterman.datastore.store import system_key
 
 SYSTEM = MetricType.SYSTEM_METRICS
 METADATA = MetricType.METADATA
-# Schedulers that report work they could not place (Mesos has no such queue to read).
-REPORTS_PENDING = frozenset({Scheduler.KUBERNETES, Scheduler.SIMULATED})
 _FIGURE_NAMES = {
     figure: tuple(f"{r}_{figure}" for r in RESOURCE_NAMES)
     for figure in ("allocated", "reserved", "slack", "revocable", "total", "pending")
@@ -71,7 +68,7 @@ def collect(
         "revocable": (SYSTEM, lambda: accounting.revocable_in_use),
         "total": (METADATA, lambda: accounting.capacity),
     }
-    if identity.scheduler in REPORTS_PENDING:
+    if identity.scheduler.traits.reports_pending:
         figures["pending"] = (SYSTEM, lambda: pending_demand(snapshot))
         if wanted("unschedulable_pods"):
             add(SYSTEM, "unschedulable_pods", sum(1 for t in snapshot.pending if t.asks_for_capacity))

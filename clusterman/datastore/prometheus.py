@@ -21,7 +21,7 @@ import requests
 from clusterman.core.config import MetricType
 from clusterman.core.config import PoolIdentity
 from clusterman.core.config import PrometheusQueries
-from clusterman.core.config import Scheduler
+from clusterman.core.config import split_scheduler
 from clusterman.datastore.store import MetricsError
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import Point
@@ -31,14 +31,6 @@ from clusterman.datastore.store import split_key
 from clusterman.datastore.store import system_key
 
 MAX_POINTS_PER_QUERY = 10_000  # Prometheus refuses more than 11,000 points per series per query_range
-
-
-def pool_and_scheduler(pool_dimension: str) -> tuple[str, str]:
-    """``default.kubernetes`` -> (``default``, ``kubernetes``); a bare ``default`` has no scheduler."""
-    pool, _, suffix = pool_dimension.rpartition(".")
-    if pool and suffix in {s.value for s in Scheduler}:
-        return pool, suffix
-    return pool_dimension, ""
 
 
 class PrometheusStore(MetricsStore):
@@ -86,9 +78,9 @@ class PrometheusStore(MetricsStore):
             lookup = name
             variables.update({k: v for k, v in dimensions.items() if k != "pool"})
             if "pool" in dimensions:
-                pool, scheduler = pool_and_scheduler(dimensions["pool"])
+                pool, scheduler = split_scheduler(dimensions["pool"])
                 variables["pool"] = pool
-                variables["scheduler"] = scheduler or variables["scheduler"]
+                variables["scheduler"] = scheduler.value if scheduler is not None else variables["scheduler"]
         template = self.queries.for_type(metric_type).get(lookup)
         if template is None:
             raise MetricsError(

@@ -28,7 +28,7 @@ from clusterman.core.config import MetricsBackend
 from clusterman.core.config import MetricType
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
-from clusterman.core.config import Scheduler
+from clusterman.core.config import split_scheduler
 from clusterman.core.resources import Resources
 from clusterman.core.timestamps import parse_time
 from clusterman.datastore.datafile import MetricsData
@@ -193,20 +193,18 @@ def read_metrics(paths: Sequence[Path]) -> MetricsData:
 
 def pools_in(data: MetricsData) -> set[PoolIdentity]:
     """The pools the files' system metrics and metadata describe (``pool=<name>.<scheduler>`` keys)."""
-    schedulers = {s.value: s for s in Scheduler}
     found = set()
     for metric_type in (MetricType.SYSTEM_METRICS, MetricType.METADATA):
         for key in data.get(metric_type, {}):
             dims = split_key(key)[1]
-            name, _, suffix = dims.get("pool", "").rpartition(".")
-            if "cluster" in dims and name and suffix in schedulers:
-                found.add(PoolIdentity(dims["cluster"], name, schedulers[suffix]))
+            name, scheduler = split_scheduler(dims.get("pool", ""))
+            if "cluster" in dims and scheduler is not None:
+                found.add(PoolIdentity(dims["cluster"], name, scheduler))
     return found
 
 
 def resolve_identity(request: Request, data: MetricsData, main: MainConfig) -> PoolIdentity:
-    name, _, suffix = request.pool_config.name.rpartition(".")
-    named = {s.value: s for s in Scheduler}.get(suffix) if name else None
+    name, named = split_scheduler(request.pool_config.name)
     pool = request.pool or (name if named else None)
     scheduler = parse_scheduler(request.scheduler) if request.scheduler else named
     # a pool file where the srv-configs keep it, <directory>/<cluster>/<pool>.<scheduler>, names its cluster

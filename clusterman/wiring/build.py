@@ -46,10 +46,10 @@ from clusterman.state.node_migration import StoredMigration
 from clusterman.state.pause import PauseStatus
 from clusterman.state.pause import pause_status
 from clusterman.state.store import StateStore
-from clusterman.wiring.connectors import connector_for_pool
 from clusterman.wiring.connectors import kubeconfig_path
-from clusterman.wiring.lifecycles import lifecycle_for_pool
 from clusterman.wiring.metrics_store import open_store
+from clusterman.wiring.schedulers import connector_for_pool
+from clusterman.wiring.schedulers import lifecycle_for_pool
 from clusterman.wiring.setup import PoolSetup
 from clusterman.wiring.state_store import open_state_store
 

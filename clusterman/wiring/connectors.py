@@ -1,9 +1,10 @@
 """Build a pool's cluster connector from its srv-configs (no network: connectors connect on use).
 
-The scheduler is the pool file's suffix (``<pool>.kubernetes``, ``.mesos``, ``.simulated``).
-``cloud`` is the pool's resource groups (an adapter providing a CloudView); without one, a
-Kubernetes or Mesos snapshot has no groups (see docs/cluster.md). A simulated pool whose groups are
-all ``simulated`` gets in-process ``SimulatedGroup``s built from its ``simulation`` block.
+One builder per scheduler, each named in its row of ``schedulers.py``, which picks the one for
+the pool file's suffix (``<pool>.kubernetes``, ``.mesos``, ``.simulated``). ``cloud`` is the
+pool's resource groups (an adapter providing a CloudView); without one, a Kubernetes or Mesos
+snapshot has no groups (see docs/cluster.md). A simulated pool whose groups are all ``simulated``
+gets in-process ``SimulatedGroup``s built from its ``simulation`` block.
 """
 
 from __future__ import annotations
@@ -41,39 +42,53 @@ from clusterman.core.config import ClusterConfig
 from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
-from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import ConfigError
 from clusterman.core.model import ResourceGroup
 from clusterman.core.resources import Resources
-from clusterman.run.budget import SCHEDULER_TIMEOUT_SECONDS
 from clusterman.wiring.trace_workload import load_trace
 
 
-def connector_for_pool(
+def kubernetes_connector(
     main: MainConfig,
     identity: PoolIdentity,
     pool: PoolConfig,
-    cloud: CloudViewSource | None = None,
-    timeout_seconds: float = SCHEDULER_TIMEOUT_SECONDS,
-    watch: bool = True,
+    cloud: CloudViewSource | None,
+    timeout_seconds: float,
+    watch: bool,
 ) -> ClusterConnector:
-    """``timeout_seconds``: each attempt of each call to the scheduler's API (see ``scheduler_timeout``).
-    ``watch``: a Kubernetes pool is kept by watching (a program that reads it every run); False for a
-    command that reads it once."""
-    if identity.scheduler is Scheduler.KUBERNETES:
-        settings = KubernetesPool(
-            pool=identity.pool,
-            node_label_key=pool.node_label_key,
-            pool_label_key=pool.pool_label_key,
-            default_request=pool.default_pod_request,
-            safe_to_evict_keys=safe_to_evict_keys(main, identity, pool),
-        )
-        return KubernetesConnector(
-            settings, kubeconfig_path(main, identity), cloud=cloud, timeout_seconds=timeout_seconds, watch=watch
-        )
-    if identity.scheduler is Scheduler.MESOS:
-        mesos = MesosPool(identity.pool, non_batch_framework_prefixes=pool.non_batch_framework_prefixes)
-        return MesosConnector(mesos, mesos_master(main, identity), cloud=cloud, timeout_seconds=timeout_seconds)
+    settings = KubernetesPool(
+        pool=identity.pool,
+        node_label_key=pool.node_label_key,
+        pool_label_key=pool.pool_label_key,
+        default_request=pool.default_pod_request,
+        safe_to_evict_keys=safe_to_evict_keys(main, identity, pool),
+    )
+    return KubernetesConnector(
+        settings, kubeconfig_path(main, identity), cloud=cloud, timeout_seconds=timeout_seconds, watch=watch
+    )
+
+
+def mesos_connector(
+    main: MainConfig,
+    identity: PoolIdentity,
+    pool: PoolConfig,
+    cloud: CloudViewSource | None,
+    timeout_seconds: float,
+    watch: bool,
+) -> ClusterConnector:
+    mesos = MesosPool(identity.pool, non_batch_framework_prefixes=pool.non_batch_framework_prefixes)
+    return MesosConnector(mesos, mesos_master(main, identity), cloud=cloud, timeout_seconds=timeout_seconds)
+
+
+def live_simulated_connector(
+    main: MainConfig,
+    identity: PoolIdentity,
+    pool: PoolConfig,
+    cloud: CloudViewSource | None,
+    timeout_seconds: float,
+    watch: bool,
+) -> ClusterConnector:
+    """A simulated pool in a running autoscaler or collector (the local stack)."""
     return simulated_connector(identity, pool, cloud, live=True)
 
 

@@ -49,7 +49,7 @@ from clusterman.state.lease import read_lease
 from clusterman.state.pause import PauseStatus
 from clusterman.state.pause import pause_status
 from clusterman.state.store import StateStore
-from clusterman.wiring.connectors import connector_for_pool
+from clusterman.wiring.schedulers import connector_for_pool
 from clusterman.wiring.setup import PoolSetup
 
 log = logging.getLogger(__name__)

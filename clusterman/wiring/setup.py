@@ -11,7 +11,6 @@ from clusterman.config.loader import pool_config_path
 from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
-from clusterman.core.config import Scheduler
 from clusterman.decision.drains import DrainPolicy
 from clusterman.decision.policy import ScalingPolicy
 
@@ -28,7 +27,8 @@ class PoolSetup:
             self.pool.scaling_limits, self.pool.autoscaling, self.main.autoscaling, f"{self.identity} config"
         )
         if policy.consolidation.enabled and not self.consolidates:
-            why = "a Mesos drain moves no task" if self.pool.draining_enabled else "draining is disabled for this pool"
+            drains = self.pool.draining_enabled
+            why = self.identity.scheduler.traits.no_consolidation if drains else "draining is disabled for this pool"
             policy = replace(policy, consolidation=replace(policy.consolidation, enabled=False, off_because=why))
         draining = self.pool.draining
         return replace(
@@ -43,9 +43,10 @@ class PoolSetup:
     @property
     def consolidates(self) -> bool:
         """Consolidation moves pods by draining nodes: a pool that does not drain (Clusterman's
-        ``draining_enabled: false``) would kill them, and Mesos has no eviction a disruption budget
-        can refuse (docs/consolidation.md): for those it stays off, whatever the config."""
-        return self.pool.draining_enabled and self.identity.scheduler is not Scheduler.MESOS
+        ``draining_enabled: false``) would kill them, and a scheduler may have no eviction a
+        disruption budget can refuse (Mesos: docs/consolidation.md): for those it stays off,
+        whatever the config."""
+        return self.pool.draining_enabled and not self.identity.scheduler.traits.no_consolidation
 
     @property
     def period_seconds(self) -> float:
