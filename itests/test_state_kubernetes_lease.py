@@ -19,6 +19,7 @@ from clusterman.core.config import PoolIdentity
 from clusterman.core.config import Scheduler
 from clusterman.core.config import StateConfig
 from clusterman.state.kubernetes_lease import lease_name
+from clusterman.state.lease import ON_NOW
 from clusterman.state.lease import Holder
 from clusterman.state.lease import PoolLease
 from clusterman.state.lease import take_on_request
@@ -104,15 +105,16 @@ def store(api, tmp_path, monkeypatch):
 
 
 def test_one_claimant_wins_expiry_hands_over_and_a_release_removes_only_one_s_own(api, store, tmp_path):
-    a = PoolLease(store, POOL, Holder("host-a", 1, 1000.0), ttl_seconds=30)
-    b = PoolLease(store, POOL, Holder("host-b", 2, 1000.0), ttl_seconds=30)
+    a = PoolLease(store, POOL, Holder("host-a", 1, 1000.0), ttl_seconds=30, monotonic=ON_NOW)
+    b = PoolLease(store, POOL, Holder("host-b", 2, 1000.0), ttl_seconds=30, monotonic=ON_NOW)
     assert a.claim(1000).held
-    blocked = b.claim(1001)
-    assert not blocked.held and blocked.holder == a.holder.id and blocked.expires_at == 1030
+    blocked = b.claim(1001)  # b takes it once it has seen it unchanged for its TTL, on b's clock
+    assert not blocked.held and blocked.holder == a.holder.id and blocked.expires_at == 1031
     assert a.claim(1010).held  # renewed: a replace of the version read
-    assert not b.claim(1035).held
+    assert not b.claim(1035).held  # the renewal, seen now
     b.release()  # not b's: nothing removed
-    assert b.claim(1041).held  # a's renewal ran out at 1040
+    assert not b.claim(1064).held
+    assert b.claim(1065).held  # a's renewal unchanged for 30 s
     lease = api.leases[("clusterman", lease_name("autoscaler_lease", "prod.batch.kubernetes"))]
     assert lease["spec"]["holderIdentity"] == b.holder.id and lease["spec"]["leaseDurationSeconds"] == 30
     b.release()
@@ -127,8 +129,9 @@ def test_one_claimant_wins_expiry_hands_over_and_a_release_removes_only_one_s_ow
 def test_a_claim_raced_by_another_writer_does_not_win_too(api, store):
     a = PoolLease(store, POOL, Holder("host-a", 1, 1000.0), ttl_seconds=30)
     assert a.claim(1000).held
-    b = PoolLease(store, POOL, Holder("host-b", 2, 1000.0), ttl_seconds=30)
-    # b reads a's expired lease; host-c takes it between b's read and b's write.
+    b = PoolLease(store, POOL, Holder("host-b", 2, 1000.0), ttl_seconds=30, monotonic=ON_NOW)
+    assert not b.claim(1001).held  # seen, and unchanged when b claims it next: stale
+    # b reads a's stale lease; host-c takes it between b's read and b's write.
     name = lease_name("autoscaler_lease", "prod.batch.kubernetes")
     taken = copy.deepcopy(api.leases[("clusterman", name)])
     payload = {"holder": "host-c:3:1000.000", "expires_at": 1080.0, "since": 1050.0}
@@ -142,9 +145,11 @@ def test_a_claim_raced_by_another_writer_does_not_win_too(api, store):
 
 
 def test_a_manual_command_gets_the_lease_handed_over_through_kubernetes(api, store):
-    autoscaler = PoolLease(store, POOL, Holder("pod", 1, 1000.0), ttl_seconds=30)
+    autoscaler = PoolLease(store, POOL, Holder("pod", 1, 1000.0), ttl_seconds=30, monotonic=ON_NOW)
     assert autoscaler.claim(1000).held
-    manage = PoolLease(store, POOL, Holder("laptop", 2, 1000.0), ttl_seconds=30, purpose="clusterman manage by ann")
+    manage = PoolLease(
+        store, POOL, Holder("laptop", 2, 1000.0), ttl_seconds=30, purpose="clusterman manage by ann", monotonic=ON_NOW
+    )
     clock = iter(range(1001, 1100))
     now = [1001.0]
 

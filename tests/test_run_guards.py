@@ -29,7 +29,9 @@ from clusterman.signals.specs import SignalSpec
 from clusterman.state.carried import StoredState
 from clusterman.state.lease import AUTOSCALER_LEASE
 from clusterman.state.lease import LEASE_REQUEST
+from clusterman.state.lease import ON_NOW
 from clusterman.state.lease import Holder
+from clusterman.state.lease import LeaseStatus
 from clusterman.state.lease import PoolLease
 from clusterman.state.lease import read_lease
 from clusterman.state.lease import take_on_request
@@ -49,22 +51,47 @@ A, B = Holder("host-a", 100, T0), Holder("host-b", 200, T0 + 1)
 
 
 def lease(tmp_path, holder, ttl=30.0):
-    return PoolLease(SqliteStateStore(tmp_path / "state.sqlite"), POOL_ID, holder, ttl)
+    """Another's lease judged on the ``now`` claims are given (the runs' time here)."""
+    return PoolLease(SqliteStateStore(tmp_path / "state.sqlite"), POOL_ID, holder, ttl, monotonic=ON_NOW)
+
+
+def after_watching(lease: PoolLease, now: float) -> LeaseStatus:
+    """``lease.claim(now)`` by a process that has watched the lease there unchanged for its TTL
+    (another autoscaler, standing by)."""
+    there = lease.store.get(AUTOSCALER_LEASE, lease.entity)
+    if there is not None:
+        lease.seen.see(there, -math.inf)
+    return lease.claim(now)
 
 
 # --- the lease --------------------------------------------------------------------------------
 
 
 def test_one_holder_at_a_time_until_its_ttl_runs_out(tmp_path):
+    """Another's lease is judged by when this process saw it renewed, on its own clock: a TTL
+    after the last renewal it saw, whatever the expiry the holder wrote with its clock."""
     a, b = lease(tmp_path, A), lease(tmp_path, B)
     assert a.claim(T0).held
-    other = b.claim(T0 + 10)
-    assert not other.held and other.holder == A.id and other.expires_at == T0 + 30
-    assert "held by pid 100 on host-a (started 2023-11-14T22:13:20Z) until 2023-11-14T22:13:50Z" in other.describe()
-    assert a.claim(T0 + 20).held  # renewed: now until T0 + 50
-    assert not b.claim(T0 + 45).held
-    assert b.claim(T0 + 50).held  # expired: taken over
-    assert not a.claim(T0 + 51).held and a.last is not None and a.last.holder == B.id
+    other = b.claim(T0 + 10)  # first seen now: B would take it a TTL later
+    assert not other.held and other.holder == A.id and other.expires_at == T0 + 40
+    assert "held by pid 100 on host-a (started 2023-11-14T22:13:20Z) until 2023-11-14T22:14:00Z" in other.describe()
+    assert not b.claim(T0 + 39).held
+    assert a.claim(T0 + 20).held  # renewed: B sees it renewed at its next look
+    assert not b.claim(T0 + 45).held and b.last is not None and b.last.expires_at == T0 + 75
+    assert not b.claim(T0 + 74).held
+    assert b.claim(T0 + 75).held  # unchanged for a TTL: taken over
+    assert not a.claim(T0 + 76).held and a.last is not None and a.last.holder == B.id
+
+
+def test_a_standby_with_its_clock_ahead_never_takes_a_renewed_lease(tmp_path):
+    """Before, the expiry the holder wrote was compared with the claimant's wall clock: a standby
+    120 s ahead took a healthy holder's lease at its first claim."""
+    a, b = lease(tmp_path, A), lease(tmp_path, B)
+    for t in range(0, 300, 10):
+        assert a.claim(T0 + t).held  # renewed every 10 s, TTL 30
+        assert not b.claim(T0 + t + 120).held  # B's clock 120 s ahead
+    assert not b.claim(T0 + 410 + 29).held  # a's last renewal, at T0 + 290, was seen at T0 + 410
+    assert b.claim(T0 + 410 + 30).held
 
 
 def test_release_frees_only_ones_own_lease(tmp_path):
@@ -95,7 +122,8 @@ def test_a_request_is_granted_between_runs_only_and_withdrawn_after(tmp_path):
     assert a.store.get(LEASE_REQUEST, "c.p.simulated") is None  # withdrawn once held
     standby = a.claim(T0 + 4, hand_over=True)
     assert not standby.held and "held by clusterman manage by ann@h, pid 200" in standby.describe()
-    assert read_lease(a.store, POOL_ID, T0 + 4) == standby
+    stored = read_lease(a.store, POOL_ID, T0 + 4)
+    assert stored is not None and (stored.holder, stored.purpose) == (standby.holder, standby.purpose)
     m.release()
     assert a.claim(T0 + 5, hand_over=True).held
 
@@ -139,7 +167,7 @@ def test_a_lease_lost_before_acting_means_no_action(pools, tmp_path):  # noqa: F
 
     class TakenMeanwhile(InternalDemand):
         def requests(self, snapshot, now):
-            lease(tmp_path, B, ttl=60).claim(now + 10)  # A's lease ran out while the signals answered
+            after_watching(lease(tmp_path, B, ttl=60), now + 10)  # A's lease ran out while the signals answered
             pool.clock_offset += 10
             return super().requests(snapshot, now)
 
@@ -390,7 +418,7 @@ def test_acting_stops_between_stages_when_the_lease_is_lost(pools, tmp_path):  #
     def slow_taint(node_ids, now):
         done = taint(node_ids, now)
         pool.clock_offset += 31  # A's lease ran out meanwhile, and B took it
-        assert lease(tmp_path, B, ttl=60).claim(pool.now + pool.clock_offset).held
+        assert after_watching(lease(tmp_path, B, ttl=60), pool.now + pool.clock_offset).held
         return done
 
     pool.cycle.lifecycle.taint = slow_taint
@@ -445,13 +473,13 @@ def test_a_lease_that_lapsed_while_its_renewal_was_on_the_way_is_not_acted_on(po
     pool.cycle.clock = lambda: pool.now + pool.clock_offset
     claim, claims = a.store.claim, []
 
-    def slow_claim(item, owner, now):
+    def slow_claim(item, owner, now, stale=None):
         claims.append(now)
         if len(claims) == 2:  # the renewal before acting (the first: the run's start)
             pool.clock_offset += 31
-            assert lease(tmp_path, B).claim(pool.now + pool.clock_offset).held
+            assert after_watching(lease(tmp_path, B), pool.now + pool.clock_offset).held
             lease(tmp_path, B).release()
-        return claim(item, owner, now)
+        return claim(item, owner, now, stale)
 
     a.store.claim = slow_claim
     report = pool.minute()  # the work ended: A would scale down
@@ -474,7 +502,7 @@ def test_a_lease_lost_while_the_state_was_kept_before_acting_changes_no_taint(po
 
     def slow_save(state, now):
         pool.clock_offset += 31
-        assert lease(tmp_path, B, ttl=60).claim(pool.now + pool.clock_offset).held
+        assert after_watching(lease(tmp_path, B, ttl=60), pool.now + pool.clock_offset).held
         return save(state, now)
 
     pool.cycle._save = slow_save

@@ -70,12 +70,12 @@ class KubernetesLeaseStore(StateStore):
     def delete(self, state: str, entity: str) -> None:
         self._delete(state, entity, None)
 
-    def claim(self, item: StateItem, owner: str, now: float) -> StateItem | None:
+    def claim(self, item: StateItem, owner: str, now: float | None, stale: StateItem | None = None) -> StateItem | None:
         for _ in range(3):  # a refused write was raced: read what won and judge it again
             lease = self._read(item.state, item.entity)
             if lease is not None:
                 existing = self._item(item.state, item.entity, lease)
-                if not _claimable(existing, owner, now):
+                if not _claimable(existing, owner, now, stale):
                     return existing
             if self._write(item, owner, lease):
                 return None

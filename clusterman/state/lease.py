@@ -8,8 +8,14 @@ holds it already. The payload names the holder (host, pid, start time) and ``exp
 
 The holder renews it while its loop is alive (between runs and right before acting), with a TTL
 shorter than the run period. A loop that stops (``kill -9``, ``SIGSTOP``, a hang) stops renewing,
-and another autoscaler takes over once the TTL has run out. Every holder's clock must agree
-within a small part of the TTL (NTP): expiry is compared with the claimant's clock.
+and another autoscaler takes over once the TTL has run out. Hosts' clocks need not agree: as
+client-go's leader election does, a claimant judges another's lease by when it saw it renewed, on
+its own monotonic clock, never by the ``expires_at`` the holder wrote with its own wall clock. A
+lease it has seen unchanged for the lease's TTL is stale, and taken only if it is still that same
+lease (a conditional write on it). A standby whose clock runs ahead thus never takes a healthy
+holder's lease, and one whose holder died takes over a TTL after the last renewal it saw, however
+far ahead the dead holder's clock ran. A process that sees a lease for the first time (a restart)
+waits that TTL too.
 
 An operator's command that changes the pool (``clusterman manage``) takes the same lease for its
 action. The autoscaler holds it all the time, so the command first writes a request (state
@@ -27,6 +33,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import replace
 
 from clusterman.core.config import PoolIdentity
 from clusterman.core.timestamps import format_time
@@ -116,15 +123,60 @@ class LeaseRequest:
     purpose: str
     until: float  # Unix seconds: the request lapses then
 
-    def live_at(self, now: float) -> bool:
-        return now < self.until
+    @staticmethod
+    def of(item: StateItem) -> LeaseRequest:
+        until = item.payload.get("until", 0.0)
+        return LeaseRequest(
+            str(item.payload.get("holder", "")),
+            str(item.payload.get("purpose", "")),
+            float(until) if isinstance(until, int | float) else 0.0,
+        )
+
+
+class Sighting:
+    """A record as this process last read it, and since when it has been so, on this process's
+    monotonic clock (client-go's ``observedTime``)."""
+
+    def __init__(self) -> None:
+        self.record: StateItem | None = None
+        self.since = 0.0
+
+    def see(self, record: StateItem, at: float) -> float:
+        """Note ``record`` read at ``at``; seconds it has been unchanged."""
+        if self.record is None or record.payload != self.record.payload:
+            self.record, self.since = record, at
+        return at - self.since
+
+    def forget(self) -> None:
+        self.record = None
+
+
+def lease_ttl(item: StateItem, default: float) -> float:
+    """The TTL the holder gave its lease: ``ttl`` in the payload, else what its times say."""
+    ttl = item.payload.get("ttl")
+    if isinstance(ttl, int | float) and not isinstance(ttl, bool) and 0 < ttl < math.inf:
+        return float(ttl)
+    written = item.expiration_timestamp - item.timestamp
+    return float(written) if written > 0 else default
+
+
+ON_NOW = None  # ``PoolLease(monotonic=ON_NOW)``: judge on the ``now`` claims are given (tests, simulations)
 
 
 class PoolLease:
-    """The pool's lease as one autoscaler process sees it; nothing is read until ``claim``."""
+    """The pool's lease as one autoscaler process sees it; nothing is read until ``claim``.
+
+    ``monotonic``: the clock another's lease is judged on (``ON_NOW``: the ``now`` given to
+    ``claim``, for callers whose ``now`` is their only clock)."""
 
     def __init__(
-        self, store: StateStore, identity: PoolIdentity, holder: Holder, ttl_seconds: float, purpose: str = ""
+        self,
+        store: StateStore,
+        identity: PoolIdentity,
+        holder: Holder,
+        ttl_seconds: float,
+        purpose: str = "",
+        monotonic: Callable[[], float] | None = time.monotonic,
     ) -> None:
         if not ttl_seconds > 0:
             raise ValueError(f"lease TTL must be positive, got {ttl_seconds!r}")
@@ -133,16 +185,21 @@ class PoolLease:
         self.holder = holder
         self.ttl_seconds = ttl_seconds
         self.purpose = purpose
+        self.monotonic = monotonic
         self.last: LeaseStatus | None = None  # the last claim's answer
+        self.seen = Sighting()  # another's lease, as this process last saw it
+        self.asked = Sighting()  # a request to hand the lease over, as this process last saw it
 
     def claim(self, now: float, hand_over: bool = False) -> LeaseStatus:
         """Take or renew the lease until ``now + ttl``; StateError when the store cannot be reached.
 
-        With ``hand_over`` (an autoscaler between runs), a live request from someone else is
-        granted instead: the lease is released if ours, and not taken while the request lives.
+        Another's lease is taken only once this process has seen it unchanged for its TTL. With
+        ``hand_over`` (an autoscaler between runs), a live request from someone else is granted
+        instead: the lease is released if ours, and not taken while the request lives.
         """
+        seen_at = now if self.monotonic is None else self.monotonic()
         if hand_over:
-            request = pending_request(self.store, self.entity, now)
+            request = self._pending_request(now, seen_at)
             if request is not None and request.requester != self.holder.id:
                 if self.last is not None and self.last.held:
                     self.store.release(AUTOSCALER_LEASE, self.entity, self.holder.id)
@@ -150,16 +207,42 @@ class PoolLease:
                 return self.last
         until = now + self.ttl_seconds
         since = self.last.since if self.last is not None and self.last.held and self.last.since else now
-        payload: dict[str, object] = {"holder": self.holder.id, "expires_at": until, "since": since}
+        payload: dict[str, object] = {
+            "holder": self.holder.id, "expires_at": until, "since": since, "ttl": self.ttl_seconds,
+        }  # fmt: skip
         if self.purpose:
             payload["purpose"] = self.purpose
         item = StateItem(AUTOSCALER_LEASE, self.entity, int(now), math.ceil(until), payload)
-        blocking = self.store.claim(item, self.holder.id, now)
+        stale = self.seen.record
+        if stale is not None and seen_at - self.seen.since < lease_ttl(stale, self.ttl_seconds):
+            stale = None
+        blocking = self.store.claim(item, self.holder.id, None, stale)
         if blocking is None:
+            self.seen.forget()
             self.last = LeaseStatus(True, self.holder.id, until, purpose=self.purpose, since=since)
-        else:
-            self.last = LeaseStatus.of(blocking)
+            return self.last
+        unchanged = self.seen.see(blocking, seen_at)
+        left = max(0.0, lease_ttl(blocking, self.ttl_seconds) - unchanged)
+        self.last = replace(LeaseStatus.of(blocking), expires_at=now + left)  # when we would take it, our clock
         return self.last
+
+    def _pending_request(self, now: float, seen_at: float) -> LeaseRequest | None:
+        """A live request: one this process has seen unchanged for less than its lapse (its
+        requester rewrites it while it waits), judged on this process's clock as the lease is;
+        ``until`` on our wall clock."""
+        try:
+            item = self.store.get(LEASE_REQUEST, self.entity)
+        except DamagedItem:
+            return None  # a request that cannot be read asks for nothing (its command writes it again)
+        if item is None:
+            self.asked.forget()
+            return None
+        request = LeaseRequest.of(item)
+        lapse = item.payload.get("lapse")
+        if not (isinstance(lapse, int | float) and not isinstance(lapse, bool) and 0 < lapse < math.inf):
+            lapse = request.until - item.timestamp  # written by an earlier version
+        left = lapse - self.asked.see(item, seen_at)
+        return replace(request, until=now + left) if left > 0 else None
 
     def held_at(self, now: float) -> bool:
         """Whether our last claim still covers ``now`` (no store call)."""
@@ -178,22 +261,6 @@ def read_lease(store: StateStore, identity: PoolIdentity, now: float) -> LeaseSt
         return None
     status = LeaseStatus.of(item)
     return status if status.expires_at > now else None
-
-
-def pending_request(store: StateStore, pool_entity: str, now: float) -> LeaseRequest | None:
-    try:
-        item = store.get(LEASE_REQUEST, pool_entity)
-    except DamagedItem:
-        return None  # a request that cannot be read asks for nothing (its command writes it again)
-    if item is None:
-        return None
-    until = item.payload.get("until", 0.0)
-    request = LeaseRequest(
-        str(item.payload.get("holder", "")),
-        str(item.payload.get("purpose", "")),
-        float(until) if isinstance(until, int | float) else 0.0,
-    )
-    return request if request.live_at(now) else None
 
 
 def take_on_request(
@@ -219,7 +286,9 @@ def take_on_request(
 
     def ask(now: float) -> float:
         until = min(last_until, now + lapse_seconds)
-        payload: dict[str, object] = {"holder": lease.holder.id, "purpose": lease.purpose, "until": until}
+        payload: dict[str, object] = {
+            "holder": lease.holder.id, "purpose": lease.purpose, "until": until, "lapse": until - now,
+        }  # fmt: skip
         payload["expires_at"] = until  # written as a claim so that only its owner withdraws it (DynamoDB too)
         lease.store.claim(
             StateItem(LEASE_REQUEST, lease.entity, int(now), math.ceil(until), payload), lease.holder.id, now

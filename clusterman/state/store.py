@@ -83,9 +83,11 @@ class StateStore(abc.ABC):
     def delete(self, state: str, entity: str) -> None: ...
 
     @abc.abstractmethod
-    def claim(self, item: StateItem, owner: str, now: float) -> StateItem | None:
+    def claim(self, item: StateItem, owner: str, now: float | None, stale: StateItem | None = None) -> StateItem | None:
         """Write ``item`` (a lease held by ``owner``) in one atomic step, only if no item is there,
-        the one there has expired at ``now`` (payload ``expires_at``), or ``owner`` holds it.
+        ``owner`` holds it, the one there is still ``stale`` (a lease the claimant saw unchanged for
+        its whole TTL, on its own clock), or it has expired at ``now`` (payload ``expires_at``,
+        another process's clock: None judges no expiry so).
 
         Returns None when written, else the item in the way (so the caller can say who holds it).
         """
@@ -99,11 +101,15 @@ class StateStore(abc.ABC):
         """Create the file or table, or check the one there (``clusterman setup``); what was done."""
 
 
-def _claimable(existing: StateItem | None, owner: str, now: float) -> bool:
+def _claimable(existing: StateItem | None, owner: str, now: float | None, stale: StateItem | None) -> bool:
     if existing is None:
         return True
     holder, expires_at = existing.payload.get("holder"), existing.payload.get("expires_at")
-    return holder == owner or not isinstance(expires_at, int | float) or expires_at <= now
+    if holder == owner or not isinstance(expires_at, int | float):
+        return True
+    if stale is not None and existing.payload == stale.payload:
+        return True
+    return now is not None and expires_at <= now
 
 
 class SqliteStateStore(StateStore):
@@ -146,14 +152,14 @@ class SqliteStateStore(StateStore):
         with self._guard() as conn:
             conn.execute("DELETE FROM state WHERE state = ? AND entity = ?", (state, entity))
 
-    def claim(self, item: StateItem, owner: str, now: float) -> StateItem | None:
+    def claim(self, item: StateItem, owner: str, now: float | None, stale: StateItem | None = None) -> StateItem | None:
         with self._guard() as conn:
             conn.execute("BEGIN IMMEDIATE")  # the write lock first: read, check and write as one step
             try:
                 existing = self._read(conn, item.state, item.entity)
             except DamagedItem:
                 existing = None  # no valid lease: written over
-            if not _claimable(existing, owner, now):
+            if not _claimable(existing, owner, now, stale):
                 return existing
             conn.execute(
                 "INSERT OR REPLACE INTO state VALUES (?, ?, ?, ?, ?)",
@@ -256,10 +262,15 @@ class DynamoStateStore(StateStore):
             raise StateError(f"DynamoDB state table {self.table}: {e}") from e
 
     def get(self, state: str, entity: str) -> StateItem | None:
+        raw = self._raw(state, entity)
+        return None if raw is None else self._decoded(state, entity, raw)
+
+    def _raw(self, state: str, entity: str) -> dict[str, Any] | None:
         response = self._call("get_item", Key={"state": {"S": state}, "entity": {"S": entity}}, ConsistentRead=True)
-        raw = response.get("Item")
-        if raw is None:
-            return None
+        raw: dict[str, Any] | None = response.get("Item")
+        return raw
+
+    def _decoded(self, state: str, entity: str, raw: dict[str, Any]) -> StateItem:
         return _item(
             f"DynamoDB state table {self.table}",
             state,
@@ -272,21 +283,46 @@ class DynamoStateStore(StateStore):
     def put(self, item: StateItem) -> None:
         self._call("put_item", Item=self._record(item))
 
-    def claim(self, item: StateItem, owner: str, now: float) -> StateItem | None:
-        """A conditional put: DynamoDB checks the condition, so two claimants never both win."""
+    def claim(self, item: StateItem, owner: str, now: float | None, stale: StateItem | None = None) -> StateItem | None:
+        """A conditional put: DynamoDB checks the condition, so two claimants never both win. A
+        ``stale`` lease is the one there still when its holder and expiry are (each renewal writes
+        a new expiry)."""
         record = {
             **self._record(item),
             "holder": {"S": owner},
             "expires_at": {"N": repr(float(item.payload["expires_at"]))},
         }
-        written = self._conditional(
-            "put_item",
-            Item=record,
-            ConditionExpression="attribute_not_exists(#e) OR #h = :me OR #x <= :now",
-            ExpressionAttributeNames={"#e": "entity", "#h": "holder", "#x": "expires_at"},
-            ExpressionAttributeValues={":me": {"S": owner}, ":now": {"N": repr(float(now))}},
-        )
-        return None if written else self.get(item.state, item.entity)
+        names = {"#e": "entity", "#h": "holder"}
+        condition = "attribute_not_exists(#e) OR #h = :me"
+        values = {":me": {"S": owner}}
+        if now is not None:
+            condition += " OR #x <= :now"
+            values[":now"] = {"N": repr(float(now))}
+        stale_expiry = stale.payload.get("expires_at") if stale is not None else None
+        if stale is not None and isinstance(stale_expiry, int | float):
+            condition += " OR (#h = :was AND #x = :until)"
+            values[":was"] = {"S": str(stale.payload.get("holder", ""))}
+            values[":until"] = {"N": repr(float(stale_expiry))}
+        if "#x" in condition:
+            names["#x"] = "expires_at"
+        for _ in range(2):
+            if self._conditional(
+                "put_item",
+                Item=record,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            ):
+                return None
+            raw = self._raw(item.state, item.entity)
+            if raw is None:
+                continue  # released meanwhile: claimed again
+            try:
+                return self._decoded(item.state, item.entity, raw)
+            except DamagedItem:  # no valid lease: written over, if it is still that one
+                condition, values = "#p = :damaged", {":damaged": raw.get("payload", {"S": ""})}
+                names = {"#p": "payload"}
+        return self.get(item.state, item.entity)
 
     def release(self, state: str, entity: str, owner: str) -> None:
         self._conditional(
@@ -350,8 +386,8 @@ class SplitStore(StateStore):
     def delete(self, state: str, entity: str) -> None:
         self._of(state).delete(state, entity)
 
-    def claim(self, item: StateItem, owner: str, now: float) -> StateItem | None:
-        return self._of(item.state).claim(item, owner, now)
+    def claim(self, item: StateItem, owner: str, now: float | None, stale: StateItem | None = None) -> StateItem | None:
+        return self._of(item.state).claim(item, owner, now, stale)
 
     def release(self, state: str, entity: str, owner: str) -> None:
         self._of(state).release(state, entity, owner)

@@ -54,26 +54,34 @@ def test_a_lease_that_lapsed_before_its_renewal_was_answered_is_not_acted_on(mot
             time.time(), lease=ours, keep=lambda now, hand_over: ours.claim(now, hand_over), budget_seconds=30
         )
         assert permit.claim() is None  # ours until TTL from now
-        taken = threading.Event()
-        if case == "stopped":
-            time.sleep(TTL + 0.2)  # the process stood still past its TTL: the operator's command acts
-            assert other.claim(time.time()).held
-            other.release()
-        else:
-            proxy.add(Fault(contains="autoscaler_lease", slow_seconds=LATE, after=case == "answer late"))
-            if case == "answer late":  # the other claimant tries while our renewal's answer is held
+        taken, done = threading.Event(), threading.Event()
 
-                def take_over() -> None:
-                    time.sleep(TTL + 0.2)
-                    if other.claim(time.time()).held:
-                        taken.set()
+        def watch_and_take() -> None:
+            """The other claimant watches the lease (it takes one it saw unchanged for its TTL)."""
+            while not done.is_set():
+                if other.claim(time.time()).held:
+                    taken.set()
+                    return
+                time.sleep(0.05)
 
-                threading.Thread(target=take_over, daemon=True).start()
-        began = time.monotonic()
-        refusal = permit.acting()
-        took = time.monotonic() - began
-        if case == "request late" and other.claim(time.time()).held:  # ours ran out before it was written
-            taken.set()
+        watcher = threading.Thread(target=watch_and_take, daemon=True)
+        watcher.start()
+        try:
+            if case == "stopped":
+                # the process stood still past its TTL: the operator's command acts, and lets go
+                assert taken.wait(TTL + 5)
+                other.release()
+            else:
+                # "answer late": our renewal is written at once, its answer held: the other sees it
+                # renewed and takes it a TTL later, before the answer comes; "request late": the
+                # renewal is held before it reaches the table, and the other takes ours meanwhile
+                proxy.add(Fault(contains="autoscaler_lease", slow_seconds=LATE, after=case == "answer late"))
+            began = time.monotonic()
+            refusal = permit.acting()
+            took = time.monotonic() - began
+        finally:
+            done.set()
+            watcher.join(10)
         print(f"{case}: renewal answered after {took:.2f} s (TTL {TTL} s): {refusal}")
         if case != "stopped":
             assert took >= LATE
