@@ -334,6 +334,31 @@ class EventsConfig:
     stream_write_timeout_seconds: float = field(10.0, check=positive)
 
 
+REBALANCE_POLICIES = ("ignore", "replace_ahead", "drain")
+
+
+@dataclass(frozen=True)
+class NoticesConfig:
+    """The ``notices`` block: how the cloud's notices (the cluster's ``warning_queue_url``) are read
+    and handled (docs/node_lifecycle.md). Clusterman has no such block; these are clusterman's."""
+
+    rebalance: str = field(
+        "ignore",
+        check=Check(lambda v: v in REBALANCE_POLICIES, f"must be one of {', '.join(REBALANCE_POLICIES)}"),
+        doc="what a rebalance recommendation does: ignore (counted), replace_ahead or drain",
+    )
+    max_receives: int = field(5, check=positive, doc="a message received this often without being handled is set aside")
+    dead_letter_queue_url: str = field(
+        NO_QUEUE, parser=queue_url, doc="where messages set aside go (none: logged whole and deleted)"
+    )
+    visibility_timeout_seconds: float = field(
+        30.0, parser=parse_duration, check=positive, doc="how long a message received is hidden from other readers"
+    )
+    poll_seconds: float = field(
+        1.0, parser=parse_duration, check=positive, doc="how often the autoscaler looks for new notices between runs"
+    )
+
+
 class MetricsBackend(enum.Enum):
     SQLITE = "sqlite"
     DYNAMODB = "dynamodb"
@@ -392,6 +417,7 @@ class MainConfig:
     state_directory: str = "/var/lib/clusterman"
     state: StateConfig = field(default_factory=StateConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    notices: NoticesConfig = field(default_factory=NoticesConfig)
 
     global_redraining_delay_seconds: float = field(
         15.0, parser=parse_duration, doc="a pool's draining.redraining_delay_seconds when its file gives none"
