@@ -73,6 +73,8 @@ class PoolHarness:
         autoscaling: dict[str, Any] | None = None,
         draining: bool = False,
         node_migration: dict[str, Any] | None = None,
+        main_extra: dict[str, Any] | None = None,
+        cluster_extra: dict[str, Any] | None = None,
         **limits: Any,
     ) -> str:
         """Write clusterman.yaml and the pool file (``draining``: draining_enabled, which consolidation
@@ -82,6 +84,7 @@ class PoolHarness:
             cluster["kubeconfig_path"] = self.kubeconfig
         if self.mesos is not None:
             cluster["mesos_master_fqdn"] = self.mesos.url
+        cluster.update(cluster_extra or {})
         main = {
             "clusters": {self.world.cluster: cluster},
             "aws": {"region": "us-west-2", "endpoint_url": self.aws_url},
@@ -89,6 +92,7 @@ class PoolHarness:
             "state_directory": "state",
             "events": {"port": 0},
             "autoscale_signal": {"name": "MostRecentResources", "branch_or_tag": "v1", "period_minutes": 1},
+            **(main_extra or {}),
         }
         pool: dict[str, Any] = {
             "resource_groups": [{kind: {"tag": tag_key}} for kind in groups],

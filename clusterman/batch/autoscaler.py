@@ -85,6 +85,8 @@ def run_forever(
     heartbeat: Callable[[float], None] | None = None,
     on_overrun: Callable[[str], None] = lambda line: None,
     monotonic: Callable[[], float] = time.monotonic,
+    due: Callable[[float], bool] | None = None,
+    due_seconds: float = 1.0,
 ) -> int:
     """Run on the grid until ``stop`` is set (or ``max_runs`` runs, when > 0); returns the run count.
     ``recorder`` hears what the loop sees: runs that failed, how long each took, overruns.
@@ -94,13 +96,16 @@ def run_forever(
     long or short: the next run comes within one period of the new time.
 
     ``keep_lease`` is called while waiting: every third of ``lease_seconds`` while it holds the lease,
-    every tenth while another holds it (so it takes over soon after the holder stops renewing)."""
+    every tenth while another holds it (so it takes over soon after the holder stops renewing).
+
+    ``due`` is asked every ``due_seconds`` while waiting: True starts a run at once, off the grid (a
+    notice came: the node is tainted and its replacement asked within seconds, not a period)."""
     runs = 0
     held = True  # the lease, as the last run found it: a standby retries more often
     while not stop.is_set():
         now = clock()
         wait = next_run_time(now, period_seconds, splay) - now
-        _wait(stop, clock, monotonic, monotonic() + wait, keep_lease, lease_seconds, held)
+        _wait(stop, clock, monotonic, monotonic() + wait, keep_lease, lease_seconds, held, due, due_seconds)
         if stop.is_set():
             break
         started = clock()
@@ -138,24 +143,39 @@ def _wait(
     keep_lease: Callable[[float], LeaseStatus | None] | None,
     lease_seconds: float,
     held: bool,
+    due: Callable[[float], bool] | None = None,
+    due_seconds: float = 1.0,
 ) -> None:
-    """Until ``monotonic()`` reaches ``until``, renewing the lease meanwhile (``clock``: its time)."""
+    """Until ``monotonic()`` reaches ``until`` (or ``due`` says a run is due), renewing the lease
+    meanwhile (``clock``: its time)."""
+    renewal = monotonic() + lease_seconds / (3 if held else 10)
     while not stop.is_set():
         left = until - monotonic()
         if left <= 0:
             return
+        if due is not None and held:
+            try:
+                if due(clock()):
+                    return
+            except Exception:  # a bug here must not end the loop: the grid's run comes anyway
+                log.exception("asking whether a run is due failed")
         if keep_lease is None or lease_seconds <= 0:
-            stop.wait(left)
+            stop.wait(min(left, due_seconds) if due is not None else left)
             continue
-        every = lease_seconds / (3 if held else 10)
-        if stop.wait(min(left, every)) or monotonic() >= until:
+        to_renew = renewal - monotonic()
+        step = min(left, to_renew, due_seconds) if due is not None else min(left, to_renew)
+        if stop.wait(max(step, 0.0)) or monotonic() >= until:
             return
+        if step < to_renew:  # woke to ask ``due``, not to renew
+            continue
         try:
             status = keep_lease(clock())
         except Exception:  # a bug here must not end the loop; the next run claims the lease again
             log.exception("renewing the pool's lease failed")
-            continue
-        held = status is None or status.held
+            status = None
+        else:
+            held = status is None or status.held
+        renewal = monotonic() + lease_seconds / (3 if held else 10)
 
 
 def _overran(recorder: Recorder, started: float, seconds: float, budget: float, report: RunReport | None) -> str:
@@ -294,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
             run_forever(
                 cycle, events.recorder, period, splay, stop, on_report=show, max_runs=args.runs, budget_seconds=budget,
                 keep_lease=cycle.keep_lease, lease_seconds=lease_seconds, heartbeat=beat,
-                on_overrun=lambda line: print(line, flush=True),
+                on_overrun=lambda line: print(line, flush=True), due=cycle.due,
+                due_seconds=setup.main.notices.poll_seconds,
             )  # fmt: skip
     finally:
         cycle.release_lease()

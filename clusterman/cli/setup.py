@@ -2,7 +2,9 @@
 
 DynamoDB: the state table (hash ``state``, range ``entity``) and the three metrics tables (hash
 ``key``, range ``timestamp``), each with its TTL; tables already there are checked, not changed
-(but for a TTL that is off). SQLite: the files. Prometheus is read only: nothing to create.
+(but for a TTL that is off). SQLite: the files. Prometheus is read only: nothing to create. For
+each cluster with a ``warning_queue_url``: that SQS queue and the EventBridge rules that feed it
+(``clusterman/notices/setup.py``).
 Run it once per AWS account and region before installing the pools, and again after an upgrade.
 """
 
@@ -23,13 +25,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run_setup(args: argparse.Namespace) -> int:
+    from clusterman.aws.session import AwsSettings
     from clusterman.core.config import MetricsBackend
+    from clusterman.notices.setup import set_up_notices
     from clusterman.wiring.metrics_store import open_store
     from clusterman.wiring.state_store import open_state_store
 
     main = load_main(args)
     state = open_state_store(main, args.timeout)
     print(f"state: {state!r}: {', '.join(state.set_up()) or 'in place'}")
+    for cluster, config in sorted(main.clusters.items()):
+        if config.warning_queue_url:
+            settings = AwsSettings.from_config(main.aws, config.aws_region)
+            done = set_up_notices(settings, cluster, config.warning_queue_url, args.timeout)
+            print(f"notices of {cluster}: {', '.join(done)}")
     if main.metrics.backend is MetricsBackend.PROMETHEUS:
         print(f"metrics: Prometheus at {main.metrics.prometheus.url} is read only: nothing to create")
         return 0

@@ -162,6 +162,10 @@ class Sources:
             raise NoticeError("; ".join(failed))
         return self.last
 
+    def waiting(self) -> bool:
+        """Whether any source has news since the last run read it (one that cannot say has none)."""
+        return any(getattr(source, "waiting", lambda: False)() for source in self.sources)
+
     def settle(self, outcome: DrainOutcome) -> None:
         for source in self.sources:
             source.settle(outcome)

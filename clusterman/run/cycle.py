@@ -305,6 +305,19 @@ class Cycle:
 
     # --- nodes that must go for a reason of their own ------------------------------------------
 
+    def due(self, now: float) -> bool:
+        """Whether a run is due before the next one on the grid: a notice came (its source says
+        so), or a node leaving before a deadline is owed its next drain step."""
+        waiting = getattr(self.notices, "waiting", None)
+        if waiting is not None and waiting():
+            return True
+        drains = self.state.drains
+        gap = self.policy.draining.redrain_seconds
+        steps = dict(drains.steps)
+        return any(
+            e.drain and e.deadline != NO_TIME and now - steps.get(e.node_id, e.since) >= gap for e in drains.leaving
+        )
+
     def _notices(self, snapshot: PoolSnapshot, now: float) -> tuple[Notice, ...]:
         """The notices in force; when a source cannot be read, the run goes on with the nodes its
         record already has (they keep leaving) and says so."""

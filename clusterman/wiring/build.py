@@ -21,10 +21,14 @@ from clusterman.cloud.simulated_group import SimulatedCloud
 from clusterman.cluster.node_migrations import NodeMigrations
 from clusterman.core.config import Scheduler
 from clusterman.core.model import PoolSnapshot
+from clusterman.core.notices import NoticeSource
+from clusterman.core.notices import Sources
 from clusterman.datastore.pool_metrics import collect
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import RetentionPass
 from clusterman.events.recorder import Recorder
+from clusterman.notices.inbox import Inbox
+from clusterman.notices.inbox import InboxSource
 from clusterman.run.budget import metrics_timeout
 from clusterman.run.budget import scheduler_timeout
 from clusterman.run.budget import signal_seconds
@@ -203,5 +207,19 @@ def build_cycle(
         keeper=StoredState(state_store, setup.identity),
         lease=PoolLease(state_store, setup.identity, holder, lease_seconds) if holder and not dry_run else None,
         budget_seconds=budget_seconds,
-        notices=migration_for(setup, state_store, recorder, dry_run=dry_run, timeout=timeout),
+        notices=notices_for(
+            setup, state_store, migration_for(setup, state_store, recorder, dry_run=dry_run, timeout=timeout)
+        ),
     )
+
+
+def notices_for(setup: PoolSetup, state_store: StateStore, migration: NoticeSource | None) -> NoticeSource | None:
+    """Where the pool's run learns which nodes must go: its inbox, when its cluster has a warning
+    queue (the drainer files the cloud's notices there) and the pool takes Spot warnings
+    (``draining.process_spot_warnings``), and its node migration; None when neither."""
+    cluster = setup.main.clusters.get(setup.identity.cluster)
+    cloud = cluster is not None and cluster.warning_queue_url and setup.pool.draining.process_spot_warnings
+    inbox = InboxSource(Inbox(state_store, setup.identity)) if cloud else None
+    if inbox is not None and migration is not None:
+        return Sources(inbox, migration)
+    return inbox or migration

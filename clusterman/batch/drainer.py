@@ -1,0 +1,259 @@
+"""``python -m clusterman.batch.drainer``: the cluster's notices, filed into each pool's inbox.
+
+Clusterman's module path. Here the drainer does not drain: it reads the cluster's warning queue
+(``clusters.<name>.warning_queue_url``: EventBridge events, docs/node_lifecycle.md), finds the pool
+each instance belongs to (the instances of every pool's resource groups), and files the notice
+into that pool's inbox in the state store. The pool's own autoscaler, under its lease, taints,
+evicts, replaces and terminates (one actor per pool: docs/architecture.md says why).
+
+At least once, and idempotently: a message is deleted only once its notices are filed (a process
+killed before that leaves it to come back after its visibility timeout); the same notice filed
+again changes nothing; a message for no instance of the cluster is deleted with a warning; one
+that is not an event, or that comes back ``notices.max_receives`` times, is set aside. Several
+drainers may run (one in each pool's tree): the cluster's drainer lease lets one read at a time,
+so inbox writes never race.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from collections.abc import Iterable
+from dataclasses import dataclass
+from dataclasses import field
+
+from clusterman.aws.session import AwsSettings
+from clusterman.batch.arguments import add_program_arguments
+from clusterman.batch.arguments import cluster_config_directory
+from clusterman.batch.arguments import configure_logging
+from clusterman.batch.arguments import load_main
+from clusterman.batch.stopping import stop_on_signals
+from clusterman.config.loader import cluster_config
+from clusterman.config.loader import list_pools
+from clusterman.core.config import MainConfig
+from clusterman.core.config import PoolIdentity
+from clusterman.core.config import Scheduler
+from clusterman.core.notices import Notice
+from clusterman.errors import Reported
+from clusterman.errors import UserError
+from clusterman.notices.events import Rebalance
+from clusterman.notices.events import Unreadable
+from clusterman.notices.events import notices_of
+from clusterman.notices.inbox import Inbox
+from clusterman.notices.queue import Message
+from clusterman.notices.queue import NoticeQueue
+from clusterman.notices.queue import QueueError
+from clusterman.state.lease import Holder
+from clusterman.state.lease import PoolLease
+from clusterman.state.store import StateError
+from clusterman.state.store import StateStore
+from clusterman.wiring.build import cloud_for
+from clusterman.wiring.setup import PoolTarget
+from clusterman.wiring.state_store import open_state_store
+
+log = logging.getLogger("clusterman.batch.drainer")
+
+DRAINER = "__drainer__"  # the lease's pool name: one drainer of a cluster reads at a time
+LEASE_SECONDS = 60.0
+REFRESH_SECONDS = 10.0  # the pools' instances are read again at most this often for an unknown one
+BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)  # waits after SQS failed, one after another
+
+
+@dataclass
+class Tally:
+    """What the drainer did, counted (for its lines and the tests)."""
+
+    filed: int = 0  # notices new to an inbox
+    repeated: int = 0  # notices an inbox already had
+    unknown: int = 0  # messages for no instance of the cluster
+    ignored: int = 0  # events that say nothing to act on (a rebalance recommendation ignored, ...)
+    set_aside: int = 0
+    failed: int = 0  # receive or delete calls SQS did not answer
+    by_pool: dict[str, int] = field(default_factory=dict)
+
+
+class Router:
+    """Which pool each instance belongs to, and filing notices there."""
+
+    def __init__(
+        self,
+        main: MainConfig,
+        cluster: str,
+        directory: str,
+        store: StateStore,
+        queue: NoticeQueue,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.main = main
+        self.cluster = cluster
+        self.directory = directory
+        self.store = store
+        self.queue = queue
+        self.clock = clock
+        self.rebalance = Rebalance(main.notices.rebalance)
+        self.max_receives = main.notices.max_receives
+        self.owners: dict[str, PoolIdentity] = {}
+        self._read_at = -1e18
+        self.tally = Tally()
+
+    def refresh(self, now: float) -> None:
+        """Read every pool's groups again: which pool each instance belongs to. A pool whose file or
+        groups cannot be read keeps what was known of it."""
+        owners = {i: p for i, p in self.owners.items()}
+        for identity in list_pools(self.directory, self.cluster):
+            try:
+                setup = PoolTarget(self.main, identity, self.directory).setup()
+                if not setup.pool.draining.process_spot_warnings:
+                    continue
+                reading = cloud_for(setup).read(now)
+            except Exception as e:  # one pool's trouble is its own: the others are still served
+                log.warning("%s: its instances cannot be read (%s): what was known of it stands", identity, e)
+                continue
+            for i, p in list(owners.items()):
+                if p == identity:
+                    del owners[i]
+            owners.update((instance.instance_id, identity) for instance in reading.view.instances)
+        self.owners = owners
+        self._read_at = now
+
+    def owner(self, instance: str, now: float) -> PoolIdentity | None:
+        if instance not in self.owners and now - self._read_at >= REFRESH_SECONDS:
+            self.refresh(now)
+        return self.owners.get(instance)
+
+    def handle(self, messages: Iterable[Message]) -> None:
+        """File each message's notices; delete it when done, or set it aside."""
+        for message in messages:
+            try:
+                self._handle(message)
+            except QueueError as e:
+                self.tally.failed += 1
+                log.warning("message %s stays in the queue (it comes back): %s", message.id, e)
+
+    def _handle(self, message: Message) -> None:
+        if message.receives > self.max_receives:
+            self.tally.set_aside += 1
+            self.queue.set_aside(message, f"received {message.receives} times without being handled")
+            return
+        try:
+            notices = notices_of(message.body, message.id, self.rebalance)
+        except Unreadable as e:
+            self.tally.set_aside += 1
+            self.queue.set_aside(message, f"not an interruption event: {e}")
+            return
+        if not notices:
+            self.tally.ignored += 1
+            log.info(
+                "message %s: nothing to act on (a rebalance recommendation is %s)", message.id, self.rebalance.value
+            )
+            self.queue.delete(message)
+            return
+        now = self.clock()
+        by_pool: dict[PoolIdentity, list[Notice]] = {}
+        for notice in notices:
+            pool = self.owner(notice.instance_id, now)
+            if pool is None:
+                self.tally.unknown += 1
+                log.warning(
+                    "%s for %s: no pool of cluster %s has that instance: message deleted",
+                    notice.reason.value, notice.instance_id, self.cluster,
+                )  # fmt: skip
+                continue
+            by_pool.setdefault(pool, []).append(notice)
+        for pool, found in by_pool.items():
+            try:
+                new = Inbox(self.store, pool).file(found, now)
+            except StateError as e:  # not deleted: it comes back, and after max_receives is set aside
+                log.warning("%s: cannot file %s in its inbox: %s", pool, message.id, e)
+                return
+            self.tally.filed += len(new)
+            self.tally.repeated += len(found) - len(new)
+            self.tally.by_pool[str(pool)] = self.tally.by_pool.get(str(pool), 0) + len(new)
+            for notice in new:
+                log.info("%s: %s for %s filed (message %s)", pool, notice.reason.value, notice.instance_id, message.id)
+        self.queue.delete(message)
+
+
+def serve(router: Router, lease: PoolLease | None, stop: threading.Event, once: bool = False) -> Tally:
+    """Receive and file until ``stop`` (or one receive, with ``once``)."""
+    failures = 0
+    while not stop.is_set():
+        if lease is not None:
+            try:
+                held = lease.claim(router.clock()).held
+            except StateError as e:
+                log.warning("the drainer's lease cannot be read: %s", e)
+                held = False
+            if not held:
+                if once:
+                    break
+                stop.wait(LEASE_SECONDS / 6)
+                continue
+        try:
+            messages = router.queue.receive()
+            failures = 0
+        except QueueError as e:
+            router.tally.failed += 1
+            wait = BACKOFF[min(failures, len(BACKOFF) - 1)]
+            failures += 1
+            log.warning("SQS did not answer (tried again in %g s): %s", wait, e)
+            if once:
+                break
+            stop.wait(wait)
+            continue
+        router.handle(messages)
+        if once:
+            break
+    if lease is not None and lease.last is not None and lease.last.held:
+        try:
+            lease.release()
+        except StateError:
+            pass
+    return router.tally
+
+
+def build(main: MainConfig, cluster: str, directory: str, wait_seconds: int) -> tuple[Router, PoolLease]:
+    config = cluster_config(main, cluster)
+    if not config.warning_queue_url:
+        raise UserError(f"clusters.{cluster}.warning_queue_url: not set: there is no queue of notices to read")
+    notices = main.notices
+    queue = NoticeQueue(
+        AwsSettings.from_config(main.aws, config.aws_region),
+        config.warning_queue_url,
+        wait_seconds=wait_seconds,
+        visibility_seconds=notices.visibility_timeout_seconds,
+        dead_letter_url=notices.dead_letter_queue_url,
+    )
+    store = open_state_store(main)
+    holder = Holder.this_process(time.time())
+    lease = PoolLease(store, PoolIdentity(cluster, DRAINER, Scheduler.KUBERNETES), holder, LEASE_SECONDS, "drainer")
+    return Router(main, cluster, directory, store, queue), lease
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m clusterman.batch.drainer", description=__doc__.split("\n")[0])
+    add_program_arguments(parser)
+    parser.add_argument("--cluster", required=True, help="the cluster whose warning queue is read")
+    parser.add_argument("--wait-seconds", type=int, default=20, help="SQS long poll (0 to 20)")
+    parser.add_argument("--once", action="store_true", help="one receive, then exit")
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
+    stop = stop_on_signals(log, "stopping the drainer")
+    try:
+        main_config = load_main(args)
+        router, lease = build(main_config, args.cluster, cluster_config_directory(args, main_config), args.wait_seconds)
+    except (UserError, Reported) as e:
+        log.error("%s", e)
+        return 1
+    log.info("reading %s for every pool of cluster %s", router.queue.url, args.cluster)
+    tally = serve(router, lease, stop, args.once)
+    log.info("stopped: %s", tally)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
