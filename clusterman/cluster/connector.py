@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
+from clusterman.core.cloud_view import CloudView
 from clusterman.core.cloud_view import CloudViewSource
 from clusterman.core.cloud_view import Joined
 from clusterman.core.cloud_view import join
@@ -44,14 +45,18 @@ class ClusterConnector(abc.ABC):
     def scheduler_view(self, now: float) -> SchedulerView:
         """Read the scheduler; raise ConnectorError when it cannot be read."""
 
-    def snapshot(self, now: float, cloud: CloudViewSource | None = None) -> PoolSnapshot:
-        """The pool now; ``cloud`` is read for the join in place of the connector's own source."""
+    def join(self, view: SchedulerView, cloud: CloudView, now: float) -> PoolSnapshot:
+        """The pool at ``now``: the scheduler's view joined to the cloud's."""
+        return PoolSnapshot(now, join(view.nodes, cloud, self._joined), cloud.groups, view.pending, view.stale)
+
+    def snapshot(self, now: float) -> PoolSnapshot:
+        """The pool now, its scheduler's view joined to the connector's own cloud source (without
+        one, the view alone). The run reads the groups itself, for what they could not show
+        (``run/reading.py``)."""
         view = self.scheduler_view(now)
-        source = cloud or self.cloud
-        if source is None:
+        if self.cloud is None:
             return PoolSnapshot(now, view.nodes, (), view.pending, view.stale)
-        seen = source.cloud_view(now)
-        return PoolSnapshot(now, join(view.nodes, seen, self._joined), seen.groups, view.pending, view.stale)
+        return self.join(view, self.cloud.cloud_view(now), now)
 
     def close(self) -> None:  # noqa: B027 - connectors that hold no connection need not override
         """Release connections; the connector may be used again afterwards (it reconnects)."""

@@ -588,50 +588,57 @@ def _requested_share(node: _SimNode, requests: tuple[float, ...]) -> float:
     return sum(shares) / len(shares) if shares else 0.0
 
 
+@dataclass(frozen=True)
+class SimulatedView(SchedulerView):
+    """A simulated scheduler's view before it meets the cloud: its nodes are the cloud's instances,
+    so they are known in the join; this says the pool's own time, which the join steps it to."""
+
+    at: float = 0.0
+
+
 class SimulatedConnector(ClusterConnector):
     """A pool whose scheduler is simulated; ``cloud`` is simulated groups' view or a real adapter's."""
 
     def __init__(self, cloud: CloudViewSource, scheduler: SimulatedScheduler) -> None:
         super().__init__(cloud)
-        self._source = cloud
         self.scheduler = scheduler
         self._last: PoolSnapshot | None = None
 
-    def scheduler_view(self, now: float) -> SchedulerView:
-        self.scheduler.step(self._source.cloud_view(now), now)
-        return SchedulerView(self.scheduler.nodes(), self.scheduler.pending())
+    def scheduler_view(self, now: float) -> SimulatedView:
+        return SimulatedView(at=now)
 
-    def snapshot(self, now: float, cloud: CloudViewSource | None = None) -> PoolSnapshot:
-        """The scheduler already carries the cloud's fields, so no join is needed (and none is paid).
-        Asked again at the same time with nothing changed, it returns the same snapshot, so what
-        readers cached on it (counts, indexes) is not worked out twice."""
-        view = (cloud or self._source).cloud_view(now)
-        self.scheduler.step(view, now)
+    def join(self, view: SchedulerView, cloud: CloudView, now: float) -> PoolSnapshot:
+        """The scheduler stepped to the view's time on the cloud's instances. It already carries the
+        cloud's fields, so no join is needed (and none is paid). Asked again at the same time with
+        nothing changed, it returns the same snapshot, so what readers cached on it (counts,
+        indexes) is not worked out twice. The snapshot carries ``now``, as every connector's."""
+        at = view.at if isinstance(view, SimulatedView) else now
+        self.scheduler.step(cloud, at)
         nodes, pending, last = self.scheduler.nodes(), self.scheduler.pending(), self._last
         if (
             last is None
-            or last.taken_at != now
+            or last.taken_at != at
             or last.nodes is not nodes
             or last.pending is not pending
-            or (last.groups is not view.groups)
+            or (last.groups is not cloud.groups)
         ):
-            last = self._last = PoolSnapshot(now, nodes, view.groups, pending)
-        return last
+            last = self._last = PoolSnapshot(at, nodes, cloud.groups, pending)
+        return last if at == now else replace(last, taken_at=now)
 
 
 class LiveSimulatedConnector(SimulatedConnector):
     """A simulated pool in a live process (the local stack, a pool with ``scheduler: simulated``):
     its time is the wall clock's, but a wall clock stepped back (NTP, an operator) moves the pool's
     own time on from where it was instead of back, so the pool goes on (a replay's time never goes
-    back: there, a step back is a bug, and ``SimulatedScheduler.step`` says so). Snapshots still
-    carry the wall clock's time, like every other connector's."""
+    back: there, a step back is a bug, and ``SimulatedScheduler.step`` says so). The pool's time is
+    its view's; snapshots still carry the wall clock's time, like every other connector's."""
 
     def __init__(self, cloud: CloudViewSource, scheduler: SimulatedScheduler) -> None:
         super().__init__(cloud, scheduler)
         self._ahead = 0.0  # seconds the pool's time runs ahead of the wall clock: the steps back seen
         self._latest = -math.inf
 
-    def _pool_time(self, now: float) -> float:
+    def scheduler_view(self, now: float) -> SimulatedView:
         at = now + self._ahead
         if at < self._latest:
             log.warning("the wall clock went back %.0f s: the simulated pool's time goes on from where it was",
@@ -639,11 +646,4 @@ class LiveSimulatedConnector(SimulatedConnector):
             self._ahead += self._latest - at
             at = self._latest
         self._latest = at
-        return at
-
-    def scheduler_view(self, now: float) -> SchedulerView:
-        return super().scheduler_view(self._pool_time(now))
-
-    def snapshot(self, now: float, cloud: CloudViewSource | None = None) -> PoolSnapshot:
-        taken = super().snapshot(self._pool_time(now), cloud)
-        return taken if taken.taken_at == now else replace(taken, taken_at=now)
+        return SimulatedView(at=at)

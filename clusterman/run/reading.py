@@ -1,8 +1,8 @@
 """One read of the pool, as one value: the snapshot, and what its resource groups could not show.
 
-The connector joins the scheduler's view to one read of the pool's groups; that read's problems
-and group handles come back beside the snapshot, so the run passes on what it read instead of
-asking the groups afterwards what happened.
+Three steps: the scheduler's view, one read of the pool's groups, and the connector's join of the
+two. That read's problems and group handles come back beside the snapshot, so the run passes on
+what it read instead of asking the groups afterwards what happened.
 """
 
 from __future__ import annotations
@@ -10,11 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clusterman.cloud.groups_view import GroupsCloudView
-from clusterman.cloud.groups_view import GroupsReading
 from clusterman.cloud.resource_group import CloudGroup
 from clusterman.cloud.resource_group import ResourceGroupError
 from clusterman.cluster.connector import ClusterConnector
-from clusterman.core.cloud_view import CloudView
 from clusterman.core.model import PoolSnapshot
 
 
@@ -30,22 +28,10 @@ class PoolReading:
         return {g.id: g for g in self.groups}
 
 
-class _OneRead:
-    """The groups as the connector's cloud source for one snapshot, keeping what the read found."""
-
-    def __init__(self, cloud: GroupsCloudView) -> None:
-        self.cloud = cloud
-        self.reading: GroupsReading | None = None
-
-    def cloud_view(self, now: float) -> CloudView:
-        self.reading = self.cloud.read(now)
-        return self.reading.view
-
-
 def read_pool(connector: ClusterConnector, cloud: GroupsCloudView, now: float) -> PoolReading:
-    """The pool at ``now``; raises ConnectorError when the scheduler cannot be read."""
-    source = _OneRead(cloud)
-    snapshot = connector.snapshot(now, source)
-    groups = source.reading
-    assert groups is not None, f"{type(connector).__name__} did not read the pool's groups"
+    """The pool at ``now``; raises ConnectorError when the scheduler cannot be read (the groups
+    are then not read)."""
+    view = connector.scheduler_view(now)
+    groups = cloud.read(now)
+    snapshot = connector.join(view, groups.view, now)
     return PoolReading(snapshot, groups.unreadable, groups.mistagged, groups.groups)
