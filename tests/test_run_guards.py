@@ -301,14 +301,14 @@ def test_a_scheduler_view_that_may_be_old_holds_scale_down_and_says_so(pools):  
     stale = "the watch of the pool's pods has not heard from the API server for 200 s (> 150 s; watching)"
     pool = pools(work(1))
     pool.groups[0].set_target_capacity(6)
-    read = pool.cycle.connector.snapshot
-    pool.cycle.connector.snapshot = lambda now, cloud: dataclasses.replace(read(now, cloud), stale=stale)  # type: ignore[method-assign]
+    read = pool.cycle.connector.join
+    pool.cycle.connector.join = lambda view, cloud, now: dataclasses.replace(read(view, cloud, now), stale=stale)  # type: ignore[method-assign]
     for _ in range(3):
         report = pool.minute()
         assert report.decision is not None and not report.decision.taint and not report.decision.terminate
     assert f"{stale}: no scale-down" in report.line()
     assert pool.groups[0].read().group.target_capacity == 6
-    pool.cycle.connector.snapshot = read  # type: ignore[method-assign]
+    pool.cycle.connector.join = read  # type: ignore[method-assign]
     assert pool.minute().decision.taint  # heard from again: the pool shrinks
 
 
