@@ -54,10 +54,31 @@ def deployments(root: Path) -> dict[tuple[str, str], dict[str, Any]]:
     return found
 
 
+def as_the_guide_starts(deploy: Path, commands: list[str]) -> None:
+    """The copy of deploy/ as the guide finds it, whatever pools the operator has: the pools the
+    guide adds (``new-pool``) not there yet, the ones it applies before adding any there (made by
+    ``new-pool`` when the operator removed them)."""
+    kubernetes = deploy / "kubernetes"
+    links = kubernetes / "shared" / "srv-configs" / "clusterman-clusters"
+    added = {}
+    for words in map(shlex.split, commands):
+        if words[0] == "deploy/kubernetes/new-pool":
+            added[f"{words[1]}-{words[2]}"] = words[1:3]
+            shutil.rmtree(kubernetes / "pools" / f"{words[1]}-{words[2]}", ignore_errors=True)
+            for link in links.glob(f"{words[1]}/{words[2]}.*"):
+                link.unlink()
+    for words in map(shlex.split, commands):
+        pool = Path(words[3]).name if words[:3] == ["kubectl", "apply", "-k"] and "/pools/" in words[3] else ""
+        if pool and pool not in added and not (kubernetes / "pools" / pool).exists():
+            cluster, _, name = pool.partition("-")
+            subprocess.run([kubernetes / "new-pool", cluster, name], check=True, capture_output=True, timeout=30)
+
+
 def test_every_step_of_the_install_guide(tmp_path, moto_server):
     shutil.copytree(REPO / "deploy", tmp_path / "deploy", symlinks=True)
     env = {**os.environ, **FAKE_CREDENTIALS, "AWS_ENDPOINT_URL": moto_server.url}
     commands = guide_commands()
+    as_the_guide_starts(tmp_path / "deploy", commands)
     done = []
     with recorded_api() as api:
         api.serve("/api/v1/nodes", load("kubernetes/nodes.json"), kubernetes_list=True)

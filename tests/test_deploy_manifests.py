@@ -38,8 +38,14 @@ from clusterman.decision.migration_condition import Trait
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy" / "kubernetes"
-POOLS = sorted(p.parent for p in (DEPLOY / "pools").glob("*/kustomization.yaml"))
+POOLS = sorted(p.parent for p in (DEPLOY / "pools").glob("*/kustomization.yaml"))  # whatever the operator has
 COMPONENTS = sorted(p.parent for p in (DEPLOY / "components").glob("*/kustomization.yaml"))
+# Two pools ``new-pool`` writes in a copy of deploy/kubernetes: every check also runs on them, and the
+# optional components are rendered on the first, so the checks hold whatever pools an operator has
+# (none, only their own, the examples gone).
+MADE = tuple(
+    n for n in (f"check{i}" for i in range(len(POOLS) + 2)) if not any(p.name.endswith(f"-{n}") for p in POOLS)
+)[:2]
 # The Kubernetes versions the manifests are written for (docs/deployment.md says the same).
 SUPPORTED_VERSIONS = [f"1.{minor}.0" for minor in range(30, 38)]
 KUSTOMIZE_AT_LEAST = (5, 0)  # components, labels, replacements that append, no deprecated fields
@@ -106,20 +112,47 @@ def relative(path: Path, start: Path) -> str:
     return os.path.relpath(path.resolve(), start)  # kustomize takes no absolute paths
 
 
+def made_pools(tmp: Path) -> list[Path]:
+    """A copy of deploy/kubernetes with the ``MADE`` pools added by ``new-pool`` (for the main file's
+    first cluster); their overlays."""
+    copy = tmp / "deploy" / "kubernetes"
+    shutil.copytree(DEPLOY, copy, symlinks=True)
+    cluster = next(iter(load_main_config(main_file()).clusters))
+    for pool in MADE:
+        subprocess.run([str(copy / "new-pool"), cluster, pool], check=True, capture_output=True, timeout=30)
+    return [copy / "pools" / f"{cluster}-{pool}" for pool in MADE]
+
+
 def renderings(tmp: Path) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     yield "shared", rendered_shared()
-    for pool in POOLS:
+    made = made_pools(tmp)
+    for pool in [*POOLS, *made]:
         yield pool.name, render(pool)
     for component in COMPONENTS:
         if component.name == "pool":
             continue  # every pool has it
-        target = DEPLOY / "shared" if component.name == "irsa" else POOLS[0]
+        target = DEPLOY / "shared" if component.name == "irsa" else made[0]
         yield f"{target.name}+{component.name}", render(with_component(tmp, target, component))
 
 
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    return dict(renderings(tmp_path_factory.mktemp("overlays")))
+def overlays(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("overlays")
+
+
+@pytest.fixture(scope="module")
+def rendered(overlays: Path) -> dict[str, list[dict[str, Any]]]:
+    return dict(renderings(overlays))
+
+
+def deploy_of(name: str, overlays: Path) -> Path:
+    """The deploy/kubernetes a rendering's pool is in: the checkout's, or the copy with ``MADE``."""
+    return DEPLOY if (DEPLOY / "pools" / name).is_dir() else overlays / "deploy" / "kubernetes"
+
+
+def component_target() -> str:
+    """The pool the optional components are rendered on (the first of ``MADE``)."""
+    return f"{next(iter(load_main_config(main_file()).clusters))}-{MADE[0]}"
 
 
 def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -158,8 +191,8 @@ def main_file() -> Path:
 
 
 def test_every_kustomization_renders_without_a_warning(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    assert {"shared", "prod-batch", "prod-web", "prod-batch+aws-key-file", "shared+irsa"} <= set(rendered)
-    assert len(POOLS) >= 2
+    expected = {"shared", *(p.name for p in POOLS), f"{component_target()}+aws-key-file", "shared+irsa"}
+    assert expected <= set(rendered) and len(MADE) == 2
     for path in DEPLOY.rglob("kustomization.yaml"):
         doc = yaml.safe_load(path.read_text())
         assert doc["apiVersion"].startswith("kustomize.config.k8s.io/"), path
@@ -315,14 +348,20 @@ def test_the_default_state_is_durable() -> None:
     assert main.aws.access_key_file is None  # IRSA, Pod Identity or the node's role; aws-key-file adds one
 
 
-def test_each_pool_file_is_where_operators_commands_look_for_it(rendered: dict[str, list[dict[str, Any]]]) -> None:
+def test_each_pool_file_is_where_operators_commands_look_for_it(
+    rendered: dict[str, list[dict[str, Any]]], overlays: Path
+) -> None:
     """Beside the main file, clusterman-clusters/<cluster>/<pool>.<scheduler> links to each overlay's
     pool file, so `clusterman disable|manage|status --env-config-path <that main file>` finds it."""
-    clusters = main_file().parent / load_main_config(main_file()).cluster_config_directory
+    clusters = Path(load_main_config(main_file()).cluster_config_directory).relative_to(main_file().parent)
     for name, docs, deployment in pools(rendered):
+        if "+" in name:
+            continue  # a pool with a component: its own rendering is checked
+        deploy = deploy_of(name, overlays)
         env = env_of(deployment)
-        link = clusters / env["CMAN_CLUSTER"] / f"{env['CMAN_POOL']}.{env['CMAN_SCHEDULER']}"
-        target = os.path.relpath(DEPLOY / "pools" / name, link.parent)
+        pool_file = f"{env['CMAN_POOL']}.{env['CMAN_SCHEDULER']}"
+        link = deploy / "shared" / "srv-configs" / clusters / env["CMAN_CLUSTER"] / pool_file
+        target = os.path.relpath(deploy / "pools" / name, link.parent)
         assert link.is_file() and link.read_text() == pool_file_text(docs, deployment), (
             f"{link} should be a link to the pool's file: ln -s {target}/<its pool file> {link}"
         )
@@ -385,7 +424,7 @@ def grants(docs: list[dict[str, Any]], kind: str, group: str, name: str | None =
         (
             kubernetes.client.CoordinationV1Api,
             "coordination.k8s.io",
-            "prod-batch+kubernetes-lease",
+            "+kubernetes-lease",  # on the components' pool
             "Role",
             "components/kubernetes-lease/role.yaml",
         ),
@@ -397,7 +436,7 @@ def test_each_rbac_verb_is_one_the_code_uses_and_each_call_is_allowed(
 ) -> None:
     used = client_calls(api)
     assert used, api
-    granted = grants(rendered[rendering], kind, group)
+    granted = grants(rendered[component_target() + rendering if rendering.startswith("+") else rendering], kind, group)
     # watch keeps a list current: granted where the code lists (the connector's cache watches).
     allowed = used | {(r, "watch") for r, v in used if v == "list"}
     assert granted - allowed == set(), "verbs no client call uses"
