@@ -172,3 +172,36 @@ def test_a_record_with_an_unknown_reason_is_refused_by_name():
     data["drains"] = {"leaving": [{"node": "n", "reason": "meteor", "since": 1, "replacement": 0}]}
     with pytest.raises(ValueError, match=re.escape("drains.leaving.reason: unknown reason 'meteor'")):
         AutoscalerState.from_json(data)
+
+
+def test_a_node_a_migration_replaces_ahead_is_withdrawn_when_the_migration_stops_naming_it():
+    def ahead(node_id: str, drain: bool = False) -> Notice:
+        return Notice(LeaveReason.NODE_MIGRATION, NOW, node_id=node_id, drain=drain, key="m1")
+
+    pool = snapshot(busy_pool())
+    first = run(pool, [ahead("n1"), ahead("n2", drain=True)])
+    assert first.target_capacity == 6 and first.taint == ("n2",)  # both replaced, n2 drained now
+    after = apply(pool, first, NOW)
+    # the migration failed: it names neither; n1 was only replaced ahead and is capacity again at
+    # once, n2 is draining and goes on (it is tainted, its replacement kept)
+    d = run(after, [], state=first.state, now=NOW + 60)
+    assert {e.node_id for e in d.state.drains.leaving} == {"n2"}
+    assert d.drains.replacement == {"g1": 1} and "n1" not in d.taint
+    # a rebalance recommendation replaced ahead stays in the record without being named again
+    rebalance = Notice(LeaveReason.REBALANCE_RECOMMENDATION, NOW, node_id="n3", drain=False)
+    kept = run(pool, [rebalance])
+    assert {e.node_id for e in run(pool, [], state=kept.state, now=NOW + 60).state.drains.leaving} == {"n3"}
+
+
+def test_a_drain_after_a_replacement_ahead_has_its_whole_threshold_from_when_it_starts():
+    def migration(drain: bool, at: float) -> Notice:
+        return Notice(LeaveReason.NODE_MIGRATION, at, node_id="n1", drain=drain, key="m1")
+
+    pool = snapshot(busy_pool())
+    ahead = run(pool, [migration(False, NOW)])  # replaced ahead for 25 minutes while its replacement joins
+    later = NOW + 1500
+    draining = run(apply(pool, ahead, NOW), [migration(True, later)], state=ahead.state, now=later)
+    assert draining.taint == ("n1",) and draining.state.drains.leaving[0].since == later
+    tainted = apply(apply(pool, ahead, NOW), draining, later)
+    still = run(tainted, [migration(True, later + 600)], state=draining.state, now=later + 600)
+    assert still.drains.given_up == {}  # 10 minutes into its drain, not 35 since the notice

@@ -189,9 +189,13 @@ def leavers(view: PoolView, notices: Iterable[Notice], state: DrainState, now: f
     by_instance = {n.instance_id: n for n in nodes if n.instance_id}
     leaving: dict[str, Leaving] = {}
     kept = {g: ZERO for g in view.groups}
+    notices = tuple(notices)
+    named = {n.node_id for n in notices if n.node_id} | {n.instance_id for n in notices if n.instance_id}
     for entry in state.leaving:
         if entry.group_id in kept:
             kept[entry.group_id] += exact(entry.replacement)  # kept beside it since an earlier run
+        if _withdrawn(entry, named):
+            continue  # its replacement is no longer asked for: the node stays, as capacity
         node = by_id.get(entry.node_id) or by_instance.get(entry.instance_id)
         if node is not None:
             leaving[node.id] = entry
@@ -223,18 +227,32 @@ def leavers(view: PoolView, notices: Iterable[Notice], state: DrainState, now: f
     )
 
 
+def _withdrawn(entry: Leaving, named: set[str]) -> bool:
+    """A node a migration only replaces ahead (not draining yet) stays leaving only while the
+    migration names it each run: a migration that fails or is stopped before draining it withdraws
+    its replacement at once (docs/node_lifecycle.md, "Node migration")."""
+    ahead = entry.reason is LeaveReason.NODE_MIGRATION and not entry.drain
+    return ahead and entry.node_id not in named and entry.instance_id not in named
+
+
 def _merged(before: Leaving, notice: Notice) -> Leaving:
     """A node already leaving, noticed again: the same notice again changes nothing (duplicates);
     a graver one takes over (a rebalance recommendation, then the interruption itself), keeping
-    the replacement already asked for and the drain's start."""
+    the replacement already asked for and the drain's start. A node only replaced ahead until now
+    starts its drain now: ``draining_time_threshold_seconds`` counts from then, not from the
+    replacement (a migration's step waits for its replacements to join before it drains)."""
     deadline = before.deadline
     if notice.deadline != NO_TIME and (deadline == NO_TIME or notice.deadline < deadline):
         deadline = notice.deadline
     if deadline == before.deadline and (before.drain or not notice.drain):
         return before
-    graver = deadline != before.deadline or (notice.drain and not before.drain)
+    starts = notice.drain and not before.drain
+    graver = deadline != before.deadline or starts
     reason = notice.reason if graver else before.reason
-    return replace(before, reason=reason, deadline=deadline, drain=before.drain or notice.drain, key=notice.key)
+    since = notice.noticed_at if starts else before.since
+    return replace(
+        before, reason=reason, deadline=deadline, drain=before.drain or notice.drain, key=notice.key, since=since
+    )
 
 
 def _without(view: PoolView, ready: list[Node], kept: dict[str, Fraction], now: float) -> PoolView:
