@@ -233,7 +233,7 @@ class Cycle:
         if not self.dry_run:
             self._settle(snapshot)
         unseen = self._unseen(snapshot, unreadable)
-        permit.going_on()  # a run that makes progress keeps its lease; ``acting`` asks before it acts
+        permit.going_on()
         if self.record:
             self._observe_pool(snapshot)
             self._record_joins(snapshot, now)

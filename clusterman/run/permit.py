@@ -66,15 +66,11 @@ class Permit:
         """The pool is read from now on: the budget counts the inputs' age from here."""
         self._read_at = self._clock()
 
-    def going_on(self) -> Refusal | None:
-        """After a slow step: the lease is still ours (renewed once a third of it is used)."""
-        at = self.at()
-        if self._lease is None:
-            return None
-        last = self._lease.last
-        if last is not None and last.held and last.expires_at - at > self._lease.ttl_seconds * 2 / 3:
-            return None
-        return self._renewed(at)
+    def going_on(self) -> None:
+        """After a slow step of reading: the lease is renewed once a third of it is used, so a run
+        that makes progress keeps it. Whether it is still ours is asked before acting
+        (``acting``), where a run that lost it refuses."""
+        self._still_ours()
 
     def still_acting(self) -> Refusal | None:
         """Between the steps of acting (each eviction too): the inputs are no older than the
@@ -82,7 +78,17 @@ class Permit:
         age = self._clock() - self._read_at
         if self._budget is not None and age > self._budget:
             return Refusal(Outcome.OVERRUN, f"the snapshot is {age:.1f} s old > budget {self._budget:g} s")
-        return self.going_on()
+        return self._still_ours()
+
+    def _still_ours(self) -> Refusal | None:
+        """The lease, renewed once a third of it is used: None while it is ours."""
+        at = self.at()
+        if self._lease is None:
+            return None
+        last = self._lease.last
+        if last is not None and last.held and last.expires_at - at > self._lease.ttl_seconds * 2 / 3:
+            return None
+        return self._renewed(at)
 
     def acting(self) -> Refusal | None:
         """Right before acting: the inputs are no older than the budget, and the lease renewed now."""
