@@ -59,11 +59,15 @@ def test_an_event_replaces_every_old_node_two_at_a_time_replacements_first(tmp_p
         (name,) = pool.kube.migrations
         cycle = pool.cycle()
         lines, desired = [], []
+        where = ["--cluster", world.cluster, "--pool", POOL]
         for _ in range(12):
             report = cycle.run_once(time.time())
             lines.append(report.line())
             desired.append(world.desired(asg))
             settle_cloud(pool, asg)
+            if len(lines) == 1:  # what an operator sees meanwhile
+                assert main(["--env-config-path", config, "status", *where, "--no-events"]) == 0
+                shown = [line for line in capsys.readouterr().out.splitlines() if "node migration" in line]
             if pool.kube.migrations[name]["metadata"]["labels"][STATUS_LABEL] == "completed":
                 break
         resource = pool.kube.migrations[name]
@@ -76,6 +80,8 @@ def test_an_event_replaces_every_old_node_two_at_a_time_replacements_first(tmp_p
     assert {n["status"]["nodeInfo"]["kernelVersion"] for n in pool.kube.nodes.values()} == {NEW}
     # replacements first: the group grew to 6 before any old node went, and never shrank below 4
     assert desired[0] == 6 and min(desired) >= 4, desired
+    assert shown[0].startswith(f"node migration {name} (event): step 1: replacing 2 node(s), 0 done, 4 left, ")
+    assert "drains failed 0 of 3 allowed" in shown[0] and "(within expected_duration)" in shown[0]
     assert "migration " + name + ": step 1: replacing 2 node(s)" in lines[0]
     assert "node_migration: noticed" in lines[0] and "tainted" not in lines[0]
     # the replacements joined (a run or two later, as moto starts them), then the old nodes drained

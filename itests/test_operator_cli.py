@@ -52,6 +52,7 @@ def test_status_shows_groups_nodes_utilisation_and_the_autoscalers_last_decision
         assert "utilisation (last decision): cpus 500.0%, mem 0.0% (setpoint 70%)" in lines
         assert "autoscaler state: scale lock free, breaker closed" in lines
         assert "consolidation: off" in lines
+        assert "node migration: off (no node_migration block)" in lines
         decision = lines[lines.index("last decisions:") + 1]
         assert " utilisation +7: " in decision and "target 8" in decision
         assert lines[-1] == "autoscaler health: ok"

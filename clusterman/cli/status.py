@@ -111,6 +111,8 @@ def text_lines(s: PoolStatus) -> list[str]:
     lines.append(f"autoscaler state: {kept}")
     c = s.consolidation
     lines.append(f"consolidation budget: unknown: {c.why}" if isinstance(c, Unavailable) else c.describe())
+    m = s.migration
+    lines.append(f"node migration: unknown: {m.why}" if isinstance(m, Unavailable) else m.describe())
     if isinstance(s.decisions, Unavailable):
         lines.append(f"last decisions: unknown: {s.decisions.why}")
     elif not s.decisions:

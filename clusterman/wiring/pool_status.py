@@ -9,6 +9,7 @@ it is measured now from a snapshot and the pool's demand source, exactly as a ru
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import asdict
@@ -21,7 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from clusterman.cloud.groups_view import GroupsCloudView
 from clusterman.core.cloud_view import CloudView
+from clusterman.core.config import NodeMigrationConfig
 from clusterman.core.config import PoolIdentity
+from clusterman.core.durations import format_duration
 from clusterman.core.model import NO_TIME
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
@@ -30,6 +33,7 @@ from clusterman.core.timestamps import format_time
 from clusterman.decision.autoscaler_state import AutoscalerState
 from clusterman.decision.consolidate import Budget
 from clusterman.decision.demand import total_request
+from clusterman.decision.migration import MigrationRecord
 from clusterman.decision.pool_view import view_of
 from clusterman.decision.utilisation import measure
 from clusterman.errors import Reported
@@ -46,6 +50,7 @@ from clusterman.signals.outcomes import SignalOutcomes
 from clusterman.state.carried import StoredState
 from clusterman.state.lease import Holder
 from clusterman.state.lease import read_lease
+from clusterman.state.node_migration import StoredMigration
 from clusterman.state.pause import PauseStatus
 from clusterman.state.pause import pause_status
 from clusterman.state.store import StateStore
@@ -167,6 +172,7 @@ class PoolStatus:
     signals: SignalsReading | Unavailable = field(default_factory=lambda: Unavailable("not read"))
     pool_file_refused: str = ""  # why the pool's file on disk is not valid ("" when it is)
     consolidation: ConsolidationReading | Unavailable = field(default_factory=lambda: ConsolidationReading(None))
+    migration: MigrationReading | Unavailable = field(default_factory=lambda: Unavailable("not read"))
 
     def as_json(self) -> dict[str, Any]:
         def part(value: Any, shown: Callable[[Any], Any]) -> Any:
@@ -188,6 +194,7 @@ class PoolStatus:
             "signals": part(self.signals, SignalsReading.as_json),
             "autoscaler_health": part(self.health, AutoscalerHealth.as_json),
             "consolidation": part(self.consolidation, ConsolidationReading.as_json),
+            "node_migration": part(self.migration, MigrationReading.as_json),
         }
 
 
@@ -209,6 +216,45 @@ class ConsolidationReading:
         if self.budget is None:
             return {"enabled": False, "text": self.describe()}
         return {"enabled": True, **self.budget.as_json(), "nodes_kept": self.kept, "text": self.describe()}
+
+
+@dataclass(frozen=True)
+class MigrationReading:
+    """The pool's node migration as its record says (docs/node_lifecycle.md, "Node migration")."""
+
+    settings: NodeMigrationConfig
+    record: MigrationRecord
+    now: float
+
+    def describe(self) -> str:
+        s = self.settings
+        if not s.enabled:
+            return "node migration: off (no node_migration block)"
+        m = self.record.active
+        if m is None:
+            triggers = [name for name, on in (("event", s.trigger.event), ("drift", s.trigger.drift)) if on]
+            if math.isfinite(s.trigger.max_uptime):
+                triggers.append(f"max_uptime {format_duration(s.trigger.max_uptime)}")
+            ended = f"; last ended: {self.record.ended[-1][0]} {self.record.ended[-1][1]}" if self.record.ended else ""
+            return f"node migration: none running (triggers: {', '.join(triggers) or 'none'}){ended}"
+        end = m.estimated_end(self.now, s.expected_duration)
+        due = m.started_at + s.expected_duration
+        pace = "within expected_duration" if end <= due else f"{format_duration(end - due)} past expected_duration"
+        step = f"step {m.step}: {m.phase.value} {len(m.batch)} node(s)" if m.step else m.phase.value
+        waits = f"; {m.reason}" if m.reason else ""
+        return (
+            f"node migration {m.key} ({m.trigger.value}): {step}, {m.done} done, {m.left} left, "
+            f"drains failed {m.failed_drains} of {s.strategy.allowed_failed_drains} allowed, "
+            f"started {format_time(m.started_at)}, ends about {format_time(end)} ({pace}){waits}"
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        m = self.record.active
+        active = None
+        if m is not None:
+            active = {**m.as_json(), "estimated_end": m.estimated_end(self.now, self.settings.expected_duration)}
+        return {"enabled": self.settings.enabled, "active": active, "ended": [list(e) for e in self.record.ended],
+                "text": self.describe()}  # fmt: skip
 
 
 def consolidation_reading(
@@ -342,6 +388,10 @@ def gather(
         health=told.health,
         signals=signals,
         consolidation=consolidation_reading(setup, snapshot, kept, now),
+        migration=read(
+            "node migration",
+            lambda: MigrationReading(setup.pool.node_migration, StoredMigration(store, identity).load(), now),
+        ),
     )
 
 
