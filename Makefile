@@ -18,7 +18,7 @@ UV_VERSION := 0.13.9
 UV := $(BIN)/uv
 
 $(UV):
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/python || "$(PYTHON)" -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check uv==$(UV_VERSION)
 
 $(STAMP): $(UV) requirements.txt requirements-dev.txt constraints.txt constraints-dev.txt setup.py pyproject.toml
@@ -29,7 +29,7 @@ $(STAMP): $(UV) requirements.txt requirements-dev.txt constraints.txt constraint
 venv: $(STAMP)
 
 $(CHECKOV_STAMP): $(UV) requirements-checkov.txt
-	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	test -x $(CHECKOV_VENV)/bin/python || "$(PYTHON)" -m venv $(CHECKOV_VENV)
 	$(UV) pip install -q --compile-bytecode --python $(CHECKOV_VENV)/bin/python --no-deps -r requirements-checkov.txt
 	touch $@
 

@@ -100,7 +100,6 @@ log = logging.getLogger("autoscaler_bootstrap")
 
 SUPERVISOR_CONFIG = supervisor_config()  # package data: found in a checkout and in an installed wheel alike
 SETUP_ERRORS = (ConfigError, AwsCredentialsError, ValueError)
-MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last a NUL
 
 
 @dataclass(frozen=True)
@@ -263,7 +262,7 @@ class Bootstrap:
             private, self.settings.log_dir or private / "logs", self.settings.signals_dir or private / "signals"
         )
         try:
-            if len(str(Supervisor.socket_in(private))) > MAX_SOCKET_PATH:
+            if not Supervisor.socket_fits(private):
                 log.error("%s is too long a path for a Unix socket: use a shorter --private-dir-parent", private)
                 return 1
             paths.log_dir.mkdir(parents=True, exist_ok=True)

@@ -58,6 +58,7 @@ from clusterman.local.rundir import socket_prefix
 from clusterman.signals.artifacts import ArtifactLocation
 from clusterman.signals.artifacts import build_artifact
 from clusterman.signals.artifacts import upload_artifact
+from clusterman.tree.supervisor import Supervisor
 from clusterman.tree.supervisor import die_with_parent
 
 # Where clusterman_signals/ is (a checkout's top, or site-packages when installed from the wheel):
@@ -234,9 +235,8 @@ def bootstrap_error(log_path: Path) -> str:
 
 def private_parent(run_dir: Path) -> Path:
     """Where the bootstrap makes its private directory (supervisord's socket): the run's own
-    directory, unless its path is too long for a Unix socket (sun_path holds 107 bytes)."""
-    longest = run_dir / "clusterman-tree-xxxxxxxx" / "supervisor.sock"
-    return run_dir if len(str(longest)) <= 107 else Path(tempfile.gettempdir())
+    directory, unless its path is too long for a Unix socket."""
+    return run_dir if Supervisor.socket_fits(run_dir / "clusterman-tree-xxxxxxxx") else Path(tempfile.gettempdir())
 
 
 def run(duration: float, run: RunDir, config_dir: Path) -> int:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from supervisor.xmlrpc import Faults
 from supervisor.xmlrpc import SupervisorTransport
 from supervisor.xmlrpc import UnixStreamHTTPConnection
 
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 
 RPC_ERRORS = (OSError, xmlrpc.client.Error, http.client.HTTPException)
 RUNNING_STATE = "RUNNING"
+MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, the last a NUL
+BIND_SUFFIX = len(".4194304")  # supervisord binds "<socket>.<its pid>" first, then links the socket's name
 
 
 class SupervisorError(UserError):
@@ -109,6 +112,12 @@ class Supervisor:
         """Where supervisord.conf puts the control socket."""
         return private_dir / "supervisor.sock"
 
+    @staticmethod
+    def socket_fits(private_dir: Path) -> bool:
+        """Whether supervisord can bind its control socket in ``private_dir``: its name, and the
+        temporary name supervisord binds first, fit in a Unix socket address."""
+        return len(os.fsencode(Supervisor.socket_in(private_dir))) + BIND_SUFFIX <= MAX_SOCKET_PATH
+
     def start(self, timeout: float) -> None:
         """Start supervisord and wait until its control socket answers; every later call waits at
         most ``timeout`` for its answer."""
@@ -170,7 +179,12 @@ class Supervisor:
         return [p for p in infos if group is None or p.group == group]
 
     def start_group(self, group: str) -> None:
-        self._call("startProcessGroup", group, False)
+        """SupervisorError naming each process supervisord could not start at all (a command it
+        cannot find): those are answered in the result, not raised, and leave no log line."""
+        refused = [r for r in self._call("startProcessGroup", group, False) if r.get("status") != Faults.SUCCESS]
+        if refused:
+            why = "; ".join(f"{r.get('group')}:{r.get('name')}: {r.get('description')}" for r in refused)
+            raise SupervisorError(f"supervisord cannot start {why}")
 
     def start_process(self, full_name: str) -> None:
         self._call("startProcess", full_name, False)
