@@ -34,24 +34,19 @@ from typing import Protocol
 from clusterman.cloud.groups_view import GroupsCloudView
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
-from clusterman.cluster.lifecycle import DrainStatus
 from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.core.model import NO_TIME
-from clusterman.core.model import Node
-from clusterman.core.model import NodeSets
 from clusterman.core.model import NodeState
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.notices import NO_NOTICES
 from clusterman.core.notices import NOTHING_AHEAD
 from clusterman.core.notices import DrainOutcome
-from clusterman.core.notices import LeaveReason
 from clusterman.core.notices import NoSource
 from clusterman.core.notices import Notice
 from clusterman.core.notices import NoticeError
 from clusterman.core.notices import NoticeSource
 from clusterman.core.notices import Plans
 from clusterman.core.resources import ResourceRequest
-from clusterman.core.resources import Resources
 from clusterman.datastore.store import MetricsError
 from clusterman.decision.autoscaler_state import AutoscalerState
 from clusterman.decision.decide import decide
@@ -62,11 +57,9 @@ from clusterman.decision.holds import HoldReason
 from clusterman.decision.policy import ScalingPolicy
 from clusterman.decision.pool_view import SnapshotError
 from clusterman.decision.result import Decision
-from clusterman.decision.result import Reason
 from clusterman.errors import Unworkable
 from clusterman.events.event import ChangeDetail
 from clusterman.events.exporter import ErrorSource
-from clusterman.events.exporter import NodeAction
 from clusterman.events.recorder import Recorder
 from clusterman.run.apply import apply
 from clusterman.run.demand_source import DemandSource
@@ -74,6 +67,7 @@ from clusterman.run.demand_source import Requests
 from clusterman.run.permit import Permit
 from clusterman.run.permit import Refusal
 from clusterman.run.reading import read_pool
+from clusterman.run.record import RunRecording
 from clusterman.run.report import ApplyReport
 from clusterman.run.report import Outcome
 from clusterman.run.report import RunReport
@@ -87,19 +81,6 @@ from clusterman.state.pause import PauseStatus
 from clusterman.state.store import StateError
 
 log = logging.getLogger(__name__)
-
-EVENT_REASON: Mapping[Reason, ChangeDetail] = {
-    Reason.UTILISATION: ChangeDetail.DECISION_UTILISATION,
-    Reason.MIN_CAPACITY: ChangeDetail.DECISION_MIN_CAPACITY,
-    Reason.MAX_CAPACITY: ChangeDetail.DECISION_MAX_CAPACITY,
-    Reason.STEP_LIMIT: ChangeDetail.DECISION_STEP_LIMIT,
-    Reason.SCALE_LOCK: ChangeDetail.DECISION_SCALE_LOCK,
-    Reason.BREAKER: ChangeDetail.DECISION_BREAKER,
-    Reason.CAPACITY_LOSS: ChangeDetail.DECISION_CAPACITY_LOSS,
-    Reason.HELD: ChangeDetail.DECISION_HELD,
-    Reason.NO_GROUPS: ChangeDetail.DECISION_NO_GROUPS,
-    Reason.CONSOLIDATION: ChangeDetail.DECISION_CONSOLIDATION,
-}
 
 
 class Decider(Protocol):
@@ -180,16 +161,15 @@ class Cycle:
         self.keeper = keeper
         self._loaded = keeper is None or state is not None
         self._kept: AutoscalerState | None = None  # what the keeper holds, once known
-        self._was_paused = False
         self.lease = lease
         self.budget_seconds = budget_seconds
         self.clock = clock  # only to measure how old a run's inputs are (monotonic); decisions use ``now``
-        self._joined_before: NodeSets | None = None  # the last snapshot's node sets, for its joined ids
         self._last_target: float | None = None
         self._group_targets: dict[str, float] = {}  # each group's target as last read, by id
         self._targets_kept: dict[str, float] | None = None  # what the keeper holds of them, once known
         self.signal_outcomes = SignalOutcomes()  # for /healthz and ``clusterman status``
         self.record = record
+        self.recording = RunRecording(recorder, float(policy.setpoint), record)
         self.decider = decider
         self.notices: NoticeSource = notices or NoSource()  # nodes that must go for a reason of their own
         self._unworkable = ""  # why this run found the configuration cannot work ("" when it did not)
@@ -227,16 +207,14 @@ class Cycle:
             return self._no_change(now, Outcome.NO_SNAPSHOT, f"cannot read the pool: {e}", ErrorSource.SCHEDULER)
         snapshot, unreadable = reading.snapshot, len(reading.unreadable)
         for error in (*reading.unreadable, *reading.mistagged):
-            self.recorder.error(ErrorSource.CLOUD, error.group, error.problem)
+            self.recording.error(ErrorSource.CLOUD, error.group, error.problem)
         if not unreadable:
             self._last_target = snapshot.target_capacity
         if not self.dry_run:
             self._settle(snapshot)
         unseen = self._unseen(snapshot, unreadable)
         permit.going_on()
-        if self.record:
-            self._observe_pool(snapshot)
-            self._record_joins(snapshot, now)
+        self.recording.pool(snapshot, self.state.memory.joined, now)
         if self.write_metrics is not None:
             try:
                 self.write_metrics(snapshot)
@@ -244,7 +222,7 @@ class Cycle:
                 self._note(e)
                 message = f"cannot write the pool's metrics: {e}"
                 log.warning("%s: the signals read older data: no scale-down this run", message)
-                self.recorder.error(ErrorSource.INTERNAL, "metrics", message)
+                self.recording.error(ErrorSource.INTERNAL, "metrics", message)
                 text = "the pool's metrics could not be written (signals read older data): no scale-down"
                 holds.append(Hold(HoldReason.METRICS_NOT_WRITTEN, text))
 
@@ -255,8 +233,8 @@ class Cycle:
             self.signal_outcomes.no_answer(str(e), now)
             return self._no_change(now, Outcome.NO_DEMAND, f"no usable demand, target kept: {e}", None, snapshot)
         permit.going_on()
+        self.recording.signals(requests)
         if self.record:
-            self._record_signals(requests)
             self.signal_outcomes.observe(requests.evaluations, now)
         for reason, stale in ((HoldReason.SCHEDULER_STALE, snapshot.stale), (HoldReason.SIGNALS_STALE, requests.stale)):
             if stale:
@@ -288,11 +266,9 @@ class Cycle:
                 message = f"cannot keep the autoscaler state before acting: {unsaved}: nothing changed"
                 return self._no_change(now, Outcome.NO_STATE, message, ErrorSource.INTERNAL, snapshot)
         applied = apply(decision, snapshot, reading.groups_by_id, self.lifecycle, now, permit, self.dry_run)
-        if self.record:
-            self._record(decision, applied, snapshot)
-        self._record_errors(applied)
+        self.recording.acted(decision, applied, snapshot)
         if not self.dry_run:
-            self._record_state_changes(self.state, decision.state, now)
+            self.recording.state_changes(self.state, decision.state, now)
             self.state = self._untaken(decision, applied, now)
             self._keep_targets(now)  # after acting: a slow store must not delay the run's changes
             self._settle_notices(decision, applied, snapshot, now)
@@ -326,7 +302,7 @@ class Cycle:
         except NoticeError as e:
             message = f"cannot read the notices of nodes to replace: {e}"
             log.warning("%s", message)
-            self.recorder.error(ErrorSource.CLOUD, "notices", message)
+            self.recording.error(ErrorSource.CLOUD, "notices", message)
             return getattr(self.notices, "last", NO_NOTICES)
 
     def _settle_notices(self, decision: Decision, applied: ApplyReport, snapshot: PoolSnapshot, now: float) -> None:
@@ -369,7 +345,7 @@ class Cycle:
         won = not (last is not None and last.covers(now + (self.clock() - sent)))
         if status.held and won:
             self._loaded = self.keeper is None  # another autoscaler may have changed the kept state
-            self._joined_before = None
+            self.recording.lease_won()
             log.info("this autoscaler now holds the pool's lease: the lease %s", status.describe())
         elif was_held and status.requested:
             log.info("handing the pool's lease over between runs: the lease %s", status.describe())
@@ -393,9 +369,9 @@ class Cycle:
         refusal = permit.claim()
         if refusal is None:
             return None
-        self._record_no_decision(ChangeDetail.DECISION_STANDBY, self._known_target(), refusal.message)
+        self.recording.no_decision(ChangeDetail.DECISION_STANDBY, self._known_target(), refusal.message)
         if refusal.lease_error:
-            self.recorder.error(ErrorSource.INTERNAL, "lease", refusal.message)
+            self.recording.error(ErrorSource.INTERNAL, "lease", refusal.message)
         return RunReport(permit.now, refusal.outcome, refusal.message)
 
     def _refused(
@@ -409,13 +385,11 @@ class Cycle:
     ) -> RunReport:
         """The run decided but may not act: what it would have done is recorded, nothing changes."""
         log.warning("%s", refusal.message)
-        self.recorder.decision(
+        self.recording.not_acted(
             ChangeDetail.DECISION_STANDBY if refusal.outcome is Outcome.STANDBY else ChangeDetail.DECISION_OVERRUN,
-            0.0,
-            target=snapshot.target_capacity if not unreadable else math.nan,
-            **_figures(decision),
-            setpoint=float(self.policy.setpoint),
-            explanation=f"{refusal.message}; it would have done: {decision.explanation}",
+            snapshot.target_capacity if not unreadable else math.nan,
+            decision,
+            f"{refusal.message}; it would have done: {decision.explanation}",
         )
         return RunReport(now, refusal.outcome, refusal.message, snapshot, decision, None, requests, unreadable)
 
@@ -439,13 +413,13 @@ class Cycle:
         try:
             self.state = self._kept = self.keeper.load()
         except CorruptState as e:
-            self.recorder.error(ErrorSource.INTERNAL, "autoscaler_state", f"{e}: starting afresh")
+            self.recording.error(ErrorSource.INTERNAL, "autoscaler_state", f"{e}: starting afresh")
             text = "the stored autoscaler state was not valid: no scale-down this run"
             holds = (Hold(HoldReason.STATE_NOT_VALID, text),)
         try:
             kept = self.keeper.load_targets()
         except CorruptState as e:  # a group not read then counts as never read: no growth
-            self.recorder.error(ErrorSource.INTERNAL, "group_targets", f"{e}: not used")
+            self.recording.error(ErrorSource.INTERNAL, "group_targets", f"{e}: not used")
             kept = {}
         self._group_targets = {**self._group_targets, **kept}  # kept by the last holder: newer
         self._targets_kept = kept
@@ -536,15 +510,10 @@ class Cycle:
             self._note(e)
             # a pause we cannot read is a pause we may be ignoring: do nothing, loudly
             return self._no_change(now, Outcome.PAUSED, f"cannot read the pause state: {e}", ErrorSource.INTERNAL)
+        self.recording.pause(status.paused, status.describe())
         if status.paused:
-            if not self._was_paused:
-                self.recorder.paused(status.describe())
-            self._was_paused = True
-            self._record_no_decision(ChangeDetail.DECISION_PAUSED, self._current_target(now), status.describe())
+            self.recording.no_decision(ChangeDetail.DECISION_PAUSED, self._current_target(now), status.describe())
             return RunReport(now, Outcome.PAUSED, status.describe())
-        if self._was_paused:
-            self.recorder.resumed("the pause ended")
-            self._was_paused = False
         return None
 
     def _no_change(
@@ -557,10 +526,10 @@ class Cycle:
     ) -> RunReport:
         log.warning("%s", message)
         if source is not None:
-            self.recorder.error(source, "pool", message)
+            self.recording.error(source, "pool", message)
         detail = ChangeDetail.DECISION_NO_DEMAND if outcome is Outcome.NO_DEMAND else ChangeDetail.DECISION_ERROR
         target = snapshot.target_capacity if snapshot is not None else self._known_target()
-        self._record_no_decision(detail, target, message)
+        self.recording.no_decision(detail, target, message)
         return RunReport(now, outcome, message, snapshot)
 
     def _unseen(self, snapshot: PoolSnapshot, unreadable: int) -> Fraction | None:
@@ -595,173 +564,9 @@ class Cycle:
         self._last_target = sum(g.target_capacity for g in reading.view.groups if not g.stale)
         return self._last_target
 
-    # --- recording ----------------------------------------------------------------------------
-
-    def _record_joins(self, snapshot: PoolSnapshot, now: float) -> None:
-        """NODE_JOIN for each node that joined the scheduler since the last run this process saw.
-
-        A run where no node joined or left costs little (``NodeSets.joined_since``)."""
-        sets = snapshot.node_sets
-        before: NodeSets | frozenset[str] | None
-        before, self._joined_before = self._joined_before, sets
-        if before is None:
-            if not self.state.memory.joined:
-                return  # the first look: nothing to compare with
-            before = frozenset(self.state.memory.joined)  # the kept memory of the run before a restart
-        new = sets.joined_since(before)
-        for node_id in sorted(new):
-            node = snapshot.node(node_id)
-            since = now - node.launched_at if node.launched_at != NO_TIME and node.launched_at <= now else None
-            reason = f"joined {since:.0f} s after launch" if since is not None else "joined"
-            self.recorder.node(NodeAction.JOIN, node.id, node.group_id, node.allocatable, reason, since)
-
-    def _observe_pool(self, snapshot: PoolSnapshot) -> None:
-        metrics = self.recorder.metrics
-        metrics.observe_nodes(snapshot.counts_by_state)
-        for g in snapshot.groups:
-            metrics.observe_group(
-                g.id, target=g.target_capacity, fulfilled=g.fulfilled_capacity, minimum=g.min_capacity,
-                maximum=min(g.max_capacity, 1e18),
-            )  # fmt: skip
-        running = snapshot.node_sets.task_count
-        metrics.observe_tasks(running=running, pending=len(snapshot.pending))
-
-    def _record_signals(self, requests: Requests) -> None:
-        for e in requests.evaluations:
-            if e.is_fallback:
-                self.recorder.signal_failed(
-                    e.app, e.failed_signal, e.fallback_reason, e.latency_seconds, e.signal, e.request
-                )
-            else:
-                self.recorder.signal_evaluated(e.app, e.signal, e.request, e.latency_seconds)
-
-    def _record_no_decision(self, detail: ChangeDetail, target: float, explanation: str) -> None:
-        """A run that ended before deciding: the target it saw (NaN when unknown) and why."""
-        self.recorder.decision(
-            detail,
-            0.0,
-            target=target,
-            demand={},
-            capacity={},
-            utilisation={},
-            setpoint=float(self.policy.setpoint),
-            explanation=explanation,
-        )
-
-    def _record(self, d: Decision, applied: ApplyReport, snapshot: PoolSnapshot) -> None:
-        prefix = "dry run: " if applied.dry_run else ""
-        self.recorder.decision(
-            EVENT_REASON[d.reason],
-            float(d.delta),
-            target=float(d.target_capacity),
-            **_figures(d),
-            setpoint=float(self.policy.setpoint),
-            explanation=prefix + d.explanation,
-        )
-
-        def node_event(action: NodeAction, node_id: str, reason: str) -> None:
-            try:
-                node: Node | None = snapshot.node(node_id)  # an index built on first use: most runs need none
-            except KeyError:
-                node = None
-            size = node.allocatable if node is not None else Resources()
-            self.recorder.node(action, node_id, node.group_id if node else "", size, prefix + reason)
-
-        for node_id, result in applied.untainted.items():
-            if result.ok:
-                node_event(NodeAction.UNTAINT, node_id, d.node_reasons.get(node_id, result.detail))
-        tainted = applied.tainted_now
-        for node_id in tainted:
-            node_event(NodeAction.TAINT, node_id, d.node_reasons.get(node_id, applied.tainted[node_id].detail))
-        for node_id, drain in applied.drains.items():
-            if drain.status is not DrainStatus.FAILED and (drain.evicted or drain.status is DrainStatus.DONE):
-                node_event(NodeAction.DRAIN, node_id, drain.detail or drain.status.value)
-        if not applied.dry_run:
-            self.recorder.evicted(sum(drain.evicted for drain in applied.drains.values()))
-        self._record_drains(d, applied, snapshot, node_event)
-        for c in d.consolidation.chosen:
-            if c.node in tainted:
-                size = snapshot.node(c.node).allocatable
-                self.recorder.consolidated(c.choice.value, c.node, c.group, size, prefix + c.line(d.consolidation.slot))
-        by_instance = {n.instance_id: n for n in snapshot.nodes if n.instance_id} if applied.terminations else {}
-        for termination in applied.terminations:
-            for instance_id in termination.terminated:
-                node = by_instance.get(instance_id)
-                node_id = node.id if node else instance_id
-                orphan = node is not None and node.state is NodeState.ORPHAN
-                action = NodeAction.ORPHAN_CLEANUP if orphan else NodeAction.TERMINATE
-                node_event(action, node_id, d.node_reasons.get(node_id, "terminated"))
-        before = {g.id: g.target_capacity for g in snapshot.groups}
-        for change in applied.targets:
-            if change.changed:
-                note = prefix + (change.note or d.reason.value)
-                self.recorder.group_target(
-                    change.group_id, before.get(change.group_id, change.previous), change.target, note
-                )
-
-    def _record_drains(
-        self,
-        d: Decision,
-        applied: ApplyReport,
-        snapshot: PoolSnapshot,
-        node_event: Callable[[NodeAction, str, str], None],
-    ) -> None:
-        """Notices read, drains started, ended and given up, and pods lost, each with its reason."""
-        drains = d.drains
-
-        def reason(node_id: str) -> str:
-            return drains.why[node_id].value if node_id in drains.why else LeaveReason.SCALING_DOWN.value
-
-        for node_id in drains.new:
-            node_event(NodeAction.NOTICE, node_id, d.node_reasons.get(node_id, reason(node_id)))
-            self.recorder.notice(reason(node_id), "handled")
-        for notice in drains.unknown:
-            self.recorder.notice(notice.reason.value, "unknown")
-        if applied.dry_run:
-            return
-        for node_id in applied.tainted_now:
-            self.recorder.drain(reason(node_id), "started")
-        for node_id, why in drains.given_up.items():
-            if node_id in applied.untainted and applied.untainted[node_id].ok:
-                node_event(NodeAction.GIVE_UP, node_id, f"{reason(node_id)}: {why}: returned to the pool")
-                self.recorder.drain(reason(node_id), "given_up")
-        for node_id in applied.terminated_nodes(snapshot):
-            lost = drains.lost.get(node_id, 0)
-            if node_id in drains.why or lost:
-                self.recorder.drain(reason(node_id), "forced" if lost else "done", lost)
-            if lost:
-                log.warning("%s went with %d pod(s) not evicted (%s)", node_id, lost, d.node_reasons.get(node_id, ""))
-
-    def _record_errors(self, applied: ApplyReport) -> None:
-        prefix = "dry run: " if applied.dry_run else ""
-        for object_id, message in applied.errors:
-            log.warning("%s%s: %s", prefix, object_id, message)  # the run's line counts them; here is why
-            source = ErrorSource.INTERNAL if object_id in ("lease", "budget") else ErrorSource.CLOUD
-            self.recorder.error(source, object_id, prefix + message)
-
-    def _record_state_changes(self, old: AutoscalerState, new: AutoscalerState, now: float) -> None:
-        if new.scale_lock.until != old.scale_lock.until:
-            if new.scale_lock.until != NO_TIME:
-                self.recorder.lock_taken(new.scale_lock.until - now, "scale-up: waiting for the new capacity")
-            else:
-                self.recorder.lock_released()
-        if new.breaker.is_open and not old.breaker.is_open:
-            self.recorder.breaker_opened(new.breaker.failures, "requested capacity did not arrive")
-        elif old.breaker.is_open and not new.breaker.is_open:
-            self.recorder.breaker_closed("capacity arrived")
-
     def close(self) -> None:
         for closeable in (self.demand, self.lifecycle, self.connector, self.notices):
             try:
                 closeable.close()
             except Exception:  # closing must not hide the reason the loop is stopping
                 log.exception("closing %s failed", type(closeable).__name__)
-
-
-def _figures(d: Decision) -> dict[str, dict[str, float]]:
-    """The decision's demand, capacity and utilisation per resource, as the recorder takes them."""
-    return {
-        "demand": {k: float(v) for k, v in d.demand.items()},
-        "capacity": {k: float(v) for k, v in d.capacity.items()},
-        "utilisation": {k: float(v) for k, v in d.utilisation.items()},
-    }
