@@ -285,3 +285,32 @@ def assert_quiet_in_a_closed_pipe(argv: list[str], tmp: Path) -> None:
             pass
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
     assert status in (0, 1), err
+
+
+@pytest.mark.parametrize(
+    "argv", [["status", *POOL, "--no-events", "--timeout", "5"], ["simulate", "--help"]], ids=["status", "simulate"]
+)
+def test_ctrl_c_at_any_moment_of_the_start_ends_quietly(world: Path, argv: list[str]) -> None:
+    """As `timeout -s INT 0.3 clusterman status`: Ctrl-C while the command's modules import printed
+    a 35-59 line KeyboardInterrupt traceback; now status 130 (or the command done), nothing more.
+    Each Ctrl-C comes a while after the console script's module is imported (``-X importtime``
+    says when; before it, Python itself is starting)."""
+    import signal
+    import subprocess
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CMAN_")}
+    command = [sys.executable, "-X", "importtime", "-m", "clusterman",
+               "--env-config-path", str(world / "clusterman.yaml"), *argv]  # fmt: skip
+    for delay in (0.0, 0.02, 0.05, 0.1, 0.2, 0.4):
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.rstrip().endswith("| clusterman.cli.main"):
+                break
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        err = "".join(line for line in proc.stderr if not line.startswith("import time:"))
+        proc.wait(timeout=60)
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, (delay, err)
+        assert proc.returncode in (0, 130, -signal.SIGINT), (delay, proc.returncode, err)  # -2: as a shell, 130

@@ -9,7 +9,10 @@ table complete and equal to what the modules register).
 Errors: a ``clusterman.errors.Reported`` error (bad input, config or surroundings) or a missing
 file prints one line on stderr and exits with status 1; anything else is a bug in clusterman and
 keeps its traceback (exit status 1 too, from Python). A reader of stdout that leaves early
-(``| head``) ends the command quietly, with status 0.
+(``| head``) ends the command quietly, with status 0. Ctrl-C ends it with status 130 and no
+traceback, whenever it comes: this module imports only the standard library at its top, ``main``
+imports the rest inside its handler (a command's imports take most of a start-up), and from this
+module's import on, a Ctrl-C that reaches the top (before ``main``'s handler) is not printed.
 """
 
 from __future__ import annotations
@@ -21,12 +24,10 @@ import sys
 from collections.abc import Callable
 from collections.abc import Iterable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Final
 
 import clusterman.cli
-from clusterman.batch.arguments import add_program_arguments
-from clusterman.batch.arguments import configure_logging
-from clusterman.batch.arguments import reader_left
 from clusterman.errors import Reported
 
 
@@ -66,7 +67,17 @@ COMMANDS: Final = (
     Command("disable", "toggle", "pause a pool's autoscaler"),
     Command("enable", "toggle", "resume a paused pool's autoscaler"),
 )
-NOT_COMMANDS: Final = frozenset({"main", "plan_input"})  # modules of clusterman.cli that register nothing
+NOT_COMMANDS: Final = frozenset({"main", "plan_input"})
+
+
+def _quiet_ctrl_c(kind: type[BaseException], error: BaseException, traceback: TracebackType | None) -> None:
+    """``sys.excepthook`` for the moment between this module's import and ``main``'s handler."""
+    if not issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, error, traceback)
+
+
+if sys.excepthook is sys.__excepthook__:
+    sys.excepthook = _quiet_ctrl_c  # modules of clusterman.cli that register nothing
 
 # One line, exit status 1: errors a person can act on (a path given that is missing, a directory,
 # or not ours to read). ValueError is not here: from a library or our own code it is a bug, and
@@ -98,6 +109,8 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
 
     The other commands are listed with their help line only, enough to choose one.
     """
+    from clusterman.batch.arguments import add_program_arguments
+
     parser = argparse.ArgumentParser(prog="clusterman", description="An autoscaler for one pool of cloud machines.")
     add_program_arguments(parser, log_level_default="WARNING")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -128,6 +141,16 @@ def chosen_module(argv: list[str] | None) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C: at start-up (the command's imports) as while it runs
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
+    from clusterman.batch.arguments import configure_logging
+    from clusterman.batch.arguments import reader_left
+
     module = chosen_module(argv)
     parser = build_parser(load=() if module is None else (module,))
     args = parser.parse_args(argv)
@@ -140,8 +163,6 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as e:
         print(f"clusterman {command_words(args)}: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
     except BrokenPipeError:
         return reader_left()
 
