@@ -303,3 +303,24 @@ def test_lifecycle_for_pool_needs_the_simulated_connector():
     pool = PoolConfig(scaling_limits=LIMITS)
     with pytest.raises(ValueError, match="pass the pool's SimulatedConnector"):
         lifecycle_for_pool(MAIN, PoolIdentity("c1", "sim", Scheduler.SIMULATED), pool)
+
+
+def test_pods_that_took_longest_to_start_are_evicted_first():
+    from clusterman.cluster.kubernetes_lifecycle import eviction_order
+    from clusterman.cluster.kubernetes_lifecycle import start_seconds
+
+    def pod(name: str, took: float | None, cpu: str = "1") -> dict:
+        status: dict = {"startTime": "2026-12-06T10:00:00Z"}
+        if took is not None:
+            ready = f"2026-12-06T10:{int(took) // 60:02d}:{int(took) % 60:02d}Z"
+            status["conditions"] = [{"type": "Ready", "status": "True", "lastTransitionTime": ready}]
+        containers = [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]
+        return {
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": containers},
+            "status": status,
+        }
+
+    pods = [pod("web", 5), pod("db", 95), pod("cache", 40), pod("new", None, cpu="4"), pod("tiny", None, cpu="100m")]
+    assert [start_seconds(p) for p in pods] == [5, 95, 40, 0, 0]
+    assert [p["metadata"]["name"] for p in eviction_order(pods)] == ["db", "cache", "web", "new", "tiny"]

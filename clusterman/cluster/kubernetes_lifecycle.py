@@ -48,6 +48,7 @@ from clusterman.cluster.kubernetes import api_client
 from clusterman.cluster.kubernetes import api_error
 from clusterman.cluster.kubernetes import is_daemon
 from clusterman.cluster.kubernetes import pod_name
+from clusterman.cluster.kubernetes import pod_request
 from clusterman.cluster.kubernetes import request_timeout
 from clusterman.cluster.lifecycle import UNKNOWN_COUNT
 from clusterman.cluster.lifecycle import DrainResult
@@ -57,6 +58,7 @@ from clusterman.cluster.lifecycle import NodeLifecycle
 from clusterman.cluster.lifecycle import NodeResult
 from clusterman.cluster.lifecycle import Outcome
 from clusterman.cluster.lifecycle import Results
+from clusterman.core.timestamps import parse_time
 
 if TYPE_CHECKING:  # the kubernetes package is an extra: imported where a Kubernetes pool needs it
     import kubernetes.client
@@ -102,6 +104,38 @@ def is_pinned(pod: Mapping[str, Any], keys: Iterable[str]) -> bool:
     if str(annotations.get(DO_NOT_DISRUPT_ANNOTATION, "")).strip().lower() == "true":
         return True
     return any(str(annotations.get(k, "")).strip().lower() in FALSE_WORDS for k in keys)
+
+
+def start_seconds(pod: Mapping[str, Any]) -> float:
+    """How long the pod took to start where it runs: from ``status.startTime`` (the kubelet took it)
+    to its ``Ready`` condition's last transition (0 when not known: not ready, never measured).
+    What it took here is the best guess of what it takes elsewhere: image pulls, init containers,
+    warm-up before the readiness probe passes."""
+    status = pod.get("status") or {}
+    started = status.get("startTime")
+    ready = next(
+        (c for c in status.get("conditions") or () if c.get("type") == "Ready" and c.get("status") == "True"), None
+    )
+    if not started or ready is None or not ready.get("lastTransitionTime"):
+        return 0.0
+    try:
+        return max(0.0, parse_time(ready["lastTransitionTime"]) - parse_time(started))
+    except ValueError:
+        return 0.0
+
+
+def eviction_order(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Pods that take longest to start elsewhere first (``start_seconds``), then the largest CPU
+    request (hardest to place), then by name: when a node has two minutes left, what is slow to
+    come back must leave first."""
+
+    def cpus(pod: Mapping[str, Any]) -> float:
+        try:
+            return pod_request(pod)[0].cpus
+        except ConnectorError:
+            return 0.0
+
+    return sorted(pods, key=lambda p: (-start_seconds(p), -cpus(p), pod_name(p)))
 
 
 # --- the adapter --------------------------------------------------------------------------------
@@ -235,7 +269,7 @@ class KubernetesLifecycle(NodeLifecycle):
             return self._drained(node_id, DrainStatus.DONE, 0, 0, "no pods left to evict")
         leaving = [p for p in pods if (p.get("metadata") or {}).get("deletionTimestamp")]
         pinned = [pod_name(p) for p in pods if p not in leaving and is_pinned(p, self.safe_to_evict_keys)]
-        to_evict = [p for p in pods if p not in leaving and pod_name(p) not in pinned]
+        to_evict = eviction_order(p for p in pods if p not in leaving and pod_name(p) not in pinned)
         kept = [f"{len(leaving)} already terminating"] if leaving else []
         if pinned:
             kept.append(f"{len(pinned)} not safe to evict (left for the hard grace period): {', '.join(pinned)}")
