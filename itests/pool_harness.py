@@ -75,6 +75,7 @@ class PoolHarness:
         node_migration: dict[str, Any] | None = None,
         main_extra: dict[str, Any] | None = None,
         cluster_extra: dict[str, Any] | None = None,
+        pool_extra: dict[str, Any] | None = None,
         **limits: Any,
     ) -> str:
         """Write clusterman.yaml and the pool file (``draining``: draining_enabled, which consolidation
@@ -110,6 +111,7 @@ class PoolHarness:
             pool["draining_enabled"] = True
         if node_migration is not None:
             pool["node_migration"] = node_migration
+        pool.update(pool_extra or {})
         if self.scheduler == "simulated":
             work = [{"count": tasks, "cpus": task_cpus}] if tasks else []
             pool["simulation"] = {"node_resources": {"cpus": 2, "mem": 8000}, "join_delay_seconds": 0, "tasks": work}

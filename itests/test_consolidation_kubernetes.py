@@ -24,7 +24,7 @@ def world(moto_server):
     return World(moto_server.url)
 
 
-def fragmented(tmp_path, pool, members):
+def fragmented(tmp_path, pool, members, **pool_extra):
     """Four 8-CPU nodes: two with 2 CPUs free in pieces, one running a single 1-CPU pod, one empty.
     13 CPUs run: at the setpoint 95% two nodes would do, but the slot reserve (two 4-CPU places)
     keeps the emptiest ones, so only consolidation can shrink the pool: it moves the 1-CPU pod into
@@ -43,6 +43,7 @@ def fragmented(tmp_path, pool, members):
             "slot_reserve": 2,
             "consolidation": {"enabled": True, "consolidate_after": 0, "surplus": 0},  # a pool of four
         },
+        pool_extra=pool_extra,
     )
     return config, nodes, lone
 
@@ -78,7 +79,8 @@ def test_a_disruption_budget_that_refuses_keeps_the_node_until_it_lets_go(tmp_pa
     asg = world.asg(POOL, desired=4)
     members = world.asg_members(asg)
     with harness(tmp_path, world, "kubernetes") as pool:
-        config, nodes, lone = fragmented(tmp_path, pool, members)
+        # a drain step each run (2 s): by default one at most every 15 s (redraining_delay_seconds)
+        config, nodes, lone = fragmented(tmp_path, pool, members, draining={"redraining_delay_seconds": 1})
         pool.kube.budget_refuses.add(f"default/{lone}")
         seen: dict[str, str] = {}
 

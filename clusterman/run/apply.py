@@ -1,8 +1,8 @@
 """Carry out a Decision on the scheduler and the cloud, in the one safe order.
 
-    untaint → taint → drain (one step per tainted node) → read the leaving nodes' work again
-            → before_terminate → cloud terminate → after_terminate → drain the leaving nodes kept
-            → set every group's absolute target
+    untaint → taint → raise the targets that go up → drain (one step per tainted node)
+            → read the leaving nodes' work again → before_terminate → cloud terminate
+            → after_terminate → drain the leaving nodes kept → set every other group's absolute target
 
 A node chosen to leave on its count of tasks (empty, or within ``max_tasks_to_kill``) is read
 again from the scheduler right before termination, since work may have come onto it since the
@@ -90,6 +90,7 @@ def apply(
 
     if stop_before("draining"):
         return report
+    raised = _raise_early(decision, snapshot, groups, dry_run, report)
     leaving = set(decision.terminate)
     for node_id in _draining(decision, snapshot, report):
         if node_id not in leaving:
@@ -108,6 +109,8 @@ def apply(
     targets = _targets(decision, report)
     report.not_removed = sum(targets.values(), Fraction(0)) - sum(decision.group_targets.values(), Fraction(0))
     for group_id, target in sorted(targets.items()):
+        if group_id in raised:
+            continue
         group = groups.get(group_id)
         if group is None:
             report.errors.append((group_id, "no such resource group to set a target on"))
@@ -118,6 +121,33 @@ def apply(
             log.warning("%s", e)
             report.errors.append((group_id, str(e)))
     return report
+
+
+def _raise_early(
+    decision: Decision,
+    snapshot: PoolSnapshot,
+    groups: Mapping[str, CloudGroup],
+    dry_run: bool,
+    report: ApplyReport,
+) -> set[str]:
+    """Set now, before any drain, the targets of the groups the decision raises and terminates
+    nothing in: a replacement for a node leaving (or any scale-up) is asked within the run's first
+    seconds, and a process killed mid-drain has asked for it already. Raising a target lowers
+    nothing, so it cannot be lowered twice. The groups set."""
+    before = {g.id: g.target_capacity for g in snapshot.groups}
+    ending = {n.group_id for n in snapshot.nodes if n.id in set(decision.terminate)}
+    raised: set[str] = set()
+    for group_id, target in sorted(decision.group_targets.items()):
+        group = groups.get(group_id)
+        if group is None or group_id in ending or not target > before.get(group_id, float("inf")):
+            continue
+        try:
+            report.targets.append(group.set_target_capacity(float(number(target)), dry_run=dry_run))
+        except ResourceGroupError as e:
+            log.warning("%s", e)
+            report.errors.append((group_id, str(e)))
+        raised.add(group_id)
+    return raised
 
 
 def _targets(decision: Decision, report: ApplyReport) -> dict[str, Fraction]:
