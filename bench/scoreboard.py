@@ -203,8 +203,27 @@ row(Row("spare", main=_spare, tunable=True))
 row(Row("ca", pool=_internal(PEER_AUTOSCALING), decider=ClusterAutoscaler, fill=1.0))
 row(Row("karpenter", pool=_internal(PEER_AUTOSCALING), decider=Karpenter, fill=1.0))
 
+
+def _migration_rows() -> None:
+    """Node migration's rows (docs/node_lifecycle.md): **migrating** is the shipped default whose
+    group's launch template gets a new version after a day, so every node drifts and is replaced
+    (rate 5, prescaling 2%); **recycled** keeps every node younger than 2 days (max_uptime, rate 5)."""
+
+    def migrating(pool: dict[str, Any]) -> None:
+        pool["node_migration"] = {"trigger": {"drift": True}, "strategy": {"rate": 5, "prescaling": "2%"}}
+        pool["simulation"]["new_template_at_minutes"] = [24 * 60]
+
+    def recycled(pool: dict[str, Any]) -> None:
+        pool["node_migration"] = {"trigger": {"max_uptime": "2d"}, "strategy": {"rate": 5}}
+
+    row(Row("migrating", pool=migrating))
+    row(Row("recycled", pool=recycled))
+
+
+_migration_rows()
+
 # the rows a board runs unless told: consolidation's own variants only when asked for
-BOARD = ("old", "new", "perfect", "escalator", "ca", "karpenter")
+BOARD = ("old", "new", "perfect", "escalator", "ca", "karpenter", "migrating")
 # the simulated scheduler's placements the old and new defaults are also scored under (docs/simulator.md)
 OTHER_PLACEMENTS = ("most_allocated", "least_allocated")
 INTEGER_CONSOLIDATION_KEYS = ("drains_per_run", "evictions_per_hour")

@@ -216,3 +216,17 @@ def test_make_bench_runs_each_benchmark_in_a_fresh_process():
     assert size["agents"] == 300
     assert size["rss_before_mb"] < 150
     assert len(held) == 300 * 2**20
+
+
+def test_the_node_migration_bench_builds_its_pools_on_the_scoreboard_s(tmp_path):
+    from bench import node_migration
+
+    def migrating(pool):
+        pool["node_migration"] = node_migration.REPLACE
+        pool["simulation"]["new_template_at_minutes"] = [node_migration.REPLACE_AT_MINUTES]
+
+    scenario = node_migration.scenario(tmp_path, "replace", "noisy", 0.1, 2.6, "m5.2xlarge", migrating)
+    pool = scenario.setup.pool
+    assert pool.node_migration.trigger.drift and pool.node_migration.strategy.rate.of(100) == 5
+    assert pool.simulation.new_template_at_minutes == (360,) and pool.simulation.instance_type == "m5.2xlarge"
+    assert 80 <= pool.simulation.initial_capacity <= 130  # about a hundred nodes (115 when it is replaced)

@@ -372,3 +372,29 @@ def test_pods_of_several_sizes_leaving_at_random_simulate_and_are_reported(files
     spread = json.loads((tmp_path / "spread.json").read_bytes())
     assert spread["inputs"]["placement"] == "least_allocated"
     assert (spread["cost"], spread["capacity"]) != (summary["cost"], summary["capacity"])
+
+
+def test_a_new_launch_template_drifts_every_node_and_a_migration_replaces_each_once(files, tmp_path):
+    """The simulated groups' template gets a new version at minute 30: every node launched before
+    drifts, and ``trigger.drift`` replaces them, as many at a time as the disruption budget lets
+    (10% of the pool: one), replacements first."""
+    data, pool = files
+    pool.write_text(
+        POOL + "  new_template_at_minutes: [30]\n"
+        "draining_enabled: true\n"
+        "node_migration: {trigger: {drift: true}, strategy: {rate: 2, bootstrap_wait: 0}}\n"
+    )
+    scenario = load_scenario(load_main_config(MAIN), Request(pool, [data]))
+    seen: list[tuple[float, set[str], str]] = []
+
+    def on_run(report):
+        nodes = report.snapshot.nodes if report.snapshot else ()
+        seen.append((report.now, {n.template for n in nodes}, report.migration))
+
+    simulate(scenario, on_run=on_run)
+    before = next(templates for now, templates, _ in seen if now < T0 + 30 * 60)
+    assert before == {"web-a:1"}
+    migrating = [line for _, _, line in seen if line]
+    assert migrating[0].startswith("migration drift: step 1: replacing 1 node(s), 0 done")
+    ended = max(i for i, (_, _, line) in enumerate(seen) if line)
+    assert seen[ended + 1][1] == {"web-a:2"} and all(not line for _, _, line in seen[ended + 1 :])

@@ -70,11 +70,15 @@ class _Launched:
     market: SimulatedMarket
     launched_at: float
     running_at: float  # launched_at + the join delay
+    template: str = ""  # the group's launch template version when it was launched
 
     def at(self, now: float) -> Instance:
         state = InstanceState.RUNNING if now >= self.running_at else InstanceState.PENDING
         m = self.market
-        return Instance(self.id, m.instance_type, m.availability_zone, m.weight, self.launched_at, state, m.spot)
+        return Instance(
+            self.id, m.instance_type, m.availability_zone, m.weight, self.launched_at, state, m.spot,
+            template=self.template,
+        )  # fmt: skip
 
 
 class SimulatedGroup(CloudGroup):
@@ -110,6 +114,7 @@ class SimulatedGroup(CloudGroup):
         self.join_jitter_seconds = join_jitter_seconds
         self.tags = dict(tags or {})
         self.stale = False  # a stale group launches nothing more and is drained
+        self.template_version = 1  # its launch template's version: instances launched before a new one drift
         self._clock = clock
         self._rng = random.Random(f"{seed}:{group_id}")  # str seeds hash with SHA-512: same in every process
         self._target = float(min(max(math.ceil(target_capacity), min_capacity), max_capacity))
@@ -127,6 +132,15 @@ class SimulatedGroup(CloudGroup):
 
     def mark_stale(self, stale: bool = True) -> None:
         self.stale = stale
+        self._state = None
+
+    @property
+    def template(self) -> str:
+        return f"{self.id}:{self.template_version}"
+
+    def new_template_version(self) -> None:
+        """A new version of the group's launch template: what it launches from now on (drift)."""
+        self.template_version += 1
         self._state = None
 
     def lose_instances(self, instance_ids: Iterable[str]) -> list[str]:
@@ -191,7 +205,8 @@ class SimulatedGroup(CloudGroup):
             self._fulfilled += market.weight
             jitter = self._rng.uniform(0, self.join_jitter_seconds) if self.join_jitter_seconds else 0.0
             instance_id = f"i-{self._rng.getrandbits(68):017x}"
-            launched = _Launched(instance_id, market, now, now if joined else now + self.join_delay_seconds + jitter)
+            running_at = now if joined else now + self.join_delay_seconds + jitter
+            launched = _Launched(instance_id, market, now, running_at, self.template)
             self._instances[instance_id] = launched
             self._values[instance_id] = launched.at(now)
             if launched.running_at > now:
@@ -210,6 +225,7 @@ class SimulatedGroup(CloudGroup):
             kind=self.kind,
             node_resources=unit_size(offers),
             offers=offers,
+            template=self.template,
         )
 
 

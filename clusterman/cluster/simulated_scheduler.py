@@ -313,6 +313,8 @@ class _SimNode:
             instance_type=i.instance_type,
             market=i.market,
             ip=i.ip,
+            template=i.template,
+            image_id=i.image_id,
         )
         return self.value
 

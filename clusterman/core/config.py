@@ -743,6 +743,9 @@ class SimulationConfig:
     task_lifetime_minutes: float | None = field(
         None, check=positive, doc="mean lifetime of a demand task (exponential); it is replaced when it ends"
     )
+    new_template_at_minutes: tuple[float, ...] = field(
+        (), doc="minutes into a simulation at which the groups' launch template gets a new version (its nodes drift)"
+    )
     placement: str = field(
         "first_fit",
         check=Check(lambda v: v in PLACEMENTS, f"must be one of {', '.join(PLACEMENTS)}"),

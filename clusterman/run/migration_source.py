@@ -43,7 +43,6 @@ from clusterman.decision.migration import MigrationRecord
 from clusterman.decision.migration_request import MigrationRequest
 from clusterman.decision.migration_request import Status
 from clusterman.events.recorder import Recorder
-from clusterman.state.node_migration import StoredMigration
 from clusterman.state.store import StateError
 
 log = logging.getLogger(__name__)
@@ -64,6 +63,28 @@ class Resources(Protocol):
     def close(self) -> None: ...
 
 
+class RecordKeeper(Protocol):
+    """Where the record lives (``state/node_migration.py: StoredMigration``); StateError when it
+    cannot be read or written."""
+
+    def load(self) -> MigrationRecord: ...
+
+    def save(self, record: MigrationRecord, now: float) -> None: ...
+
+
+class KeptInMemory:
+    """A record kept in this process only (the simulator's: nothing outlives its run)."""
+
+    def __init__(self) -> None:
+        self.record = MigrationRecord()
+
+    def load(self) -> MigrationRecord:
+        return self.record
+
+    def save(self, record: MigrationRecord, now: float) -> None:
+        self.record = record
+
+
 class MigrationSource:
     """``resources``: None for a pool that takes no NodeMigration resources (then only max_uptime
     and drift start migrations); ``pool_selector`` the label selector of the pool's nodes.
@@ -74,7 +95,7 @@ class MigrationSource:
         self,
         identity: PoolIdentity,
         settings: NodeMigrationConfig,
-        record: StoredMigration,
+        record: RecordKeeper,
         recorder: Recorder,
         *,
         resources: Resources | None = None,

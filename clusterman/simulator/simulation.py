@@ -49,6 +49,8 @@ from clusterman.run.cycle import Cycle
 from clusterman.run.cycle import Decider
 from clusterman.run.demand_source import DemandSource
 from clusterman.run.demand_source import InternalDemand
+from clusterman.run.migration_source import KeptInMemory
+from clusterman.run.migration_source import MigrationSource
 from clusterman.run.report import Outcome
 from clusterman.run.report import RunReport
 from clusterman.simulator.clock import SimClock
@@ -171,6 +173,10 @@ def wire(scenario: Scenario, clock: SimClock, decider: Decider = decide) -> Wiri
         demand, runners = signal_demand(setup, store, scenario.signals)
         collected = collected_names(setup)
     recorder = QuietRecorder(identity.cluster, identity.pool)
+    migration = None
+    if pool.node_migration.enabled:  # max_uptime and drift: a simulation has no NodeMigration resources
+        budget = float(setup.policy.consolidation.max_disrupted_share)
+        migration = MigrationSource(identity, pool.node_migration, KeptInMemory(), recorder, budget_share=budget)
     cycle = Cycle(
         connector=connector,
         cloud=cloud,
@@ -180,6 +186,7 @@ def wire(scenario: Scenario, clock: SimClock, decider: Decider = decide) -> Wiri
         recorder=recorder,
         record=False,
         decider=decider,
+        notices=migration,
     )
     return Wiring(groups, cloud, connector, cycle, store, collected, runners)
 
@@ -215,9 +222,14 @@ def simulate(
     period = max(int(scenario.setup.period_seconds), steps.step_seconds)
     pending = Pending()
     ledger.begin(w.cloud.cloud_view(steps.start))
+    new_templates = sorted(steps.start + 60 * m for m in scenario.setup.pool.simulation.new_template_at_minutes)
     try:
         for k, now in enumerate(steps):
             clock.now = now
+            while new_templates and now >= new_templates[0]:  # a new launch template: the nodes before it drift
+                new_templates.pop(0)
+                for group in w.groups:
+                    group.new_template_version()
             snapshot = w.connector.snapshot(now)
             accounting = account_snapshot(snapshot)
             if w.collected != frozenset():
