@@ -106,7 +106,7 @@ def test_an_event_replaces_ahead_then_drains_batch_by_batch_oldest_first_and_com
 
     # the drain machinery terminates them: the next step replaces the last old node
     after = [n for n in joined(nodes, 2) if n.id not in ("n1", "n2")]
-    record = settle(ready.record, ["n2", "n1"], {}, NOW + 300)
+    record = settle(ready.record, ["n2", "n1"], {})
     assert record.active.done == 2 and record.active.batch == ()
     step2 = plan(record, pool(after), inputs(r), NOW + 360)
     assert step2.replace == ("n0",) and step2.active.step == 2
@@ -145,14 +145,14 @@ def test_drains_given_up_are_requeued_last_and_fail_the_migration_past_allowed_f
     p = plan(MigrationRecord(), pool(nodes), inputs(r, s=s), NOW)
     p = plan(p.record, pool(joined(nodes, 2), target=8), inputs(r, s=s), NOW + 200)
     assert p.drain == ("n5", "n4")
-    record = settle(p.record, [], {"n5": "not drained within 1800s"}, NOW + 2000)
+    record = settle(p.record, [], {"n5": "not drained within 1800s"})
     assert record.active.failed_drains == 1 and record.active.requeued == ("n5",) and record.active.batch == ("n4",)
-    record = settle(record, ["n4"], {}, NOW + 2010)
+    record = settle(record, ["n4"], {})
     left = [n for n in joined(nodes, 2) if n.id != "n4"]
     p = plan(record, pool(left), inputs(r, s=s), NOW + 2020)
     assert p.replace == ("n3", "n2") and p.active.requeued == ("n5",)  # the requeued node last
     p = plan(p.record, pool(joined(left, 2, start=200), target=9), inputs(r, s=s), NOW + 2300)
-    record = settle(p.record, ["n3"], {"n2": "a disruption budget refused"}, NOW + 4200)
+    record = settle(p.record, ["n3"], {"n2": "a disruption budget refused"})
     p = plan(record, pool([n for n in left if n.id != "n3"]), inputs(r, s=s), NOW + 4210)
     assert p.active is None and p.marks[0].status is Status.FAILED
     assert p.marks[0].fields["reason"] == "2 drains failed > allowed_failed_drains 1"

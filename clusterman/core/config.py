@@ -274,12 +274,17 @@ class DrainerBatch:
 
 @dataclass(frozen=True)
 class NodeMigrationBatch:
-    """``batches.node_migration``: Clusterman's node migration batch (``clusterman.batch.node_migration``)."""
+    """``batches.node_migration``: Clusterman's node migration batch (``clusterman.batch.node_migration``).
+    Migrations run in each pool's own run here, so only ``failed_attemps_margin`` is used."""
 
-    run_interval_seconds: float = field(60.0, check=positive, doc="how often migration triggers are checked")
-    max_worker_processes: float = field(6.0, check=positive, doc="migrations running at once, one per pool")
+    run_interval_seconds: float = field(60.0, check=positive, doc="Clusterman's: how often its batch looked")
+    max_worker_processes: float = field(6.0, check=positive, doc="Clusterman's: its worker processes at once")
     worker_termination_timeout_seconds: float = field(10.0, check=non_negative)
-    failed_attemps_margin: int = field(5, check=non_negative, doc="Clusterman's spelling")
+    failed_attemps_margin: int = field(
+        5,
+        check=non_negative,
+        doc="a migration fails past this many times its expected_duration (Clusterman's spelling)",
+    )
 
 
 @dataclass(frozen=True)
@@ -933,8 +938,8 @@ class MigrationStrategy:
 
 @dataclass(frozen=True)
 class NodeMigrationConfig:
-    """A pool's ``node_migration`` block, Clusterman's keys and defaults. Loaded and validated; node
-    migration (issue 42) acts on it. ``enabled`` is whether the pool file has the block."""
+    """A pool's ``node_migration`` block, Clusterman's keys and defaults (``decision/migration.py``
+    acts on it). ``enabled`` is whether the pool file has the block."""
 
     trigger: MigrationTrigger
     strategy: MigrationStrategy

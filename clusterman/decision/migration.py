@@ -111,11 +111,9 @@ class Migration:
 
     def estimated_end(self, now: float, expected_duration: float) -> float:
         """From the pace so far; before the first node is done, ``expected_duration`` from its start."""
-        if self.done and self.selected > self.done:
-            return now + (now - self.started_at) / self.done * (self.selected - self.done)
-        if self.done and self.selected <= self.done:
-            return now
-        return self.started_at + expected_duration
+        if not self.done:
+            return self.started_at + expected_duration
+        return now + (now - self.started_at) / self.done * max(0, self.selected - self.done)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -388,13 +386,14 @@ def _compared(mark: Mark) -> dict[str, Any]:
     return {k: v for k, v in mark.fields.items() if k not in ("updatedAt", "estimatedEnd", "startedAt")}
 
 
-def settle(record: MigrationRecord, gone: Iterable[str], given_up: Mapping[str, str], now: float) -> MigrationRecord:
+def settle(record: MigrationRecord, gone: Iterable[str], given_up: Mapping[str, str]) -> MigrationRecord:
     """After the run acted: the batch's nodes terminated are done, and each drain given up counts
     against ``allowed_failed_drains`` (its node is queued again, last)."""
     active = record.active
     if active is None:
         return record
-    finished = [n for n in active.batch if n in set(gone)]
+    gone = set(gone)
+    finished = [n for n in active.batch if n in gone]
     failed = [n for n in active.batch if n in given_up]
     if not finished and not failed:
         return record
@@ -438,20 +437,22 @@ def _start(
     prescale = s.strategy.prescaling.of(len(nodes)) * _mean_weight(nodes)
     phase = Phase.PRESCALING if prescale > 0 else Phase.REPLACING
     events: list[Happened] = []
+
+    def begin(key: str, trigger: Trigger, selected: int, what: str, created: float = NO_TIME) -> Migration:
+        m = Migration(key, trigger, phase, now, now, selected=selected, rate=rate, prescale=prescale, created=created)
+        events.append(Happened(key, trigger, "started", f"started: {what}"))
+        return m if phase is Phase.PRESCALING else _next_step(m, snapshot, inputs, now)
+
     openings = sorted(
         (r for r in inputs.requests if r.status is not None and r.status.open and not r.refused),
         key=lambda r: (r.created, r.name),
     )
     for r in openings:
         if record.ended_as(r.name) is None and s.trigger.event:
-            chosen = _chosen(Trigger.EVENT, r, nodes, inputs, rate, now)
-            migration = Migration(
-                r.name, Trigger.EVENT, phase, now, now, selected=len(chosen or ()), rate=rate, prescale=prescale,
-                created=r.created if r.created != NO_TIME else now,
-            )  # fmt: skip
-            text = f"started: {r.spec_line()}: {len(chosen or ())} node(s) to replace"
-            events.append(Happened(r.name, Trigger.EVENT, "started", text))
-            return record, _first_step(migration, snapshot, inputs, now), events
+            count = len(_chosen(Trigger.EVENT, r, nodes, inputs, rate, now) or ())
+            created = r.created if r.created != NO_TIME else now
+            what = f"{r.spec_line()}: {count} node(s) to replace"
+            return record, begin(r.name, Trigger.EVENT, count, what, created), events
     if math.isfinite(s.trigger.max_uptime) and s.trigger.max_uptime >= MIN_MAX_UPTIME:
         due = due_for_uptime(nodes, s, rate, now)
         if due:
@@ -464,30 +465,13 @@ def _start(
                     events.append(Happened(Trigger.MAX_UPTIME.value, Trigger.MAX_UPTIME, "put_off", text))
                 return record, None, events
             record = replace(record, skips=0, skipped_at=NO_TIME)
-            migration = Migration(
-                Trigger.MAX_UPTIME.value, Trigger.MAX_UPTIME, phase, now, now, selected=len(due), rate=rate,
-                prescale=prescale,
-            )  # fmt: skip
-            text = f"started: {len(due)} node(s) older than they may be when reached"
-            events.append(Happened(Trigger.MAX_UPTIME.value, Trigger.MAX_UPTIME, "started", text))
-            return record, _first_step(migration, snapshot, inputs, now), events
-    if inputs.drift:
-        drifted = [n for n in nodes if n.id in inputs.drifted]
-        if drifted:
-            migration = Migration(
-                Trigger.DRIFT.value, Trigger.DRIFT, phase, now, now, selected=len(drifted), rate=rate,
-                prescale=prescale,
-            )  # fmt: skip
-            text = f"started: {len(drifted)} node(s) launched from another template or image"
-            events.append(Happened(Trigger.DRIFT.value, Trigger.DRIFT, "started", text))
-            return record, _first_step(migration, snapshot, inputs, now), events
+            what = f"{len(due)} node(s) older than they may be when reached"
+            return record, begin(Trigger.MAX_UPTIME.value, Trigger.MAX_UPTIME, len(due), what), events
+    drifted = [n for n in nodes if n.id in inputs.drifted] if inputs.drift else []
+    if drifted:
+        what = f"{len(drifted)} node(s) launched from another template or image"
+        return record, begin(Trigger.DRIFT.value, Trigger.DRIFT, len(drifted), what), events
     return record, None, events
-
-
-def _first_step(m: Migration, snapshot: PoolSnapshot, inputs: MigrationInputs, now: float) -> Migration:
-    if m.phase is Phase.PRESCALING:
-        return m
-    return _next_step(m, snapshot, inputs, now)
 
 
 def _advance(

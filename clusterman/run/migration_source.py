@@ -156,7 +156,7 @@ class MigrationSource:
         plan = self._plan
         if plan is None:
             return
-        record = migration.settle(plan.record, outcome.gone, outcome.given_up, outcome.now)
+        record = migration.settle(plan.record, outcome.gone, outcome.given_up)
         if record != plan.record and not self.dry_run:
             try:
                 self.record.save(record, outcome.now)
