@@ -157,6 +157,7 @@ def in_norcal(example: Example, tmp: Path) -> str:
         "clusters": {"norcal": {"aws_region": "us-west-2", "kubeconfig_path": str(tmp / "kubeconfig")}},
         "cluster_config_directory": "pools",
         "state_directory": "state",
+        "autoscale_signal": {"name": "MostRecentResources", "branch_or_tag": "v1", "period_minutes": 1},
     }
     (tmp / "clusterman.yaml").write_text(yaml.safe_dump(main))
     (tmp / "pools" / "norcal").mkdir(parents=True)
@@ -174,6 +175,7 @@ RUNS: dict[tuple[str, str], Callable[[Example, Path], str]] = {
     ("docs/operations.md", 'clusterman disable --cluster norcal --pool web --until 2h --reason "kernel upgrade"'):
         in_norcal,
     ("docs/operations.md", "clusterman list-pools --cluster norcal"): in_norcal,
+    ("docs/operations.md", "clusterman config check"): in_norcal,
 }  # fmt: skip
 
 

@@ -95,7 +95,8 @@ def test_every_step_of_the_install_guide(tmp_path, moto_server):
                 assert proc.returncode == 0, f"{line}\n{proc.stdout}{proc.stderr}"
                 check_output(words, proc.stdout)
             elif words[0] in ("sed", "deploy/kubernetes/new-pool"):
-                subprocess.run(words, cwd=tmp_path, check=True, capture_output=True, timeout=30)
+                tools = {**env, "CLUSTERMAN": str(Path(sys.executable).parent / "clusterman")}  # new-pool's check
+                subprocess.run(words, cwd=tmp_path, env=tools, check=True, capture_output=True, timeout=60)
             elif words[:2] == ["kubectl", "apply"] or words[:2] == ["kubectl", "delete"]:
                 assert words[2] == "-k", line
                 docs = render(tmp_path / words[3])
@@ -124,6 +125,8 @@ def check_output(words: list[str], out: str) -> None:
         assert out == "prod/batch.kubernetes: enabled\n", out
     elif words[1] == "status":
         assert out.startswith("prod/batch.kubernetes: enabled"), out
+    elif words[1:3] == ["config", "check"]:
+        assert out.endswith(" and 3 pool files: ok\n"), out  # batch, web and the gpu pool new-pool wrote
 
 
 def check_kubectl(words: list[str], created: dict[tuple[str, str], dict[str, Any]]) -> None:

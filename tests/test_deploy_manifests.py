@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -118,8 +119,9 @@ def made_pools(tmp: Path) -> list[Path]:
     copy = tmp / "deploy" / "kubernetes"
     shutil.copytree(DEPLOY, copy, symlinks=True)
     cluster = next(iter(load_main_config(main_file()).clusters))
+    tools = {**os.environ, "CLUSTERMAN": str(Path(sys.executable).parent / "clusterman")}  # new-pool's check
     for pool in MADE:
-        subprocess.run([str(copy / "new-pool"), cluster, pool], check=True, capture_output=True, timeout=30)
+        subprocess.run([str(copy / "new-pool"), cluster, pool], env=tools, check=True, capture_output=True, timeout=60)
     return [copy / "pools" / f"{cluster}-{pool}" for pool in MADE]
 
 

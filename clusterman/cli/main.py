@@ -47,6 +47,7 @@ COMMANDS: Final = (
         "collect_metrics",
         "write the pools' system metrics to the metrics store (once, or every run_interval_seconds)",
     ),
+    Command("config", "config", "check srv-configs files before applying them"),
     Command("events", "events", "show what the autoscaler did and why"),
     Command("generate-data", "generate_data", "write synthetic metrics from a YAML design"),
     Command("list-clusters", "list_clusters", "list the clusters in the srv-configs"),
