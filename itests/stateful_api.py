@@ -216,6 +216,7 @@ class FakeKubernetes(FakeServer):
             "nodes": self.nodes, "pods": self.pods, "nodemigrations": self.migrations,  # type: ignore[dict-item]
         }  # fmt: skip
         self.crd_schema = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        self.crd_installed = True  # False: the NodeMigration CRD was never applied (404 for its paths)
         self.token = token
         self.version = 50_000_000
         # the history watches read: (version, resource, the object before, the object after), as JSON
@@ -316,6 +317,8 @@ class FakeKubernetes(FakeServer):
             return status(401, "Unauthorized", "no bearer token")
         node = self.NODE.match(request.path)
         eviction = self.EVICTION.match(request.path)
+        if request.path.startswith(MIGRATIONS) and not self.crd_installed:
+            return status(404, "NotFound", "the server could not find the requested resource")
         if request.method == "GET" and request.path in ("/api/v1/nodes", "/api/v1/pods", MIGRATIONS):
             resource = request.path.rsplit("/", 1)[1]
             if flag(request.query, "watch"):

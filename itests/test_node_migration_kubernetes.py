@@ -96,3 +96,16 @@ def test_an_event_replaces_every_old_node_two_at_a_time_replacements_first(tmp_p
     assert len(notices) == 4 and all("node_migration" in e.event.message for e in notices)
     evictions = [r for r in pool.kube.requests if r.method == "POST" and r.path.endswith("/eviction")]
     assert len(evictions) == 4  # each pod moved once, through the Eviction API
+
+
+def test_a_pool_that_takes_resources_where_the_crd_is_missing_runs_on_and_says_so(tmp_path, world):
+    asg = world.asg(POOL, desired=2)
+    with harness(tmp_path, world, "kubernetes") as pool:
+        pool.join(world.asg_members(asg), kernel=OLD)
+        configure(pool)
+        pool.kube.crd_installed = False
+        report = pool.cycle().run_once(time.time())
+        (error,) = [e.event.message for e in pool.events("ERROR_CLOUD") if "NodeMigration" in e.event.message]
+    assert report.outcome.value == "acted" and report.decision is not None  # the run goes on without it
+    assert error.startswith("cannot read the notices of nodes to replace: node migration: cannot read the ")
+    assert "404 Not Found" in error and error.endswith("(is the NodeMigration CRD installed? deploy/kubernetes/shared)")

@@ -108,7 +108,12 @@ class NodeMigrations:
         ConnectorError when they cannot be listed."""
         reflector = self._reflect()
         if not reflector.freshness().synced or not self.watch:
-            reflector.sync()  # ConnectorError naming the server and its answer
+            try:
+                reflector.sync()
+            except ConnectorError as e:  # naming the server and its answer
+                if " 404 " not in f" {e} ":
+                    raise
+                raise ConnectorError(f"{e} (is the NodeMigration CRD installed? deploy/kubernetes/shared)") from e
             if self.watch:
                 reflector.start()
         with self._store.lock:
