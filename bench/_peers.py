@@ -71,9 +71,16 @@ KARPENTER_BUDGET = Fraction(1, 10)  # the default disruption budget, nodes: 10%
 SINGLE_TRIES = 10  # candidates that do not fit looked at in one run (its consolidation searches have time limits)
 
 
+_NEEDS: dict[tuple[float, float, float, float], Need] = {}  # a pool's pods come in a few sizes
+
+
 def _need(task: Task) -> Need:
     r = task.requests
-    return need_of(max(r.cpus, 0.0), max(r.mem, 0.0), max(r.disk, 0.0), max(r.gpus, 0.0))
+    key = (r.cpus, r.mem, r.disk, r.gpus)
+    need = _NEEDS.get(key)
+    if need is None:
+        need = _NEEDS[key] = need_of(*(max(v, 0.0) for v in key))
+    return need
 
 
 def _room(node: Node) -> list[int]:
@@ -86,21 +93,30 @@ def _whole(node: Node) -> list[int]:
 
 
 def _fits(room: list[int], need: Need) -> bool:
-    return all(n <= r for n, r in zip(need, room, strict=True))
+    return need[0] <= room[0] and need[1] <= room[1] and need[2] <= room[2] and need[3] <= room[3]
 
 
 def _take(room: list[int], need: Need) -> None:
-    for d, n in enumerate(need):
-        room[d] -= n
+    room[0] -= need[0]
+    room[1] -= need[1]
+    room[2] -= need[2]
+    room[3] -= need[3]
 
 
-def pack(needs: list[Need], bins: list[list[int]]) -> bool:
+def pack(needs: list[Need], bins: list[list[int]], ordered: bool = False) -> bool:
     """Place each need, largest CPUs first, on the first bin with room (the bins' room shrinks):
-    whether all of them fit."""
-    for need in sorted(needs, reverse=True):
-        for room in bins:
-            if _fits(room, need):
+    whether all of them fit. ``ordered``: the needs are sorted so already. A need like the one
+    before looks from the bin that took it on: the bins before had no room for it then, and room
+    only shrinks (the same placement as looking from the first, in fewer steps)."""
+    start, last, count = 0, None, len(bins)
+    for need in needs if ordered else sorted(needs, reverse=True):
+        if need != last:
+            start, last = 0, need
+        for k in range(start, count):
+            room = bins[k]
+            if need[0] <= room[0] and need[1] <= room[1] and need[2] <= room[2] and need[3] <= room[3]:
                 _take(room, need)
+                start = k
                 break
         else:
             return False
@@ -109,19 +125,27 @@ def pack(needs: list[Need], bins: list[list[int]]) -> bool:
 
 def new_nodes(needs: list[Need], bins: list[list[int]], size: list[int]) -> int:
     """How many new nodes of ``size`` the needs take once the ``bins`` are full (first fit
-    decreasing, as cluster-autoscaler's binpacking estimator and Karpenter's scheduler pack)."""
-    fresh: list[list[int]] = []
+    decreasing, as cluster-autoscaler's binpacking estimator and Karpenter's scheduler pack; a
+    need like the one before looks from the bin that took it on, as in ``pack``)."""
+    rooms = list(bins)
+    fresh = 0
+    start, last = 0, None
     for need in sorted(needs, reverse=True):
-        for room in (*bins, *fresh):
-            if _fits(room, need):
-                _take(room, need)
+        if need != last:
+            start, last = 0, need
+        for k in range(start, len(rooms)):
+            if _fits(rooms[k], need):
+                _take(rooms[k], need)
+                start = k
                 break
         else:
             if not _fits(size, need):
                 continue  # fits no node of this size: no node helps it
-            fresh.append(list(size))
-            _take(fresh[-1], need)
-    return len(fresh)
+            rooms.append(list(size))
+            fresh += 1
+            _take(rooms[-1], need)
+            start = len(rooms) - 1
+    return fresh
 
 
 def _node_size(view: PoolView) -> list[int]:
@@ -265,8 +289,10 @@ class Karpenter(Peer):
         rooms |= {f"{n.id} (in flight)": list(size) for n in view.orphans if n.launched_at != NO_TIME}
         # its scheduling simulation places the pending pods too: a node leaves only when its pods
         # and the pending ones fit on the nodes that stay (else it would need a replacement)
-        if not pack(pending, [list(r) for r in rooms.values()]):
+        pending = sorted(pending, reverse=True)
+        if not pack(pending, [list(r) for r in rooms.values()], ordered=True):
             return chosen, f"consolidation: {len(chosen)} empty nodes"
+        free_cpus = sum(r[0] for r in rooms.values())
         tries = SINGLE_TRIES
         for node in sorted(view.ready, key=lambda n: (n.usage.tasks, _requested_share(n), n.id)):
             if len(chosen) >= budget or tries <= 0:
@@ -274,30 +300,16 @@ class Karpenter(Peer):
             if node.id in gone:
                 continue
             needs = [_need(t) for t in node.workload()]
-            if sum(n[0] for n in needs) > sum(r[0] for k, r in rooms.items() if k != node.id):
+            if sum(n[0] for n in needs) > free_cpus - rooms[node.id][0]:
                 continue  # its CPUs exceed the others' free room: no packing helps (a shortcut)
             trial = {k: list(v) for k, v in rooms.items() if k != node.id}
-            if pack(needs, list(trial.values())) and pack(pending, [list(r) for r in trial.values()]):
+            if pack(needs, list(trial.values())) and pack(pending, [list(r) for r in trial.values()], ordered=True):
                 chosen.append(node)
                 gone.add(node.id)
                 rooms = trial
+                free_cpus = sum(r[0] for r in rooms.values())
             else:
                 tries -= 1
-        return chosen, f"consolidation: {len(chosen)} empty nodes"
-        tries = SINGLE_TRIES
-        for node in sorted(view.ready, key=lambda n: (n.usage.tasks, _requested_share(n), n.id)):
-            if len(chosen) >= budget or tries <= 0:
-                break
-            if node.id in gone:
-                continue
-            needs = [_need(t) for t in node.workload()]
-            if sum(n[0] for n in needs) > sum(r[0] for k, r in rooms.items() if k != node.id):
-                continue  # its CPUs exceed the others' free room: no packing helps (a shortcut)
-            trial = {k: list(v) for k, v in rooms.items() if k != node.id}
-            if pack(needs, list(trial.values())):
-                chosen.append(node)
-                gone.add(node.id)
-                rooms = trial
         return chosen, f"consolidation: {len(chosen)} nodes" if chosen else "nothing to consolidate"
 
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import math
 import os
 import sys
@@ -708,6 +709,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bound", nargs="*", type=float, metavar="SPARE", help="only the flash lower bound")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1], help="draw each trace once per seed; the mean")
     parser.add_argument("--plot", type=Path, help="draw each trace's rows, cost against unmet demand, as a PNG")
+    parser.add_argument("--json", type=Path, help="write the board as JSON (make bench's document) here")
     args = parser.parse_args(argv)
     if args.bound is not None:
         for spare in args.bound or (0.0, 0.1, 0.14, 0.2, 0.3, 0.43, 0.5):
@@ -728,6 +730,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.plot:
         plot_board(out, args.plot)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0
 
 

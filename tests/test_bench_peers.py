@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import random
+
 from bench._peers import ClusterAutoscaler
 from bench._peers import Karpenter
 from bench._peers import new_nodes
+from bench._peers import pack
 from clusterman.core.model import Task
 from clusterman.core.resources import Resources
 from clusterman.decision import AutoscalerState
@@ -31,6 +34,28 @@ def test_pending_pods_are_packed_onto_free_room_then_nodes_in_flight_then_new_no
     # node, the 1-CPU pod (last: largest first) fits in the 3 free CPUs
     assert new_nodes([four] * 4 + [one], [[3_000_000, 32000 * 10**6, 0, 0], list(eight)], eight) == 1
     assert new_nodes([one, one, one], [[3_000_000, 32000 * 10**6, 0, 0]], eight) == 0
+
+
+def first_fit_decreasing(needs, bins):
+    """The plain rule: each need, largest first, on the first bin with room, looked for from the first."""
+    for need in sorted(needs, reverse=True):
+        room = next((r for r in bins if all(n <= f for n, f in zip(need, r, strict=True))), None)
+        if room is None:
+            return False
+        for d, n in enumerate(need):
+            room[d] -= n
+    return True
+
+
+def test_packing_places_every_pod_where_plain_first_fit_decreasing_does():
+    rng = random.Random(7)
+    sizes = [need_of(c, m, 0, 0) for c, m in ((0.5, 500), (1, 500), (1, 2000), (2, 1000), (4, 4000))]
+    for _ in range(300):
+        needs = [rng.choice(sizes) for _ in range(rng.randint(0, 40))]
+        bins = [[rng.randint(0, 8) * 500_000, rng.randint(0, 16) * 10**9, 0, 0] for _ in range(rng.randint(0, 12))]
+        plain = [list(b) for b in bins]
+        assert pack(needs, bins) == first_fit_decreasing(needs, plain)
+        assert bins == plain  # the same room left on every bin: the same placement
 
 
 def test_cluster_autoscaler_scales_up_for_pending_pods_only():
