@@ -109,7 +109,7 @@ DELETE = object()
         (edit("pods[0].node", "n7"), "pods[0].node: unknown node 'n7'"),
         (edit("pods[0].requests.cpus", "lots"), "pods[0].requests.cpus: expected a number"),
         (edit("groups[0].target_capacity", DELETE), "groups[0].target_capacity: required key is missing"),
-        (edit("groups", []), "groups: at least one resource group is needed"),
+        (edit("groups", DELETE), "groups: required key is missing"),
         (edit("config.scaling_limits.min_capacity", DELETE), "config.scaling_limits.min_capacity: required key"),
         (edit("config.autoscaling.colour", 1), "config.autoscaling.colour: unknown key"),
         (edit("demand", {"cpus": -1}), "demand.cpus: must be at least 0"),

@@ -56,7 +56,7 @@ COMMANDS: Final = (
     Command("metrics", "metrics", "read and write the metrics datastore"),
     Command("migrate", "migrate", "replace a pool's nodes that do not meet a condition"),
     Command("migrate-stop", "migrate", "stop a pool's pending and running node migrations"),
-    Command("plan", "plan", "print the scaling decision for a pool snapshot, and why"),
+    Command("plan", "plan", "print what a pool's next run would decide (read live, or from a snapshot), and why"),
     Command("setup", "setup", "create the state and metrics tables the main file names"),
     Command("signal", "signal", "work with signals", ("signals",)),
     Command(

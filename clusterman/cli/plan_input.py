@@ -12,10 +12,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import replace
+from fractions import Fraction
 from typing import Any
 
+from clusterman.core.config import AutoscalingDefaults
+from clusterman.core.config import DrainingConfig
 from clusterman.core.config import PoolAutoscaling
 from clusterman.core.config import ScalingLimits
+from clusterman.core.config import Scheduler
 from clusterman.core.config_schema import Check
 from clusterman.core.config_schema import TooLongNumber
 from clusterman.core.config_schema import as_flag
@@ -43,10 +47,15 @@ from clusterman.decision.demand import INTERNAL_APP
 from clusterman.decision.demand import demand_from_snapshot
 from clusterman.decision.disruption import DisruptionState
 from clusterman.decision.drains import DrainState
+from clusterman.decision.exact import ZERO
+from clusterman.decision.exact import exact
+from clusterman.decision.holds import Hold
+from clusterman.decision.holds import HoldReason
 from clusterman.decision.loss_guard import NodeMemory
 from clusterman.decision.policy import ScalingPolicy
 from clusterman.decision.scale_lock import ScaleLock
 from clusterman.errors import UserError
+from clusterman.wiring.setup import pool_policy
 
 
 class PlanInputError(UserError, ValueError):
@@ -61,9 +70,15 @@ class PlanInput:
     policy: ScalingPolicy
     state: AutoscalerState
     now: float
+    holds: tuple[Hold, ...] = ()
+    unseen: Fraction | None = ZERO
 
 
-TOP_KEYS = ("now", "config", "groups", "nodes", "pods", "demand", "requests", "state")
+TOP_KEYS = ("now", "config", "groups", "nodes", "pods", "demand", "requests", "state", "holds", "unseen")
+# the pool file's two blocks, and what ``clusterman plan --write-snapshot`` adds so the policy is
+# the one the pool runs: the main file's ``autoscaling`` defaults, the pool's draining, its scheduler
+CONFIG_KEYS = ("scaling_limits", "autoscaling", "defaults", "draining_enabled", "draining", "scheduler")
+POOL_KEYS = CONFIG_KEYS[3:]
 GROUP_KEYS = ("id", "target_capacity", "min_capacity", "max_capacity", "stale", "fulfilled_capacity",
               "node_resources", "kind", "offers")  # fmt: skip
 OFFER_KEYS = ("instance_type", "weight", "resources")
@@ -94,14 +109,26 @@ def parse_plan(doc: Any, source: str, default_now: float) -> PlanInput:
     r = _Reader(source)
     top = r.mapping(doc, "", TOP_KEYS)
     now = r.number(top.get("now", default_now), "now")
-    config = r.mapping(top.get("config", {}), "config", ("scaling_limits", "autoscaling"))
+    config = r.mapping(top.get("config", {}), "config", CONFIG_KEYS)
     limits = parse(ScalingLimits, config.get("scaling_limits"), source, "config.scaling_limits")
     autoscaling = parse(PoolAutoscaling, config.get("autoscaling"), source, "config.autoscaling")
-    policy = ScalingPolicy.from_config(limits, autoscaling, source=source)
+    defaults = parse(
+        AutoscalingDefaults, config.get("defaults"), source, "config.defaults", ignored=AutoscalingDefaults.IGNORED_KEYS
+    )
+    if any(key in config for key in POOL_KEYS):
+        policy = pool_policy(
+            limits, autoscaling, defaults,
+            r.flag(config.get("draining_enabled", False), "config.draining_enabled"),
+            parse(DrainingConfig, config.get("draining"), source, "config.draining"),
+            _scheduler(r, config.get("scheduler", Scheduler.KUBERNETES.value), "config.scheduler"),
+            source,
+        )  # fmt: skip
+    else:  # a document written by hand: the two blocks alone
+        policy = ScalingPolicy.from_config(limits, autoscaling, defaults, source=source)
 
-    group_specs = r.items(top.get("groups"), "groups")
-    if not group_specs:
-        raise PlanInputError(source, "groups", "at least one resource group is needed")
+    if "groups" not in top:  # an empty list is a pool whose groups were not found: the decision says so
+        raise PlanInputError(source, "groups", "required key is missing (a list of the pool's resource groups)")
+    group_specs = r.items(top["groups"], "groups")
     node_specs = r.items(top.get("nodes", []), "nodes")
     nodes = [_node(r, spec, f"nodes[{i}]") for i, spec in enumerate(node_specs)]
     group_ids = [r.string(r.mapping(g, f"groups[{i}]", GROUP_KEYS).get("id"), f"groups[{i}].id")
@@ -141,7 +168,94 @@ def parse_plan(doc: Any, source: str, default_now: float) -> PlanInput:
     else:
         requests = {INTERNAL_APP: demand_from_snapshot(snapshot)}
     state = _state(r, top.get("state", {}), "state")
-    return PlanInput(snapshot, requests, policy, state, now)
+    holds = tuple(_hold(r, h, f"holds[{i}]") for i, h in enumerate(r.items(top.get("holds", []), "holds")))
+    unseen = top.get("unseen", 0)
+    unseen_capacity = None if unseen is None else exact(r.number(unseen, "unseen", non_negative))
+    return PlanInput(snapshot, requests, policy, state, now, holds, unseen_capacity)
+
+
+def _scheduler(r: _Reader, value: Any, path: str) -> Scheduler:
+    try:
+        return Scheduler(value)
+    except ValueError:
+        raise r.fail(path, f"expected one of {', '.join(s.value for s in Scheduler)}, got {value!r}") from None
+
+
+def _hold(r: _Reader, value: Any, path: str) -> Hold:
+    m = r.mapping(value, path, ("reason", "text"))
+    reasons = [h.value for h in HoldReason]
+    if m.get("reason") not in reasons:
+        raise r.fail(f"{path}.reason", f"expected one of {', '.join(reasons)}, got {m.get('reason')!r}")
+    return Hold(HoldReason(m["reason"]), r.string(m.get("text"), f"{path}.text"))
+
+
+def plan_document(
+    config: Mapping[str, Any],
+    snapshot: PoolSnapshot,
+    requests: Mapping[str, ResourceRequest],
+    state: AutoscalerState,
+    now: float,
+    holds: tuple[Hold, ...] = (),
+    unseen: Fraction | None = ZERO,
+) -> dict[str, Any]:
+    """The document ``parse_plan`` reads back into these inputs (``clusterman plan --write-snapshot``):
+    a live pool's run, to replay with ``clusterman plan --snapshot`` or attach to a bug report.
+    Nodes outside the pool's groups are left out: the decision does not count them."""
+    group_ids = {g.id for g in snapshot.groups}
+    nodes = [n for n in snapshot.nodes if n.group_id in group_ids]
+    pods = [_pod_json(t, n.id) for n in nodes for t in n.tasks] + [_pod_json(t, None) for t in snapshot.pending]
+    return {
+        "now": now,
+        "config": dict(config),
+        "groups": [_group_json(g) for g in snapshot.groups],
+        "nodes": [_node_json(n) for n in nodes],
+        "pods": pods,
+        "requests": {app: _request_json(request) for app, request in requests.items()},
+        "state": state.as_json(),
+        "holds": [{"reason": h.reason.value, "text": h.text} for h in holds],
+        "unseen": None if unseen is None else float(unseen),
+    }
+
+
+def _amounts(resources: Resources) -> dict[str, float]:
+    return {name: value for name, value in resources.items() if value}
+
+
+def _when(at: float) -> float | None:
+    return None if at == NO_TIME else at
+
+
+def _group_json(g: ResourceGroup) -> dict[str, Any]:
+    return {
+        "id": g.id, "target_capacity": g.target_capacity, "fulfilled_capacity": g.fulfilled_capacity,
+        "min_capacity": g.min_capacity, "max_capacity": None if math.isinf(g.max_capacity) else g.max_capacity,
+        "stale": g.stale, "kind": g.kind, "node_resources": _amounts(g.node_resources),
+        "offers": [{"instance_type": o.instance_type, "weight": o.weight, "resources": _amounts(o.resources)}
+                   for o in g.offers],
+    }  # fmt: skip
+
+
+def _node_json(n: Node) -> dict[str, Any]:
+    return {
+        "id": n.id, "group": n.group_id, "weight": n.weight, "state": n.state.value,
+        "allocatable": _amounts(n.allocatable), "reserved": _amounts(n.reserved),
+        "launched_at": _when(n.launched_at), "tainted_at": _when(n.tainted_at),
+        "instance_id": n.instance_id, "instance_type": n.instance_type, "market": n.market,
+    }  # fmt: skip
+
+
+def _pod_json(t: Task, node: str | None) -> dict[str, Any]:
+    return {
+        "id": t.id, "requests": _amounts(t.requests), "node": node, "app": t.app, "daemon": t.daemon,
+        "revocable": t.revocable, "from_reservation": t.from_reservation, "safe_to_evict": t.safe_to_evict,
+        "batch": t.batch, "do_not_disrupt": t.do_not_disrupt, "controller": t.controller,
+        "local_storage": t.local_storage,
+    }  # fmt: skip
+
+
+def _request_json(request: ResourceRequest) -> dict[str, float | None]:
+    opinions = request.opinions()
+    return {name: opinions.get(name) for name in RESOURCE_NAMES}
 
 
 class _Reader:

@@ -26,6 +26,7 @@ from clusterman.core.notices import Sources
 from clusterman.datastore.pool_metrics import collect
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import RetentionPass
+from clusterman.decision.decide import decide
 from clusterman.events.recorder import Recorder
 from clusterman.notices.inbox import Inbox
 from clusterman.notices.inbox import InboxSource
@@ -33,6 +34,7 @@ from clusterman.run.budget import metrics_timeout
 from clusterman.run.budget import scheduler_timeout
 from clusterman.run.budget import signal_seconds
 from clusterman.run.cycle import Cycle
+from clusterman.run.cycle import Decider
 from clusterman.run.demand_source import DemandSource
 from clusterman.run.demand_source import InternalDemand
 from clusterman.run.demand_source import SignalDemand
@@ -166,16 +168,21 @@ def build_cycle(
     holder: Holder | None = None,
     lease_seconds: float = 0.0,
     budget_seconds: float | None = None,
+    decider: Decider = decide,
+    one_run: bool = False,
 ) -> Cycle:
     """``collect_metrics``: also write the pool's system metrics each run (for pools with no
     separate collector, such as a simulated scheduler, which lives only in this process).
     ``holder``: act only while holding the pool's lease for ``lease_seconds`` (a dry run, which
     changes nothing, takes no lease and never stands in the way of the real autoscaler).
     ``budget_seconds``: never act on a snapshot older than that; every wait of a run has its share
-    of it (``run/budget.py``)."""
+    of it (``run/budget.py``). ``one_run``: for a command that runs it once (``clusterman plan``):
+    the pool is read once, not watched, and no notice is read (reading the inbox takes them)."""
     cloud = cloud_for(setup, simulated, budget_seconds)
     timeout = scheduler_timeout(budget_seconds)
-    connector = connector_for_pool(setup.main, setup.identity, setup.pool, cloud=cloud, timeout_seconds=timeout)
+    connector = connector_for_pool(
+        setup.main, setup.identity, setup.pool, cloud=cloud, timeout_seconds=timeout, watch=not one_run
+    )
     lifecycle = lifecycle_for_pool(
         setup.main, setup.identity, setup.pool, connector=connector, dry_run=dry_run, timeout_seconds=timeout
     )
@@ -207,9 +214,12 @@ def build_cycle(
         keeper=StoredState(state_store, setup.identity),
         lease=PoolLease(state_store, setup.identity, holder, lease_seconds) if holder and not dry_run else None,
         budget_seconds=budget_seconds,
-        notices=notices_for(
+        notices=None
+        if one_run
+        else notices_for(
             setup, state_store, migration_for(setup, state_store, recorder, dry_run=dry_run, timeout=timeout)
         ),
+        decider=decider,
     )
 
 
