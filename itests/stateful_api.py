@@ -17,6 +17,8 @@ Kubernetes
                                            (``compact``) is an ERROR event with a 410 Status, and
                                            ``expire_watches`` sends one to the open watches;
                                            ``drop_watches`` drops their connections mid-stream
+                                           ``node_read_errors[node]`` answers a list of the pods
+                                           on a node (``fieldSelector=spec.nodeName=...``)
   GET    /api/v1/nodes/{name}              one node, or 404
   PATCH  /api/v1/nodes/{name}              a strategic-merge or merge patch; ``metadata.resourceVersion``
                                            in the patch is a precondition (409 Conflict when stale);
@@ -228,6 +230,7 @@ class FakeKubernetes(FakeServer):
         self._snapshots: dict[str, tuple[int, list[bytes]]] = {}  # continue token -> a list's state
         self.budget_refuses: set[str] = set()  # "ns/name": evictions answered 429 (a disruption budget)
         self.eviction_errors: dict[str, Answer] = {}  # "ns/name": any other answer to its eviction
+        self.node_read_errors: dict[str, Answer] = {}  # node name: the answer to a list of its pods
         # node name -> the answers to its next PATCHes, one each, before the patch is looked at (an
         # admission webhook that fails, an etcd timeout)
         self.patch_errors: dict[str, list[Answer]] = {}
@@ -348,6 +351,9 @@ class FakeKubernetes(FakeServer):
     def _list(self, resource: str, request: Request) -> Answer:
         """One page of a list; the first page takes the state, the continue token keeps it."""
         query = request.query
+        on_node = dict(s.split("=", 1) for s in query.get("fieldSelector", "").split(",") if "=" in s and "!=" not in s)
+        if resource == "pods" and on_node.get("spec.nodeName") in self.node_read_errors:
+            return self.node_read_errors[on_node["spec.nodeName"]]
         token = query.get("continue")
         if token:
             if token not in self._snapshots:

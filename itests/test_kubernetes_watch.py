@@ -7,7 +7,11 @@ cache has caught up, the view it gives equals the view of a fresh list of the sa
 
 from __future__ import annotations
 
+import gc
+import subprocess
+import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,12 +21,20 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from clusterman.cluster import kubernetes_cache
 from clusterman.cluster.connector import ConnectorError
 from clusterman.cluster.kubernetes import KubernetesConnector
 from clusterman.cluster.kubernetes import KubernetesPool
+from clusterman.cluster.kubernetes import PodReaders
+from clusterman.cluster.kubernetes import assemble
 from itests.recorded_api import kubeconfig
 from itests.stateful_api import FakeKubernetes
 from itests.stateful_api import serving
+from itests.stateful_api import status
+from itests.test_metrics_collector_process import POOL_LIMITS
+from itests.test_metrics_collector_process import collector
+from itests.test_metrics_collector_process import points
+from itests.test_metrics_collector_process import write_config
 
 POOL = KubernetesPool("default")
 NOW = 1714650000.0
@@ -294,3 +306,162 @@ def test_after_a_storm_of_410s_the_next_runs_see_new_pods(world):
         assert seen == ["ns/p5"], pods.freshness()
     finally:
         connector.close()
+
+
+def test_a_closed_or_dropped_connector_is_freed_at_once_and_nothing_is_frozen(world):
+    """Ten connectors made and synced, half of them closed, the others only dropped: each cache is
+    freed by reference counting as soon as its connector is (no reference cycle holds it), the
+    watch threads end, and the garbage collector froze nothing (a frozen cycle would never go)."""
+    _, config = world
+    caches, readers = [], []
+    for i in range(10):
+        connector = watching(config)
+        connector.scheduler_view(NOW)
+        caches.append(weakref.ref(connector.cache()))
+        readers.append(weakref.ref(connector.cache().pod_reflector))
+        if i % 2:
+            connector.close()
+        del connector
+    assert gc.get_freeze_count() == 0
+    assert [r() for r in caches] == [None] * 10
+    deadline = time.monotonic() + 5
+    while any(t.name.startswith("watch ") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, [t.name for t in threading.enumerate()]
+        time.sleep(0.02)
+    assert [r() for r in readers] == [None] * 10  # their threads ended: nothing holds them
+
+
+def two_pools() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    nodes = [node("node-0"), node("node-1"), node("node-2", pool="other"), node("node-3", pool="other")]
+    pods = [pod(f"p{i}", f"node-{i}") for i in range(4)] + [pod("wait-default", "pending")]
+    waiting = pod("wait-other", "pending")
+    waiting["spec"]["nodeSelector"] = {"clusterman.com/pool": "other"}
+    return nodes, [*pods, waiting]
+
+
+def test_a_pool_keeps_the_pods_on_its_own_nodes_and_reads_a_joining_nodes_pods(tmp_path):
+    """The other pool's pods are not kept. A node labelled into the pool later, whose pods were bound
+    long before, has its pods read then, by node; one whose read fails fails the view, naming it,
+    until a later run reads it."""
+    nodes, pods = two_pools()
+    with serving(FakeKubernetes(nodes, pods)) as fake:
+        fake.bookmark_seconds = 0.05
+        connector = watching(kubeconfig(tmp_path / "kubeconfig", fake.url))
+        try:
+            connector.scheduler_view(NOW)
+            cache = connector.cache()
+            assert sorted(cache.pods) == ["ns/p0", "ns/p1", "ns/wait-default"]
+            fake.put("nodes", node("node-2"))  # into the pool: its pod was bound before
+            caught_up(connector, fake)
+            assert [t.id for t in connector.scheduler_view(NOW).nodes[2].tasks] == ["ns/p2"]
+            read = [r.query for r in fake.requests if "spec.nodeName" in r.query.get("fieldSelector", "")]
+            assert [q["fieldSelector"].split(",")[0] for q in read] == ["spec.nodeName=node-2"]
+            fake.node_read_errors["node-3"] = status(503, "ServiceUnavailable", "etcd is away")
+            fake.put("nodes", node("node-3"))
+            caught_up(connector, fake)
+            with pytest.raises(ConnectorError, match=r"the pods on node node-3 could not be read: .*503"):
+                connector.scheduler_view(NOW)
+            del fake.node_read_errors["node-3"]
+            assert [t.id for t in connector.scheduler_view(NOW).nodes[3].tasks] == ["ns/p3"]
+            assert connector.scheduler_view(NOW) == fresh(kubeconfig(tmp_path / "kubeconfig", fake.url))
+        finally:
+            connector.close()
+
+
+def test_the_metrics_collector_reads_a_clusters_pods_once_for_all_its_pools(tmp_path):
+    """Two Kubernetes pools of one cluster in the collector's one process: one list of the cluster's
+    pods serves both (each pool's nodes are listed first), and each pool counts only its own."""
+    nodes, pods = two_pools()
+    with serving(FakeKubernetes(nodes, pods)) as fake:
+        config = write_config(tmp_path, kubeconfig(tmp_path / "kubeconfig", fake.url))
+        (tmp_path / "pools" / "kube-prod" / "other.kubernetes").write_text(POOL_LIMITS)
+        done = subprocess.run(
+            collector(config, "--cluster", "kube-prod", "--once", "--store", "stdout"),
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        listed = [r for r in fake.requests if r.path == "/api/v1/pods" and not set(r.query) & {"watch", "continue"}]
+    assert done.returncode == 0, done.stderr
+    assert len(listed) == 1, [r.query for r in listed]
+    got = {(p["type"], p["key"]): p["value"] for p in points(done.stdout)}
+    for pool in ("default", "other"):
+        key = f"|cluster=kube-prod,pool={pool}.kubernetes"
+        assert got[("system_metrics", "cpus_allocated" + key)] == pytest.approx(1.0)
+        assert got[("system_metrics", "unschedulable_pods" + key)] == 1
+
+
+def test_a_list_after_410_keeps_the_records_it_holds_and_a_run_meanwhile_sees_every_pod(world):
+    """The list after a 410 replaces records as its pages come, keeping each one held when it is
+    equal (never two copies of the cache); a run while it lists sees every pod, before or after."""
+    fake, config = world
+    for i in range(3, 8):
+        fake.put("pods", pod(f"p{i}", NODES[i % 3]))
+    connector = watching(config)
+    try:
+        before = connector.scheduler_view(NOW)
+        cache = connector.cache()
+        during: list[Any] = []
+
+        def mid_list(request: Any, answer: Any) -> None:
+            if request.path == "/api/v1/pods" and "continue" in request.query and not during:
+                during.append(connector.scheduler_view(NOW))
+
+        fake.after_answer = mid_list
+        fake.gone_storm = True  # every watch 410 Gone, however recent its version
+        deadline = time.monotonic() + 15
+        while cache.pod_reflector.lists < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        fake.gone_storm = False
+        caught_up(connector, fake)
+        assert during == [before]
+        after = connector.scheduler_view(NOW)
+        assert all(node is held for node, held in zip(after.nodes, before.nodes, strict=True))
+    finally:
+        connector.close()
+
+
+def test_each_change_is_folded_into_its_node_as_it_arrives(world, monkeypatch):
+    """A run after changes builds no node: each pod event rebuilt its node when it came."""
+    fake, config = world
+    connector = watching(config)
+    try:
+        connector.scheduler_view(NOW)
+        fake.put("pods", pod("p5", NODES[2]))
+        fake.delete("pods", "p0", "ns")
+        caught_up(connector, fake)
+        built = []
+        monkeypatch.setattr(kubernetes_cache, "assemble", lambda *a: built.append(a) or assemble(*a))
+        view = connector.scheduler_view(NOW)
+        assert built == []
+        assert [[t.id for t in n.tasks] for n in view.nodes] == [[], ["ns/p1"], ["ns/p5"]]
+    finally:
+        connector.close()
+
+
+def test_pools_sharing_a_reader_each_watch_their_nodes(tmp_path):
+    """Two pools on one reader: the first snapshot lists both pools' nodes, then the pods once; the
+    second pool's first snapshot lists nothing, and its nodes are watched from then on."""
+    nodes, pods = two_pools()
+    with serving(FakeKubernetes(nodes, pods)) as fake:
+        fake.bookmark_seconds = 0.05
+        config, readers = kubeconfig(tmp_path / "kubeconfig", fake.url), PodReaders()
+        first, second = (
+            KubernetesConnector(KubernetesPool(pool), config, page_size=2, watch_seconds=2, readers=readers)
+            for pool in ("default", "other")
+        )
+        try:
+            first.scheduler_view(NOW)
+            asked = len(fake.requests)
+            assert [t.id for n in second.scheduler_view(NOW).nodes for t in n.tasks] == ["ns/p2", "ns/p3"]
+            assert first.cache().reader is second.cache().reader
+            assert not [r for r in fake.requests[asked:] if "watch" not in r.query]
+            fake.put("nodes", node("node-3", pool="other", taint=True))
+            fake.put("pods", pod("p5", "node-2"))
+            caught_up(second, fake)
+            view = second.scheduler_view(NOW)
+            assert [n.state.value for n in view.nodes] == ["ready", "tainted"]
+            assert [t.id for t in view.nodes[0].tasks] == ["ns/p2", "ns/p5"]
+            assert sorted(first.cache().pods) == ["ns/p0", "ns/p1", "ns/wait-default"]
+        finally:
+            first.close()
+            second.close()

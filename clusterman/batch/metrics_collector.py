@@ -36,6 +36,7 @@ from clusterman.cloud.groups_view import GroupsCloudView
 from clusterman.cloud.kinds import clouds_needed
 from clusterman.cluster.connector import ClusterConnector
 from clusterman.cluster.connector import ConnectorError
+from clusterman.cluster.kubernetes import read_pods_together
 from clusterman.config.loader import list_pools
 from clusterman.config.loader import load_main_config
 from clusterman.config.loader import load_pool_config
@@ -231,6 +232,7 @@ def load_pools(main: MainConfig, cluster: str, wanted: Sequence[str], directory:
             log.error("%s: not collected: %s", identity, e)
     if not pools:
         raise ConfigError(f"{directory}/{cluster}", "", "no pool to collect metrics for")
+    read_pods_together(connector for _, connector in pools)  # one list and watch of a cluster's pods
     return pools
 
 

@@ -17,11 +17,16 @@ The rules (docs/cluster.md has them with reasons):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import os
 import sys
+import threading
+import weakref
+from collections.abc import Callable
+from collections.abc import Hashable
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -51,6 +56,7 @@ if TYPE_CHECKING:  # the kubernetes extra (kubernetes, msgspec): imported where 
     from kubernetes.client.exceptions import ApiException
 
     from clusterman.cluster import kubernetes_objects as objects
+    from clusterman.cluster.kubernetes_cache import PodReader
     from clusterman.cluster.kubernetes_cache import PoolCache
 
 log = logging.getLogger(__name__)
@@ -157,7 +163,7 @@ def _pod_request(pod: objects.Pod, default: Resources) -> tuple[Resources, bool]
     try:
         return _request(_shape(pod.spec), default.cpus, default.mem)
     except _BadAt as e:
-        raise ConnectorError(f"pod {_name(pod)}: {e.where}.{e.problem}") from None
+        raise ConnectorError(f"pod {pod_key(pod)}: {e.where}.{e.problem}") from None
 
 
 class _BadAt(Exception):
@@ -252,10 +258,11 @@ def _structs() -> Any:
 
 
 def pod_name(pod: Mapping[str, Any] | objects.Pod) -> str:
-    return _name(as_pod(pod))
+    return pod_key(as_pod(pod))
 
 
-def _name(pod: objects.Pod) -> str:
+def pod_key(pod: objects.Pod) -> str:
+    """A decoded pod's namespace/name: how the cache and a fresh list order and find it."""
     meta = pod.metadata
     return f"{meta.namespace or 'default'}/{meta.name or '?'}"
 
@@ -335,7 +342,7 @@ def task_from(pod: objects.Pod, request: Resources, pool: KubernetesPool, owners
     said = {str(annotations.get(k, "")).strip().lower() for k in pool.safe_to_evict_keys}
     movable = "true" in said  # cluster-autoscaler's "true": moves without a controller, or with local storage
     return Task(
-        id=_name(pod),
+        id=pod_key(pod),
         requests=request,
         daemon=_daemon(pod, owners),
         safe_to_evict=not (said & FALSE_WORDS),
@@ -379,7 +386,7 @@ def pod_record(pod: Mapping[str, Any] | objects.Pod, pool: KubernetesPool) -> Po
     try:
         request, used_default = _pod_request(pod, Resources() if daemon else pool.default_request)
     except ConnectorError as e:  # kept: it fails the snapshots that need it (the pool's), not the others
-        return PodRecord(sys.intern(node_name), Task(_name(pod), Resources()), False, str(e))
+        return PodRecord(sys.intern(node_name), Task(pod_key(pod), Resources()), False, str(e))
     return PodRecord(sys.intern(node_name), task_from(pod, request, pool, owners), used_default)
 
 
@@ -506,9 +513,8 @@ def _label(labels: Mapping[str, Any], *keys: str) -> str:
     return next((str(labels[k]) for k in keys if labels.get(k)), "")
 
 
-def assemble(node: Node, pods: Iterable[PodRecord]) -> Node:
-    """A node with its pods: daemon pods' requests come out of its allocatable."""
-    tasks = tuple(p.task for p in pods)
+def assemble(node: Node, tasks: tuple[Task, ...]) -> Node:
+    """A node with its pods' tasks: daemon pods' requests come out of its allocatable."""
     allocatable = (node.allocatable - Resources.total([t.requests for t in tasks if t.daemon])).clip_negative()
     return replace(node, allocatable=allocatable, tasks=tasks)
 
@@ -552,18 +558,59 @@ def view_of(
         used.append(record)
     defaulted = [r.task.id for r in used if r.defaulted]
     warn_defaulted(len(defaulted), defaulted, pool)
-    built = tuple(assemble(record.at(now), on[name]) for name, record in nodes.items())
+    built = tuple(assemble(record.at(now), tuple(r.task for r in on[name])) for name, record in nodes.items())
     return SchedulerView(built, tuple(r.task for r in pending_records))
 
 
 # --- the connector ------------------------------------------------------------------------------
 
 
+class PodReaders:
+    """One reader of a cluster's pods for the Kubernetes pools of one process: the metrics collector
+    reads every pool of a cluster, and one list and one watch of the cluster's pods serve them all
+    (``kubernetes_cache.PodReader``). Held weakly: a reader lives while a pool reads through it."""
+
+    def __init__(self) -> None:
+        self._readers: weakref.WeakValueDictionary[Hashable, PodReader] = weakref.WeakValueDictionary()
+        self._connectors: weakref.WeakSet[KubernetesConnector] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def add(self, connector: KubernetesConnector) -> None:
+        """A connector that will read through this registry (nothing is read yet)."""
+        self._connectors.add(connector)
+
+    def get(self, key: Hashable, make: Callable[[], PodReader]) -> PodReader:
+        with self._lock:
+            reader = self._readers.get(key)
+            if reader is None or reader.stopped:
+                reader = self._readers[key] = make()
+                reader.gather = functools.partial(self._caches, key)
+            return reader
+
+    def _caches(self, key: Hashable) -> None:
+        """Before the first list: every connector of the reader makes its cache, so that the one
+        list serves them all (a connector that cannot says why at its own first snapshot)."""
+        for connector in list(self._connectors):
+            if connector.reader_key == key:
+                with contextlib.suppress(Exception):
+                    connector.cache()
+
+
+def read_pods_together(connectors: Iterable[ClusterConnector]) -> None:
+    """The Kubernetes connectors among these (the pools of one process) read each cluster's pods
+    through one reader: one list and one watch serve them all. Before their first snapshot."""
+    readers = PodReaders()
+    for connector in connectors:
+        if isinstance(connector, KubernetesConnector):
+            connector.read_with(readers)
+
+
 class KubernetesConnector(ClusterConnector):
     """The pool read through a watch-fed cache (``kubernetes_cache.py``): the first snapshot lists
     the pool's nodes and the pods in the caller's thread (the API's errors are this snapshot's),
     then threads watch for changes and each snapshot reads the cache. ``watch=False`` lists afresh
-    for every snapshot instead (a command that reads the pool once)."""
+    for every snapshot instead (a command that reads the pool once). ``readers``: the pods are read
+    through the reader these connectors share for the cluster, not one of this connector's own."""
 
     def __init__(
         self,
@@ -576,6 +623,7 @@ class KubernetesConnector(ClusterConnector):
         watch: bool = True,
         stale_after_seconds: float | None = None,
         watch_seconds: int | None = None,
+        readers: PodReaders | None = None,
     ) -> None:
         super().__init__(cloud)
         self.pool = pool
@@ -585,17 +633,28 @@ class KubernetesConnector(ClusterConnector):
         self.watch = watch
         self.stale_after_seconds = stale_after_seconds
         self.watch_seconds = watch_seconds
+        self.readers: PodReaders | None = None
         self._client: kubernetes.client.ApiClient | None = None
         self._cache: PoolCache | None = None
+        if readers is not None:
+            self.read_with(readers)
+
+    def read_with(self, readers: PodReaders) -> None:
+        """Read the pods through the reader these share (before the first snapshot)."""
+        self.readers = readers
+        readers.add(self)
 
     def scheduler_view(self, now: float) -> SchedulerView:
         cache = self.cache()
-        if not cache.synced or not self.watch:
-            cache.sync()
-            if self.watch:
-                cache.start()
-        else:
+        if not self.watch:
+            cache.sync(again=True)
+            return cache.view(now)
+        if cache.synced:  # by this connector's first snapshot, or by another pool's (a shared reader)
             cache.nudge()
+            cache.catch_up()
+        else:
+            cache.sync()
+        cache.start()
         return cache.view(now)
 
     def cache(self) -> PoolCache:
@@ -608,25 +667,47 @@ class KubernetesConnector(ClusterConnector):
             from clusterman.cluster import kubernetes_objects as structs
 
             api = kubernetes.client.CoreV1Api(client)
-            host = client.configuration.host
-            common: dict[str, Any] = {"page_size": self.page_size, "timeout_seconds": self.timeout_seconds}
-            common["watch_seconds"] = self.watch_seconds
             nodes = kubernetes_cache.KubernetesSource(
-                api.list_node, structs.Node, "nodes", host, selectors={"label_selector": self.pool.node_selector},
-                **common,
+                api.list_node, structs.Node, "nodes", client.configuration.host,
+                selectors={"label_selector": self.pool.node_selector}, **self._call_settings(),
             )  # fmt: skip
-            pods = kubernetes_cache.KubernetesSource(
-                api.list_pod_for_all_namespaces, structs.Pod, "pods", host,
-                selectors={"field_selector": "status.phase!=Succeeded,status.phase!=Failed"}, **common,
-            )  # fmt: skip
+            readers = self.readers
+            reader = readers.get(self.reader_key, self._pod_reader) if readers is not None else self._pod_reader()
             self._cache = kubernetes_cache.PoolCache(
-                self.pool, nodes, pods, stale_after_seconds=self.stale_after_seconds
+                self.pool, nodes, reader, stale_after_seconds=self.stale_after_seconds
             )
         return self._cache
 
+    @property
+    def reader_key(self) -> Hashable:
+        """What a shared reader of the pods must have in common with this connector's own."""
+        return (self.kubeconfig_path, *self._call_settings().values())
+
+    def _call_settings(self) -> dict[str, Any]:
+        return {
+            "page_size": self.page_size,
+            "timeout_seconds": self.timeout_seconds,
+            "watch_seconds": self.watch_seconds,
+        }
+
+    def _pod_reader(self) -> PodReader:
+        """A reader of the cluster's pods, with a client of its own (it may outlive this connector)."""
+        import kubernetes.client
+
+        from clusterman.cluster import kubernetes_cache
+        from clusterman.cluster import kubernetes_objects as structs
+
+        client = api_client(self.kubeconfig_path)
+        pods = kubernetes_cache.KubernetesSource(
+            kubernetes.client.CoreV1Api(client).list_pod_for_all_namespaces, structs.Pod, "pods",
+            client.configuration.host, selectors={"field_selector": "status.phase!=Succeeded,status.phase!=Failed"},
+            **self._call_settings(),
+        )  # fmt: skip
+        return kubernetes_cache.PodReader(pods, on_stop=client.close)
+
     def close(self) -> None:
         if self._cache is not None:
-            self._cache.stop()
+            self._cache.close()
             self._cache = None
         if self._client is not None:
             self._client.close()

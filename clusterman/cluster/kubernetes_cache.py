@@ -1,24 +1,39 @@
 """A pool's nodes and pods, kept current by watching the API server. Each run reads this cache.
 
 Two reflectors (``reflector.py``) fill it. One watches the pool's nodes, by the pool's node label.
-The other watches every pod that is not finished, because the API cannot select "pods on these
-nodes": a node may join the pool after its pods were bound, and the two watches are not ordered
-with each other. The cache keeps every pod bound to a node and the unschedulable pods aimed at the
-pool; it drops any other pending pod as it arrives. Each object is decoded straight into a record
-of a few hundred bytes (``kubernetes.PodRecord``, ``kubernetes.NodeRecord``), and its JSON dropped.
+The other, a ``PodReader``, watches every pod that is not finished (the API cannot select "pods on
+these nodes"); one reader serves every pool of the process that reads the same cluster (the metrics
+collector's), and hands each pod to the pools it matters to. A pool keeps the pods bound to its own
+nodes and the unschedulable pods aimed at it, so its memory follows its size, not the cluster's; a
+pod on another pool's node is dropped once its few fields are decoded, before its record is made.
+Each kept object is decoded straight into a record of a few hundred bytes (a pod's
+``Task``, a node's ``kubernetes.NodeRecord``), and its JSON dropped.
 
-A run reads the cache without calling the API. A node whose record and pods did not change since
-the last run is the same ``Node`` object as then, so the folds of ``core/fold.py`` reuse its sums
-and a run costs what changed. The view is what a fresh list of the same state would give: nodes in
-name order, pods in namespace/name order.
+A node that joins the pool after the pods were listed (a new node, a label set later, or one whose
+event comes after its pods', since the two watches are not ordered with each other) has its pods
+read then, by node (``KubernetesSource.on_node``); a pod the watch gave since it joined is newer
+than that read, which does not replace it. A list after ``410 Gone`` replaces records one by one
+as its pages come, keeping the one held when equal, and drops what it did not give once whole: it
+never holds two copies, and a run in the middle of it sees each pod as before or as listed.
+
+A run reads the cache without calling the API. Each change is folded into its node as it arrives
+(the node with its pods, built as the view gives it), so a run costs what the events cost, not the
+nodes they touched, and a node that did not change is the same ``Node`` object as in the last run,
+so the folds of ``core/fold.py`` reuse its sums. The view is what a fresh list of the same state
+would give: nodes in name order, pods in namespace/name order.
+
+Nothing here holds a reference cycle and nothing is frozen from the garbage collector: a closed
+or dropped connector's cache is freed by reference counting at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Iterator
@@ -37,7 +52,7 @@ from clusterman.cluster.kubernetes import PodRecord
 from clusterman.cluster.kubernetes import api_error
 from clusterman.cluster.kubernetes import assemble
 from clusterman.cluster.kubernetes import node_record
-from clusterman.cluster.kubernetes import pod_name
+from clusterman.cluster.kubernetes import pod_key
 from clusterman.cluster.kubernetes import pod_record
 from clusterman.cluster.kubernetes import request_timeout
 from clusterman.cluster.kubernetes import warn_defaulted
@@ -93,11 +108,11 @@ class KubernetesSource(Generic[O]):
     def _fail(self, doing: str, problem: str) -> ConnectorError:
         return ConnectorError(f"kubernetes API {self.host}: {doing} {self.what}: {problem}")
 
-    def _request(self, doing: str, **query: Any) -> Any:
+    def _request(self, doing: str, selectors: dict[str, str] | None = None, **query: Any) -> Any:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            return self.call(_preload_content=False, **self.selectors, **query)
+            return self.call(_preload_content=False, **(self.selectors if selectors is None else selectors), **query)
         except ApiException as e:
             # On a watch, 410 means its version is too old: the reflector lists again. On a list,
             # it means the continue token expired: this list fails and the next starts afresh.
@@ -111,14 +126,28 @@ class KubernetesSource(Generic[O]):
         response = self._request(
             "listing", limit=self.page_size, _continue=token, _request_timeout=request_timeout(self.timeout_seconds)
         )
+        return self._list(response, "listing")
+
+    def on_node(self, node: str, version: str) -> list[O]:
+        """The objects bound to ``node`` (``spec.nodeName``), at least as new as ``version`` ("": the
+        latest). Given a version and no ``limit``, the API server answers from its watch cache, by
+        its index of pods by node, rather than reading every pod from etcd."""
+        selectors = dict(self.selectors)
+        selectors["field_selector"] = ",".join(filter(None, (f"spec.nodeName={node}", selectors.get("field_selector"))))
+        doing = f"listing (on node {node})"
+        at = {"resource_version": version} if version else {}
+        response = self._request(doing, selectors, _request_timeout=request_timeout(self.timeout_seconds), **at)
+        return self._list(response, doing).items
+
+    def _list(self, response: Any, doing: str) -> Page[O]:
         try:
             body = objects.decode(objects.LIST_OF[self.kind], response.data)
         except objects.msgspec.DecodeError as e:
-            raise self._fail("listing", f"the answer is not JSON: {e}") from e
+            raise self._fail(doing, f"the answer is not JSON: {e}") from e
         except objects.msgspec.ValidationError as e:
-            raise self._fail("listing", f"the answer is not a {self.kind.__name__}List: {e}") from e
+            raise self._fail(doing, f"the answer is not a {self.kind.__name__}List: {e}") from e
         if body.items is None:
-            raise self._fail("listing", "the answer has no items list")
+            raise self._fail(doing, "the answer has no items list")
         return Page(body.items, body.metadata.resource_version, body.metadata.continue_ or None)
 
     def watch(self, version: str) -> Iterator[Event[O]]:
@@ -157,17 +186,23 @@ class KubernetesSource(Generic[O]):
 
     def _event(self, line: bytes) -> Event[O]:
         try:
-            event = objects.decode(objects.WatchEvent, line)
-            if event.type == "ERROR":
-                status = objects.decode(objects.Status, event.object)
-                if status.code == 410:
-                    raise Gone(status.message)
-                raise StreamEnded(f"the server ended the watch: {status.code} {status.reason}: {status.message}")
-            obj = objects.decode(self.kind, event.object)
+            try:  # one pass over the object, as for most events
+                event: Any = objects.decode(objects.EVENT_OF[self.kind], line)
+            except objects.msgspec.ValidationError:  # an ERROR's Status is not an object's shape
+                event = None
+            if event is None or event.type == "ERROR":
+                raw = objects.decode(objects.WatchEvent, line)
+                if raw.type == "ERROR":
+                    status = objects.decode(objects.Status, raw.object)
+                    if status.code == 410:
+                        raise Gone(status.message)
+                    raise StreamEnded(f"the server ended the watch: {status.code} {status.reason}: {status.message}")
+                event = objects.EVENT_OF[self.kind](raw.type, objects.decode(self.kind, raw.object))
         except objects.DecodeError as e:
             raise StreamEnded(f"a watch event that is not a {self.kind.__name__} event: {e}") from e
         if event.type not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK"):
             raise StreamEnded(f"a watch event of unknown type {event.type!r}")
+        obj: O = event.object
         return Event(event.type, None if event.type == "BOOKMARK" else obj, obj.metadata.resource_version)
 
     def stop(self) -> None:
@@ -177,6 +212,100 @@ class KubernetesSource(Generic[O]):
                 self._response.shutdown()
 
 
+class PodReader:
+    """Every unfinished pod of the cluster, listed and watched once for the pools of this process
+    that read it (``PoolCache``, registered with ``join``): each pod goes to the pools whose nodes
+    it is on, or whose pending work it is, and the others drop it before making its record.
+
+    It holds its pools weakly and stops when the last one leaves, so a pool dropped without being
+    closed is freed all the same."""
+
+    def __init__(
+        self,
+        source: KubernetesSource[objects.Pod],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_stop: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.source = source
+        self._pools = _Pods()
+        self.reflector = Reflector("pods", source, self._pools, clock=clock)
+        self._on_stop = on_stop
+        self._sync_lock = threading.Lock()
+        self._stopped = False
+        # called before the first list: the other pools of a shared reader join it (``PodReaders``)
+        self.gather: Callable[[], None] = lambda: None
+
+    @property
+    def synced(self) -> bool:
+        return self.reflector.freshness().synced
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def join(self, cache: PoolCache) -> None:
+        self._pools.caches.add(cache)
+
+    def leave(self, cache: PoolCache | None = None, timeout: float = 5.0) -> None:
+        """``cache`` leaves (None: one that was dropped); the reader stops when none is left."""
+        if cache is not None:
+            self._pools.caches.discard(cache)
+        if not any(True for _ in self._pools.caches) and not self._stopped:
+            self._stopped = True
+            self.reflector.stop(timeout)
+            self._on_stop()
+
+    def sync(self, cache: PoolCache, again: bool = False) -> None:
+        """``cache`` has its nodes: give it their pods. The first pool (or ``again``) lists every pod,
+        after the nodes of every pool registered (so one list serves them all); a pool that comes
+        later reads the pods of each of its nodes."""
+        with self._sync_lock:
+            if again or not self.synced:
+                self.gather()
+                for other in list(self._pools.caches):
+                    if other is not cache and not other.node_reflector.freshness().synced:
+                        with contextlib.suppress(Exception):  # its own first snapshot says why
+                            other.node_reflector.sync()
+                self.reflector.sync()
+        if not cache.pods_listed:
+            cache.read_pods_of_every_node()
+
+    def version(self) -> str:
+        """The version the watch has reached; "" while it lists (then only the latest will do)."""
+        return self.reflector.version or ""
+
+    def start(self) -> None:
+        self.reflector.start()
+
+
+class _Pods:
+    """The pod reflector's store: each pod to every pool reading it, by weak reference."""
+
+    def __init__(self) -> None:
+        self.caches: weakref.WeakSet[PoolCache] = weakref.WeakSet()
+
+    def replace(self, pods: Iterable[objects.Pod]) -> None:
+        caches = list(self.caches)
+        for cache in caches:
+            cache.listing_pods()
+        done = False
+        try:
+            for pod in pods:
+                key, node = pod_key(pod), pod.spec.node_name or ""
+                for cache in caches:
+                    cache.take(key, node, pod)
+            done = True
+        finally:
+            for cache in caches:
+                cache.listed_pods(done)
+
+    def update(self, kind: str, pod: objects.Pod) -> None:
+        key, node = pod_key(pod), pod.spec.node_name or ""
+        for cache in list(self.caches):
+            cache.take(key, node, None if kind == DELETED else pod)
+
+
 class PoolCache:
     """The pool's node and pod records, and the view a run reads (see the module's docstring)."""
 
@@ -184,34 +313,41 @@ class PoolCache:
         self,
         pool: KubernetesPool,
         nodes: KubernetesSource[objects.Node],
-        pods: KubernetesSource[objects.Pod],
+        reader: PodReader,
         *,
         stale_after_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.pool = pool
+        self.reader = reader
         self.stale_after_seconds = STALE_AFTER_SECONDS if stale_after_seconds is None else stale_after_seconds
         self.clock = clock
         self._lock = threading.RLock()
         self.nodes: dict[str, NodeRecord] = {}
-        self.pods: dict[str, PodRecord] = {}  # every kept pod by namespace/name
-        self._on: dict[str, dict[str, PodRecord]] = {}  # node name -> its pods
-        self._pending: dict[str, PodRecord] = {}
-        self._defaulted: dict[str, PodRecord] = {}  # pods that took the default request
+        self.pods: dict[str, str] = {}  # every kept pod by namespace/name -> its node ("": pending)
+        self._on: dict[str, dict[str, Task]] = {}  # node name -> its pods' tasks
+        self._pending: dict[str, Task] = {}
+        self._defaulted: set[str] = set()  # pods that took the default request
+        self._errors: dict[str, str] = {}  # pods that cannot be read -> why
         self._broken: dict[str, str] = {}  # node name -> why its object cannot be read
-        self._built: dict[str, Node] = {}  # nodes assembled by an earlier view, still current
+        self._built: dict[str, Node] = {}  # each node with its pods, as the next view gives it
+        self._live = False  # a view was given: each change rebuilds its node as it arrives
         self._order: list[str] | None = None  # node names in name order; None: to be sorted again
         self._pending_view: tuple[Task, ...] | None = None
+        self.pods_listed = False  # this pool took part in a whole list of the pods
+        self._unlisted: set[str] | None = None  # during a list of the pods: the kept ones it has not given
+        self._joining: dict[str, set[str]] = {}  # node that joined -> pods the watch gave since
+        self._unread: dict[str, str] = {}  # node whose pods could not be read -> why
         self.node_reflector = Reflector("nodes", nodes, _NodeStore(self), clock=clock)
-        self.pod_reflector = Reflector("pods", pods, _PodStore(self), clock=clock)
+        reader.join(self)
+        # dropped without ``close``: the watch of its nodes stops, and the reader once alone
+        self._finalizer = weakref.finalize(self, _dropped, self.node_reflector, reader)
 
-    # --- the reflectors' side ---------------------------------------------------------------------
+    @property
+    def pod_reflector(self) -> Reflector[objects.Pod]:
+        return self.reader.reflector
 
-    def replace_nodes(self, records: dict[str, NodeRecord], broken: dict[str, str]) -> None:
-        with self._lock:
-            self.nodes, self._broken = records, broken
-            self._built.clear()
-            self._order = None
+    # --- nodes (the node reflector's thread, or the first snapshot's) -----------------------------
 
     def put_node(self, name: str, record: NodeRecord | None, broken: str = "") -> None:
         with self._lock:
@@ -220,63 +356,187 @@ class PoolCache:
                 self._broken[name] = broken
             old = self.nodes.get(name)
             if record is None:
-                if self.nodes.pop(name, None) is not None:
-                    self._order = None
-            elif old != record:
-                self.nodes[name] = record
-                if old is None:
-                    self._order = None
-            else:
+                if old is not None:
+                    self._left(name)
                 return
+            if old == record:
+                return
+            self.nodes[name] = record
+            joined = old is None and self.pods_listed
+            if old is None:
+                self._order = None
+                if joined:
+                    self._joining[name] = set()
+            self._changed(name)
+        if joined:
+            self._read_pods_of([name])
+
+    def _left(self, name: str) -> None:
+        del self.nodes[name]
+        self._order = None
+        self._joining.pop(name, None)
+        self._unread.pop(name, None)
+        self._built.pop(name, None)
+        for key in self._on.pop(name, {}):
+            del self.pods[key]
+            self._defaulted.discard(key)
+            self._errors.pop(key, None)
+
+    def listed_nodes(self, names: set[str]) -> None:
+        """A whole list of the nodes has been put: the nodes it did not give are gone."""
+        with self._lock:
+            for name in [n for n in self.nodes if n not in names]:
+                self._left(name)
+            for name in [n for n in self._broken if n not in names]:
+                del self._broken[name]
+
+    # --- a node's pods, read when it joins ---------------------------------------------------------
+
+    def read_pods_of_every_node(self) -> None:
+        """This pool came after the reader's list: read the pods of each of its nodes."""
+        with self._lock:
+            names = list(self.nodes)
+            for name in names:
+                self._joining.setdefault(name, set())
+            self.pods_listed = True
+        self._read_pods_of(names)
+
+    def catch_up(self) -> None:
+        """Read again the pods of the nodes whose read failed, until one fails (a run calls this)."""
+        for name in list(self._unread):
+            if not self._read_pods_of([name]):
+                return
+
+    def _read_pods_of(self, names: list[str]) -> bool:
+        """Read the pods of nodes that joined, in this thread. The watch goes on meanwhile: a pod it
+        gave since the node joined is as new as it knows, so the read's copy of it is not taken (a
+        read of the watch's version or later is: ``PodReader.version``). False if a read failed."""
+        version = self.reader.version()  # after the nodes were marked as joining
+        for name in names:
+            try:
+                pods = self.reader.source.on_node(name, version)
+            except ConnectorError as e:
+                with self._lock:
+                    if name in self._joining:
+                        self._unread[name] = str(e)
+                return False
+            records = [(pod_key(pod), pod_record(pod, self.pool)) for pod in pods]
+            with self._lock:
+                taken = self._joining.pop(name, None)
+                if taken is None:  # it left meanwhile
+                    continue
+                self._unread.pop(name, None)
+                for key, record in records:
+                    if key not in taken and (record is None or record.node == name):
+                        if self._unlisted is not None:
+                            self._unlisted.discard(key)
+                        self._put(key, record)
+        return True
+
+    # --- pods (the pod reflector's thread) ----------------------------------------------------------
+
+    def take(self, key: str, node: str, pod: objects.Pod | None) -> None:
+        """One pod from the reader (None: deleted). A pod bound to another pool's node is dropped
+        before its record is made: most of the cluster's pods are, for a small pool."""
+        if node and node not in self.nodes:
+            if key in self.pods:  # no longer this pool's (a pending pod bound elsewhere)
+                with self._lock:
+                    self._put(key, None)
+            return
+        record = None if pod is None else pod_record(pod, self.pool)
+        with self._lock:
+            if node and node not in self.nodes:  # it left meanwhile
+                record = None
+            elif node in self._joining:
+                self._joining[node].add(key)
+            if self._unlisted is not None:
+                self._unlisted.discard(key)
+            self._put(key, record)
+
+    def listing_pods(self) -> None:
+        with self._lock:
+            self._unlisted = set(self.pods)  # the keys held: no copy of the strings
+
+    def listed_pods(self, complete: bool) -> None:
+        """The end of a list of the pods; once whole, the kept pods it did not give are gone. Until
+        then a run reads each pod as it was before the list or as the list gave it: never a pool
+        half listed."""
+        with self._lock:
+            unlisted, self._unlisted = self._unlisted, None
+            if not complete or unlisted is None:
+                return
+            for key in unlisted:
+                self._put(key, None)
+            self.pods_listed = True
+
+    def _put(self, key: str, record: PodRecord | None) -> None:
+        """Keep a pod's record (None: drop it). Only its task is kept, on its node or pending; the
+        record's other fields go to small indexes (the collector walks one object a pod, not two)."""
+        node = self.pods.get(key)
+        if node is not None:
+            held = self._on[node][key] if node else self._pending[key]
+            if (
+                record is not None
+                and record.node == node
+                and record.task == held
+                and record.defaulted == (key in self._defaulted)
+                and record.error == self._errors.get(key, "")
+            ):
+                return  # most updates are status the pool does not read
+            del self.pods[key]
+            self._defaulted.discard(key)
+            self._errors.pop(key, None)
+            if node:
+                pods = self._on[node]
+                del pods[key]
+                if not pods:
+                    del self._on[node]
+                self._changed(node)
+            else:
+                del self._pending[key]
+                self._pending_view = None
+        if record is None:
+            return
+        key = record.task.id  # the same string as the key: one a pod, not two
+        self.pods[key] = record.node
+        if record.defaulted:
+            self._defaulted.add(key)
+        if record.error:
+            self._errors[key] = record.error
+        if record.node:
+            self._on.setdefault(record.node, {})[key] = record.task
+            self._changed(record.node)
+        else:
+            self._pending[key] = record.task
+            self._pending_view = None
+
+    def _changed(self, name: str) -> None:
+        """Fold a change into its node as it arrives, so that a run costs what changed in the
+        events, not the nodes they touched; before the first view, the view builds them."""
+        if not self._live or self._fold(name) is None:
             self._built.pop(name, None)
 
-    def replace_pods(self, records: Iterable[tuple[str, PodRecord]]) -> None:
-        pods: dict[str, PodRecord] = {}
-        on: dict[str, dict[str, PodRecord]] = {}
-        pending: dict[str, PodRecord] = {}
-        defaulted: dict[str, PodRecord] = {}
-        for key, record in records:
-            pods[key] = record
-            if record.node:
-                on.setdefault(record.node, {})[key] = record
-            else:
-                pending[key] = record
-            if record.defaulted:
-                defaulted[key] = record
-        with self._lock:
-            self.pods, self._on, self._pending, self._defaulted = pods, on, pending, defaulted
-            self._built.clear()
-            self._pending_view = None
+    def _fold(self, name: str, now: float | None = None) -> Node | None:
+        """The node with its pods, kept for the next views; None when it cannot be kept: one of its
+        pods cannot be read (the view raises), or its taint carries no time (``now`` given: built
+        for this view only)."""
+        record = self.nodes.get(name)
+        if record is None:
+            return None
+        pods = self._on.get(name, {})
+        keys = sorted(pods)
+        if self._errors and any(k in self._errors for k in keys):
+            return None
+        tasks = tuple(pods[k] for k in keys)
+        if record.untimed:
+            return None if now is None else assemble(record.at(now), tasks)
+        node = self._built[name] = assemble(record.node, tasks)
+        return node
 
-    def put_pod(self, key: str, record: PodRecord | None) -> None:
-        with self._lock:
-            if self.pods.get(key) == record:  # most updates are status the pool does not read
-                return
-            old = self.pods.pop(key, None)
-            if old is not None:
-                self._unindex(key, old)
-            if record is not None:
-                self.pods[key] = record
-                if record.defaulted:
-                    self._defaulted[key] = record
-                if record.node:
-                    self._on.setdefault(record.node, {})[key] = record
-                    self._built.pop(record.node, None)
-                else:
-                    self._pending[key] = record
-                    self._pending_view = None
-
-    def _unindex(self, key: str, record: PodRecord) -> None:
-        self._defaulted.pop(key, None)
-        if not record.node:
-            del self._pending[key]
-            self._pending_view = None
-            return
-        pods = self._on[record.node]
-        del pods[key]
-        if not pods:
-            del self._on[record.node]
-        self._built.pop(record.node, None)
+    def _raise_broken(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            if key in self._errors:
+                raise ConnectorError(self._errors[key])
 
     # --- the run's side ---------------------------------------------------------------------------
 
@@ -288,30 +548,30 @@ class PoolCache:
         with self._lock:
             if self._broken:
                 raise ConnectorError(next(iter(self._broken.values())))
+            if self._unread:
+                name, why = next(iter(self._unread.items()))
+                raise ConnectorError(f"the pods on node {name} could not be read: {why}")
             if self._order is None:
                 self._order = sorted(self.nodes)
             built: list[Node] = []
             for name in self._order:
-                node = self._built.get(name)
+                node = self._built.get(name) or self._fold(name, now)
                 if node is None:
-                    record = self.nodes[name]
-                    pods = self._on.get(name)
-                    mine = [pods[k] for k in sorted(pods)] if pods else []
-                    _raise_broken(mine)
-                    node = assemble(record.at(now), mine)
-                    if not record.untimed:  # an untimed taint counts from each run's now
-                        self._built[name] = node
+                    self._raise_broken(sorted(self._on.get(name, {})))
+                assert node is not None
                 built.append(node)
+            self._live = True
             if self._pending_view is None:
-                mine = [self._pending[k] for k in sorted(self._pending)]
-                _raise_broken(mine)
-                self._pending_view = tuple(r.task for r in mine)
-            defaulted = [key for key, r in self._defaulted.items() if not r.node or r.node in self.nodes]
-        warn_defaulted(len(defaulted), heapq.nsmallest(6, defaulted), self.pool)
+                keys = sorted(self._pending)
+                self._raise_broken(keys)
+                self._pending_view = tuple(self._pending[k] for k in keys)
+            defaulted = len(self._defaulted)
+            first = heapq.nsmallest(6, self._defaulted) if defaulted else []
+        warn_defaulted(defaulted, first, self.pool)
         return SchedulerView(tuple(built), self._pending_view, self.stale())
 
     def freshness(self) -> tuple[Freshness, Freshness]:
-        return self.node_reflector.freshness(), self.pod_reflector.freshness()
+        return self.node_reflector.freshness(), self.reader.reflector.freshness()
 
     def stale(self) -> str:
         """Why the cache is too old to shrink the pool on, or "" (it heard from the server lately)."""
@@ -330,72 +590,74 @@ class PoolCache:
 
     @property
     def synced(self) -> bool:
-        return self.node_reflector.freshness().synced and self.pod_reflector.freshness().synced
+        return self.node_reflector.freshness().synced and self.pods_listed
 
-    def sync(self) -> None:
-        """List both resources in the caller's thread (the API's errors are raised)."""
-        self.node_reflector.sync()
-        self.pod_reflector.sync()
+    def sync(self, again: bool = False) -> None:
+        """List the nodes, then give them their pods, in the caller's thread (the API's errors are
+        raised). ``again``: list both again, though they were."""
+        if again or not self.node_reflector.freshness().synced:
+            self.node_reflector.sync()
+        self.reader.sync(self, again)
 
     def start(self) -> None:
         self.node_reflector.start()
-        self.pod_reflector.start()
+        self.reader.start()
 
     def nudge(self) -> None:
         """A run reads the cache: a watch waiting to retry tries now (``Reflector.nudge``)."""
         self.node_reflector.nudge()
-        self.pod_reflector.nudge()
+        self.reader.reflector.nudge()
 
-    def stop(self) -> None:
+    def close(self) -> None:
+        """Stop watching, leave the reader (stopped if this pool was its last), drop the records."""
+        self._finalizer.detach()
         self.node_reflector.stop()
-        self.pod_reflector.stop()
+        self.reader.leave(self)
+        with self._lock:
+            self.nodes, self.pods, self._on, self._pending, self._errors = {}, {}, {}, {}, {}
+            self._defaulted = set()
+            self._built, self._joining, self._unread, self._order, self._pending_view = {}, {}, {}, None, None
 
 
-def _raise_broken(records: Iterable[PodRecord]) -> None:
-    for record in records:
-        if record.error:
-            raise ConnectorError(record.error)
+def _dropped(nodes: Reflector[objects.Node], reader: PodReader) -> None:
+    """A pool's cache was dropped without ``close``: in whatever thread dropped it, so nothing waits."""
+    nodes.stop(timeout=0)
+    reader.leave(timeout=0)
 
 
 class _NodeStore:
+    """The node reflector's store: the pool's cache, by weak reference (the cache holds the
+    reflector, and a dropped cache must be freed while the reflector's thread ends)."""
+
     def __init__(self, cache: PoolCache) -> None:
-        self.cache = cache
+        self.cache = weakref.ref(cache)
 
     def replace(self, nodes: Iterable[objects.Node]) -> None:
-        records: dict[str, NodeRecord] = {}
-        broken: dict[str, str] = {}
+        names: set[str] = set()
         for obj in nodes:
-            try:
-                record = node_record(obj)
-                records[record.node.id] = record
-            except ConnectorError as e:
-                broken[obj.metadata.name] = str(e)
-        self.cache.replace_nodes(records, broken)
+            cache = self.cache()
+            if cache is None:
+                return
+            names.add(obj.metadata.name)
+            self._put(cache, obj)
+        cache = self.cache()
+        if cache is not None:
+            cache.listed_nodes(names)
 
     def update(self, kind: str, obj: objects.Node) -> None:
-        name = obj.metadata.name
-        if kind == DELETED:
-            self.cache.put_node(name, None)
+        cache = self.cache()
+        if cache is None:
             return
+        if kind == DELETED:
+            cache.put_node(obj.metadata.name, None)
+        else:
+            self._put(cache, obj)
+
+    @staticmethod
+    def _put(cache: PoolCache, obj: objects.Node) -> None:
         try:
-            self.cache.put_node(name, node_record(obj))
+            record = node_record(obj)
         except ConnectorError as e:
-            self.cache.put_node(name, None, str(e))
-
-
-class _PodStore:
-    def __init__(self, cache: PoolCache) -> None:
-        self.cache = cache
-
-    def _records(self, pods: Iterable[objects.Pod]) -> Iterator[tuple[str, PodRecord]]:
-        pool = self.cache.pool
-        for obj in pods:
-            record = pod_record(obj, pool)
-            if record is not None:
-                yield record.task.id, record
-
-    def replace(self, pods: Iterable[objects.Pod]) -> None:
-        self.cache.replace_pods(self._records(pods))
-
-    def update(self, kind: str, obj: objects.Pod) -> None:
-        self.cache.put_pod(pod_name(obj), None if kind == DELETED else pod_record(obj, self.cache.pool))
+            cache.put_node(obj.metadata.name, None, str(e))
+            return
+        cache.put_node(record.node.id, record)

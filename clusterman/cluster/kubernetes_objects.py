@@ -189,6 +189,23 @@ class CustomObject(Fields):
     status: Any = None
 
 
+class PodEvent(Fields):
+    """A watch event decoded in one pass (an ERROR's Status reads as an empty pod: decoded again)."""
+
+    type: str = ""
+    object: Pod = msgspec.field(default_factory=Pod)
+
+
+class NodeEvent(Fields):
+    type: str = ""
+    object: Node = msgspec.field(default_factory=Node)
+
+
+class CustomObjectEvent(Fields):
+    type: str = ""
+    object: CustomObject = msgspec.field(default_factory=CustomObject)
+
+
 T = TypeVar("T", Pod, Node)
 
 
@@ -207,11 +224,12 @@ class CustomObjectList(Fields):
     items: list[CustomObject] | None = None
 
 
+KINDS = (Pod, Node, CustomObject, PodList, NodeList, CustomObjectList, Status)
 DECODERS: dict[type, msgspec.json.Decoder[Any]] = {
-    t: msgspec.json.Decoder(t)
-    for t in (Pod, Node, PodList, NodeList, CustomObject, CustomObjectList, WatchEvent, Status)
+    t: msgspec.json.Decoder(t) for t in (*KINDS, WatchEvent, PodEvent, NodeEvent, CustomObjectEvent)
 }
 LIST_OF: dict[type, type] = {Pod: PodList, Node: NodeList, CustomObject: CustomObjectList}
+EVENT_OF: dict[type, type] = {Pod: PodEvent, Node: NodeEvent, CustomObject: CustomObjectEvent}
 
 DecodeError = (msgspec.DecodeError, msgspec.ValidationError)
 

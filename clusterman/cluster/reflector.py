@@ -20,8 +20,9 @@ page, an event or a bookmark. A watch the server answers, or ends, says nothing 
 
 from __future__ import annotations
 
-import contextlib
-import gc
+import ctypes
+import ctypes.util
+import functools
 import logging
 import random
 import threading
@@ -31,6 +32,7 @@ from collections.abc import Iterable
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 from typing import Generic
 from typing import Protocol
 from typing import TypeVar
@@ -116,27 +118,36 @@ class Backoff:
         self.delay = 0.0
 
 
-_GC_PAUSES = 0
-_GC_LOCK = threading.Lock()
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+LARGE = 128 * 1024  # glibc's initial threshold, kept
 
 
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause the cyclic collector while a list is decoded, since it would walk the growing heap
-    again and again. Records hold no cycles, so what survives is then frozen out of its reach."""
-    global _GC_PAUSES
-    with _GC_LOCK:
-        _GC_PAUSES += 1
-        if _GC_PAUSES == 1:
-            gc.disable()
+@functools.cache
+def _glibc() -> Any:
+    """The C library when it is glibc (``malloc_trim``, ``mallopt``), else None (musl, macOS)."""
     try:
-        yield
-    finally:
-        with _GC_LOCK:
-            _GC_PAUSES -= 1
-            if _GC_PAUSES == 0:
-                gc.freeze()
-                gc.enable()
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim, libc.mallopt  # noqa: B018 - glibc's own
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+@functools.cache
+def map_large_buffers() -> None:
+    """Keep glibc mapping each large buffer (a list page's 5 MB) on its own. glibc raises the size
+    it maps from to that of the last large buffer freed, so pages came from its heap afterwards, and
+    the heap they fragmented stayed: 10 MB for a pool of 100 nodes after a list of 30,000 pods."""
+    libc = _glibc()
+    if libc is not None:
+        libc.mallopt(M_MMAP_THRESHOLD, LARGE)
+
+
+def release_free_memory() -> None:
+    """Give what a list freed back to the system: glibc keeps freed blocks in its arenas."""
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 class Reflector(Generic[O]):
@@ -183,6 +194,7 @@ class Reflector(Generic[O]):
 
     def sync(self) -> None:
         """One full list into the store, in the caller's thread; the API's errors are raised."""
+        map_large_buffers()
         self._state = "listing"
         version = ""
 
@@ -201,8 +213,8 @@ class Reflector(Generic[O]):
                         return
                     page = following.result()
 
-        with collector_paused():
-            self.store.replace(objects())
+        self.store.replace(objects())
+        release_free_memory()
         self.version = version
         self._synced = True
         self.lists += 1
