@@ -189,12 +189,13 @@ def test_bootstrap_starts_the_packaged_tree(installed: Path, tmp_path: Path) -> 
 
 
 def test_simulate_without_matplotlib_prints_its_summary(installed: Path, tmp_path: Path) -> None:
-    """The plain wheel has no matplotlib: the summary and the JSON are the answer, the plot is said missing."""
-    pool = REPO / "config" / "simulator" / "default.mesos"
-    sample = REPO / "config" / "simulator" / "clusterman-sample-metrics.json.gz"
-    proc = run(installed, tmp_path, "clusterman", "simulate", "--pool-config", str(pool), "--metrics-data-files",
-               str(sample), "--end", "2017-12-01T16:10:00Z")  # fmt: skip
+    """The plain wheel has no matplotlib: the summary and the JSON are the answer, the plot is said missing.
+    The files are named as docs/simulator.md names them: ``config/...``, read from the wheel's copy."""
+    pool, sample = "config/simulator/default.mesos", "config/simulator/clusterman-sample-metrics.json.gz"
+    proc = run(installed, tmp_path, "clusterman", "simulate", "--pool-config", pool, "--metrics-data-files",
+               sample, "--end", "2017-12-01T16:10:00Z")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    assert "clusterman/data/config/simulator/default.mesos" in proc.stderr  # said where it was read
     assert proc.stdout.startswith("simulated local-dev/default.mesos from 2017-12-01T16:00:00Z")
     assert "wrote simulation.json (no simulation.png: matplotlib is not installed" in proc.stdout
     assert (tmp_path / "simulation.json").is_file() and not (tmp_path / "simulation.png").exists()

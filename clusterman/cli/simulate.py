@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from clusterman.batch.arguments import load_main
+from clusterman.data import shipped_instead
 from clusterman.simulator.compare import load_summary
 from clusterman.simulator.compare import side_by_side
 from clusterman.simulator.inputs import Request
@@ -64,8 +65,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run(args: argparse.Namespace) -> int:
     other = load_summary(args.compare) if args.compare else None  # a bad file fails before the run
     request = Request(
-        pool_config=args.pool_config,
-        metrics_files=args.metrics_data_files,
+        pool_config=_shipped(args.pool_config),
+        metrics_files=[_shipped(path) for path in args.metrics_data_files],
         cluster=args.cluster,
         pool=args.pool,
         scheduler=args.scheduler,
@@ -105,6 +106,15 @@ def run(args: argparse.Namespace) -> int:
         print()
         print(side_by_side(document, other, str(args.compare)), end="")
     return 0
+
+
+def _shipped(path: Path) -> Path:
+    """``config/...`` not found here: the copy clusterman ships (the docs' examples, run anywhere)."""
+    packaged = shipped_instead(path)
+    if packaged is None:
+        return path
+    print(f"clusterman simulate: {path} is not here: reading the copy clusterman ships, {packaged}", file=sys.stderr)
+    return packaged
 
 
 def _unwritable(prefix: str, error: OSError) -> SimulationInputError:

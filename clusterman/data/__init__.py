@@ -30,6 +30,15 @@ def default_main_config() -> Path:
     return config_directory() / "clusterman.yaml"
 
 
+def shipped_instead(path: Path) -> Path | None:
+    """For a relative ``config/...`` path that is not there (a command run outside a checkout, as
+    the docs show it): the same file in the config clusterman ships, if it has one."""
+    if path.is_absolute() or path.exists() or path.parts[:1] != ("config",):
+        return None
+    packaged = config_directory().joinpath(*path.parts[1:])
+    return packaged if packaged.exists() else None
+
+
 def supervisor_config() -> Path:
     """supervisord.conf; its helper scripts sit beside it (``%(here)s``)."""
     return _directory("supervisord") / "supervisord.conf"
