@@ -2,7 +2,8 @@
 
 Every adapter is passed in (the batch program wires real ones from config, the tests and the
 simulator wire others), and time is a parameter. A run never raises for something outside
-clusterman's control: it records what went wrong and keeps the pool as it is. Missing data never
+clusterman's control: its report says what went wrong, and it keeps the pool as it is. The report
+is recorded once, at the run's end (``run/record.py``). Missing data never
 shrinks the pool: no snapshot, no metrics, or no signal answer keeps the current target; a resource
 group that cannot be read, signals' input that is too old, or a scheduler view that may be old (a
 watch cache that has not heard from its API server lately) holds scale-down for the run.
@@ -58,7 +59,6 @@ from clusterman.decision.policy import ScalingPolicy
 from clusterman.decision.pool_view import SnapshotError
 from clusterman.decision.result import Decision
 from clusterman.errors import Unworkable
-from clusterman.events.event import ChangeDetail
 from clusterman.events.exporter import ErrorSource
 from clusterman.events.recorder import Recorder
 from clusterman.run.apply import apply
@@ -70,6 +70,7 @@ from clusterman.run.reading import read_pool
 from clusterman.run.record import RunRecording
 from clusterman.run.report import ApplyReport
 from clusterman.run.report import Outcome
+from clusterman.run.report import Problem
 from clusterman.run.report import RunReport
 from clusterman.signals.outcomes import SignalOutcomes
 from clusterman.signals.protocol import SignalError
@@ -175,46 +176,57 @@ class Cycle:
         self._unworkable = ""  # why this run found the configuration cannot work ("" when it did not)
 
     def run_once(self, now: float) -> RunReport:
+        """One run, recorded once at its end from its report (``run/record.py``)."""
         self._unworkable = ""
-        report = self._run(now)
-        return replace(report, unworkable=self._unworkable) if self._unworkable else report
+        notes = _Notes()
+        report = self._run(now, notes)
+        report = replace(
+            report,
+            unworkable=self._unworkable,
+            problems=tuple(notes.problems),
+            pause=notes.pause,
+            state_before=notes.state,
+        )
+        self.recording(report)
+        return report
 
     def _note(self, error: Exception) -> None:
         """An error of this run: the first that says the configuration cannot work goes in its report."""
         if isinstance(error, Unworkable) and not self._unworkable:
             self._unworkable = str(error)
 
-    def _run(self, now: float) -> RunReport:
+    def _run(self, now: float, notes: _Notes) -> RunReport:
         permit = self._permit(now)
-        standby = self._claim(permit)
+        standby = self._claim(permit, notes)
         if standby is not None:
             return standby
-        paused = self._pause(now)
+        paused = self._pause(now, notes)
         if paused is not None:
             return paused
         try:
-            holds = list(self._load())
+            holds = list(self._load(notes))
         except StateError as e:  # tried again next run
             self._note(e)
             return self._no_change(
-                now, Outcome.NO_STATE, f"cannot read the autoscaler state: {e}", ErrorSource.INTERNAL
+                notes, now, Outcome.NO_STATE, f"cannot read the autoscaler state: {e}", ErrorSource.INTERNAL
             )
         permit.reading()
         try:
             reading = read_pool(self.connector, self.cloud, now)
         except ConnectorError as e:
             self._note(e)
-            return self._no_change(now, Outcome.NO_SNAPSHOT, f"cannot read the pool: {e}", ErrorSource.SCHEDULER)
+            message = f"cannot read the pool: {e}"
+            return self._no_change(notes, now, Outcome.NO_SNAPSHOT, message, ErrorSource.SCHEDULER)
         snapshot, unreadable = reading.snapshot, len(reading.unreadable)
         for error in (*reading.unreadable, *reading.mistagged):
-            self.recording.error(ErrorSource.CLOUD, error.group, error.problem)
+            notes.problem(ErrorSource.CLOUD, error.group, error.problem)
         if not unreadable:
             self._last_target = snapshot.target_capacity
         if not self.dry_run:
             self._settle(snapshot)
+        notes.state = self.state
         unseen = self._unseen(snapshot, unreadable)
         permit.going_on()
-        self.recording.pool(snapshot, self.state.memory.joined, now)
         if self.write_metrics is not None:
             try:
                 self.write_metrics(snapshot)
@@ -222,7 +234,7 @@ class Cycle:
                 self._note(e)
                 message = f"cannot write the pool's metrics: {e}"
                 log.warning("%s: the signals read older data: no scale-down this run", message)
-                self.recording.error(ErrorSource.INTERNAL, "metrics", message)
+                notes.problem(ErrorSource.INTERNAL, "metrics", message)
                 text = "the pool's metrics could not be written (signals read older data): no scale-down"
                 holds.append(Hold(HoldReason.METRICS_NOT_WRITTEN, text))
 
@@ -231,9 +243,9 @@ class Cycle:
         except (SignalError, MetricsError) as e:
             self._note(e)
             self.signal_outcomes.no_answer(str(e), now)
-            return self._no_change(now, Outcome.NO_DEMAND, f"no usable demand, target kept: {e}", None, snapshot)
+            message = f"no usable demand, target kept: {e}"
+            return self._no_change(notes, now, Outcome.NO_DEMAND, message, None, snapshot)
         permit.going_on()
-        self.recording.signals(requests)
         if self.record:
             self.signal_outcomes.observe(requests.evaluations, now)
         for reason, stale in ((HoldReason.SCHEDULER_STALE, snapshot.stale), (HoldReason.SIGNALS_STALE, requests.stale)):
@@ -244,7 +256,7 @@ class Cycle:
         if unreadable:
             text = f"{unreadable} resource group(s) could not be read: no scale-down this run"
             holds.append(Hold(HoldReason.GROUPS_UNREADABLE, text))
-        notices = self._notices(snapshot, now)
+        notices = self._notices(snapshot, now, notes)
         ahead = self.notices.ahead() if isinstance(self.notices, Plans) else NOTHING_AHEAD
         if ahead.hold:
             holds.append(Hold(HoldReason.NODE_MIGRATION, ahead.hold))
@@ -255,7 +267,8 @@ class Cycle:
             else:
                 decision = self.decider(*args, notices) if notices else self.decider(*args)
         except SnapshotError as e:
-            return self._no_change(now, Outcome.NO_SNAPSHOT, f"snapshot refused: {e}", ErrorSource.SCHEDULER, snapshot)
+            message = f"snapshot refused: {e}"
+            return self._no_change(notes, now, Outcome.NO_SNAPSHOT, message, ErrorSource.SCHEDULER, snapshot, requests)
 
         refusal = permit.acting()
         if refusal is not None:
@@ -264,11 +277,9 @@ class Cycle:
             unsaved = self._save(decision.state, now)
             if unsaved:
                 message = f"cannot keep the autoscaler state before acting: {unsaved}: nothing changed"
-                return self._no_change(now, Outcome.NO_STATE, message, ErrorSource.INTERNAL, snapshot)
+                return self._no_change(notes, now, Outcome.NO_STATE, message, ErrorSource.INTERNAL, snapshot, requests)
         applied = apply(decision, snapshot, reading.groups_by_id, self.lifecycle, now, permit, self.dry_run)
-        self.recording.acted(decision, applied, snapshot)
         if not self.dry_run:
-            self.recording.state_changes(self.state, decision.state, now)
             self.state = self._untaken(decision, applied, now)
             self._keep_targets(now)  # after acting: a slow store must not delay the run's changes
             self._settle_notices(decision, applied, snapshot, now)
@@ -294,7 +305,7 @@ class Cycle:
             e.drain and e.deadline != NO_TIME and now - steps.get(e.node_id, e.since) >= gap for e in drains.leaving
         )
 
-    def _notices(self, snapshot: PoolSnapshot, now: float) -> tuple[Notice, ...]:
+    def _notices(self, snapshot: PoolSnapshot, now: float, notes: _Notes) -> tuple[Notice, ...]:
         """The notices in force; when a source cannot be read, the run goes on with the nodes its
         record already has (they keep leaving) and says so."""
         try:
@@ -302,7 +313,7 @@ class Cycle:
         except NoticeError as e:
             message = f"cannot read the notices of nodes to replace: {e}"
             log.warning("%s", message)
-            self.recording.error(ErrorSource.CLOUD, "notices", message)
+            notes.problem(ErrorSource.CLOUD, "notices", message)
             return getattr(self.notices, "last", NO_NOTICES)
 
     def _settle_notices(self, decision: Decision, applied: ApplyReport, snapshot: PoolSnapshot, now: float) -> None:
@@ -365,14 +376,13 @@ class Cycle:
             clock=self.clock,
         )
 
-    def _claim(self, permit: Permit) -> RunReport | None:
+    def _claim(self, permit: Permit, notes: _Notes) -> RunReport | None:
         refusal = permit.claim()
         if refusal is None:
             return None
-        self.recording.no_decision(ChangeDetail.DECISION_STANDBY, self._known_target(), refusal.message)
         if refusal.lease_error:
-            self.recording.error(ErrorSource.INTERNAL, "lease", refusal.message)
-        return RunReport(permit.now, refusal.outcome, refusal.message)
+            notes.problem(ErrorSource.INTERNAL, "lease", refusal.message)
+        return RunReport(permit.now, refusal.outcome, refusal.message, target_seen=self._known_target())
 
     def _refused(
         self,
@@ -385,12 +395,6 @@ class Cycle:
     ) -> RunReport:
         """The run decided but may not act: what it would have done is recorded, nothing changes."""
         log.warning("%s", refusal.message)
-        self.recording.not_acted(
-            ChangeDetail.DECISION_STANDBY if refusal.outcome is Outcome.STANDBY else ChangeDetail.DECISION_OVERRUN,
-            snapshot.target_capacity if not unreadable else math.nan,
-            decision,
-            f"{refusal.message}; it would have done: {decision.explanation}",
-        )
         return RunReport(now, refusal.outcome, refusal.message, snapshot, decision, None, requests, unreadable)
 
     def release_lease(self) -> None:
@@ -404,7 +408,7 @@ class Cycle:
 
     # --- the state kept across restarts -------------------------------------------------------
 
-    def _load(self) -> tuple[Hold, ...]:
+    def _load(self, notes: _Notes) -> tuple[Hold, ...]:
         """Load the kept state once; a state that was not valid holds scale-down this run. Raises
         StateError when it cannot be read."""
         if self._loaded or self.keeper is None:
@@ -413,13 +417,13 @@ class Cycle:
         try:
             self.state = self._kept = self.keeper.load()
         except CorruptState as e:
-            self.recording.error(ErrorSource.INTERNAL, "autoscaler_state", f"{e}: starting afresh")
+            notes.problem(ErrorSource.INTERNAL, "autoscaler_state", f"{e}: starting afresh")
             text = "the stored autoscaler state was not valid: no scale-down this run"
             holds = (Hold(HoldReason.STATE_NOT_VALID, text),)
         try:
             kept = self.keeper.load_targets()
         except CorruptState as e:  # a group not read then counts as never read: no growth
-            self.recording.error(ErrorSource.INTERNAL, "group_targets", f"{e}: not used")
+            notes.problem(ErrorSource.INTERNAL, "group_targets", f"{e}: not used")
             kept = {}
         self._group_targets = {**self._group_targets, **kept}  # kept by the last holder: newer
         self._targets_kept = kept
@@ -503,34 +507,35 @@ class Cycle:
 
     # --- the ways a run ends without deciding -------------------------------------------------
 
-    def _pause(self, now: float) -> RunReport | None:
+    def _pause(self, now: float, notes: _Notes) -> RunReport | None:
         try:
             status = self.pause_status(now)
         except StateError as e:
             self._note(e)
             # a pause we cannot read is a pause we may be ignoring: do nothing, loudly
-            return self._no_change(now, Outcome.PAUSED, f"cannot read the pause state: {e}", ErrorSource.INTERNAL)
-        self.recording.pause(status.paused, status.describe())
+            message = f"cannot read the pause state: {e}"
+            return self._no_change(notes, now, Outcome.PAUSED, message, ErrorSource.INTERNAL)
+        notes.pause = status
         if status.paused:
-            self.recording.no_decision(ChangeDetail.DECISION_PAUSED, self._current_target(now), status.describe())
-            return RunReport(now, Outcome.PAUSED, status.describe())
+            return RunReport(now, Outcome.PAUSED, status.describe(), target_seen=self._current_target(now))
         return None
 
     def _no_change(
         self,
+        notes: _Notes,
         now: float,
         outcome: Outcome,
         message: str,
         source: ErrorSource | None,
         snapshot: PoolSnapshot | None = None,
+        requests: Requests | None = None,
     ) -> RunReport:
+        """A run that ends before deciding: the pool as it was, and why (an error of ``source``)."""
         log.warning("%s", message)
         if source is not None:
-            self.recording.error(source, "pool", message)
-        detail = ChangeDetail.DECISION_NO_DEMAND if outcome is Outcome.NO_DEMAND else ChangeDetail.DECISION_ERROR
+            notes.problem(source, "pool", message)
         target = snapshot.target_capacity if snapshot is not None else self._known_target()
-        self.recording.no_decision(detail, target, message)
-        return RunReport(now, outcome, message, snapshot)
+        return RunReport(now, outcome, message, snapshot, requests=requests, target_seen=target)
 
     def _unseen(self, snapshot: PoolSnapshot, unreadable: int) -> Fraction | None:
         """The capacity of the groups this read missed, at their targets as last read: the pool's
@@ -570,3 +575,16 @@ class Cycle:
                 closeable.close()
             except Exception:  # closing must not hide the reason the loop is stopping
                 log.exception("closing %s failed", type(closeable).__name__)
+
+
+class _Notes:
+    """What one run notes on the way, for its report: the problems it met, the pause and the
+    carried state it read."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.pause: PauseStatus | None = None
+        self.state: AutoscalerState | None = None
+
+    def problem(self, source: ErrorSource, object_id: str, message: str) -> None:
+        self.problems.append(Problem(source, object_id, message))

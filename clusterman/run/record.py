@@ -1,15 +1,19 @@
-"""What a run records: its events and the pool's metrics, from what it read, decided and did.
+"""What a run records: its events and the pool's metrics, once at its end, from its report.
 
-The run (``run/cycle.py``) reads, decides and acts; this turns what it found into the
-``Recorder``'s events and metrics (docs/events.md). It keeps the two things recording needs from
-run to run: the nodes seen joined (for ``NODE_JOIN``) and whether the pool was paused (for
-``POOL_PAUSE`` and ``POOL_RESUME``). ``full``: False when nothing reads the runs' events, pool
-metrics and signal health (a simulation): what only they would show is not worked out.
+The run (``run/cycle.py``) reads, decides and acts, and says in its ``RunReport`` what it read,
+met, decided and did; this turns the report into the ``Recorder``'s events and metrics
+(docs/events.md), in that order: the pause starting or ending, the pool (metrics, nodes that
+joined), the signals' answers, the problems met, then the decision with what acting did, or why
+there was none. It keeps the two things recording needs from run to run: the nodes seen joined
+(for ``NODE_JOIN``) and whether the pool was paused (for ``POOL_PAUSE`` and ``POOL_RESUME``).
+``full``: False when nothing reads the runs' events and pool metrics (a simulation): what only
+they would show is not worked out.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from collections.abc import Mapping
 
@@ -30,8 +34,17 @@ from clusterman.events.exporter import NodeAction
 from clusterman.events.recorder import Recorder
 from clusterman.run.demand_source import Requests
 from clusterman.run.report import ApplyReport
+from clusterman.run.report import Outcome
+from clusterman.run.report import RunReport
+from clusterman.state.pause import PauseStatus
 
 log = logging.getLogger(__name__)
+
+# a run that ended before deciding, by how (a paused pool aside): any other is DECISION_ERROR
+_NO_DECISION: Mapping[Outcome, ChangeDetail] = {
+    Outcome.STANDBY: ChangeDetail.DECISION_STANDBY,
+    Outcome.NO_DEMAND: ChangeDetail.DECISION_NO_DEMAND,
+}
 
 EVENT_REASON: Mapping[Reason, ChangeDetail] = {
     Reason.UTILISATION: ChangeDetail.DECISION_UTILISATION,
@@ -61,15 +74,36 @@ class RunRecording:
         """Another autoscaler held the pool meanwhile: the nodes it saw join are not ours to compare with."""
         self._joined_before = None
 
-    def pause(self, paused: bool, describe: str) -> None:
-        """The pool's pause as this run read it: an event when it starts or ends."""
-        if paused and not self._was_paused:
-            self.recorder.paused(describe)
-        elif not paused and self._was_paused:
-            self.recorder.resumed("the pause ended")
-        self._was_paused = paused
+    def __call__(self, report: RunReport) -> None:
+        if report.pause is not None:
+            self._pause(report.pause)
+        if report.snapshot is not None:
+            kept = report.state_before.memory.joined if report.state_before is not None else frozenset()
+            self._pool(report.snapshot, kept, report.now)
+        if report.requests is not None:
+            self._signals(report.requests)
+        for problem in report.problems:
+            self.recorder.error(problem.source, problem.object_id, problem.message)
+        d, applied = report.decision, report.applied
+        if d is None:
+            self._no_decision(report)
+        elif applied is None:
+            self._not_acted(report, d)
+        else:
+            assert report.snapshot is not None
+            self._acted(d, applied, report.snapshot)
+            if not applied.dry_run and report.state_before is not None:
+                self._state_changes(report.state_before, d.state, report.now)
 
-    def pool(self, snapshot: PoolSnapshot, kept_joined: frozenset[str], now: float) -> None:
+    def _pause(self, status: PauseStatus) -> None:
+        """An event when the pause starts or ends."""
+        if status.paused and not self._was_paused:
+            self.recorder.paused(status.describe())
+        elif not status.paused and self._was_paused:
+            self.recorder.resumed("the pause ended")
+        self._was_paused = status.paused
+
+    def _pool(self, snapshot: PoolSnapshot, kept_joined: frozenset[str], now: float) -> None:
         """The pool's metrics, and a NODE_JOIN for each node that joined since the last run this
         process saw (before a restart: the kept memory ``kept_joined``). A run where no node joined
         or left costs little (``NodeSets.joined_since``)."""
@@ -96,7 +130,7 @@ class RunRecording:
             reason = f"joined {since:.0f} s after launch" if since is not None else "joined"
             self.recorder.node(NodeAction.JOIN, node.id, node.group_id, node.allocatable, reason, since)
 
-    def signals(self, requests: Requests) -> None:
+    def _signals(self, requests: Requests) -> None:
         if not self.full:
             return
         for e in requests.evaluations:
@@ -107,29 +141,33 @@ class RunRecording:
             else:
                 self.recorder.signal_evaluated(e.app, e.signal, e.request, e.latency_seconds)
 
-    def error(self, source: ErrorSource, object_id: str, message: str) -> None:
-        self.recorder.error(source, object_id, message)
-
-    def no_decision(self, detail: ChangeDetail, target: float, explanation: str) -> None:
+    def _no_decision(self, report: RunReport) -> None:
         """A run that ended before deciding: the target it saw (NaN when unknown) and why."""
+        paused = report.pause is not None and report.pause.paused
         self.recorder.decision(
-            detail,
+            ChangeDetail.DECISION_PAUSED if paused else _NO_DECISION.get(report.outcome, ChangeDetail.DECISION_ERROR),
             0.0,
-            target=target,
+            target=report.target_seen,
             demand={},
             capacity={},
             utilisation={},
             setpoint=self.setpoint,
-            explanation=explanation,
+            explanation=report.message,
         )
 
-    def not_acted(self, detail: ChangeDetail, target: float, d: Decision, explanation: str) -> None:
-        """A run that decided but might not act: what it would have done."""
+    def _not_acted(self, report: RunReport, d: Decision) -> None:
+        """A run that decided but might not act (``standby``, ``overrun``): what it would have done."""
+        assert report.snapshot is not None
         self.recorder.decision(
-            detail, 0.0, target=target, **figures(d), setpoint=self.setpoint, explanation=explanation
+            ChangeDetail.DECISION_STANDBY if report.outcome is Outcome.STANDBY else ChangeDetail.DECISION_OVERRUN,
+            0.0,
+            target=report.snapshot.target_capacity if not report.unreadable_groups else math.nan,
+            **figures(d),
+            setpoint=self.setpoint,
+            explanation=f"{report.message}; it would have done: {d.explanation}",
         )
 
-    def acted(self, d: Decision, applied: ApplyReport, snapshot: PoolSnapshot) -> None:
+    def _acted(self, d: Decision, applied: ApplyReport, snapshot: PoolSnapshot) -> None:
         """The decision, what acting did node by node and group by group, and what failed."""
         if self.full:
             self._decision(d, applied, snapshot)
@@ -139,7 +177,7 @@ class RunRecording:
             source = ErrorSource.INTERNAL if object_id in ("lease", "budget") else ErrorSource.CLOUD
             self.recorder.error(source, object_id, prefix + message)
 
-    def state_changes(self, old: AutoscalerState, new: AutoscalerState, now: float) -> None:
+    def _state_changes(self, old: AutoscalerState, new: AutoscalerState, now: float) -> None:
         if new.scale_lock.until != old.scale_lock.until:
             if new.scale_lock.until != NO_TIME:
                 self.recorder.lock_taken(new.scale_lock.until - now, "scale-up: waiting for the new capacity")

@@ -6,6 +6,7 @@ The loop prints ``line()`` for people; the simulator and the tests read the fiel
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 from dataclasses import field
 from fractions import Fraction
@@ -16,11 +17,14 @@ from clusterman.cluster.lifecycle import DrainResult
 from clusterman.cluster.lifecycle import Results
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.timestamps import format_time
+from clusterman.decision.autoscaler_state import AutoscalerState
 from clusterman.decision.exact import number
 from clusterman.decision.result import Decision
 from clusterman.decision.result import Reason
+from clusterman.events.exporter import ErrorSource
 from clusterman.run.demand_source import Requests
 from clusterman.signals.outcomes import short_cause
+from clusterman.state.pause import PauseStatus
 
 
 @dataclass
@@ -65,6 +69,15 @@ class Outcome(enum.Enum):
 
 
 @dataclass(frozen=True)
+class Problem:
+    """Something that went wrong in a run, not enough to end it: an error event."""
+
+    source: ErrorSource
+    object_id: str
+    message: str
+
+
+@dataclass(frozen=True)
 class RunReport:
     now: float
     outcome: Outcome
@@ -76,6 +89,10 @@ class RunReport:
     unreadable_groups: int = 0  # resource groups that could not be read: the target is not all known
     unworkable: str = ""  # why the configuration cannot work, as this run found ("" when it did not)
     migration: str = ""  # where the pool's node migration stands ("" when none runs)
+    problems: tuple[Problem, ...] = ()  # what went wrong on the way, in the order met
+    pause: PauseStatus | None = None  # the pool's pause as the run read it (None: not read)
+    target_seen: float = math.nan  # a run that ended before deciding: the pool's target as it knew it
+    state_before: AutoscalerState | None = None  # the carried state the run read the pool with
 
     def line(self) -> str:
         """One line per run, for people watching the log or `make run`."""
