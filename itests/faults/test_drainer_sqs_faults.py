@@ -1,0 +1,80 @@
+"""The drainer while SQS refuses or hangs: it keeps running, waits longer between tries, and files
+what came meanwhile once SQS answers again: no message is lost. The real drainer reads moto's SQS
+through a proxy that fails its calls (``itests/aws_proxy.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import boto3
+import pytest
+
+from clusterman.local.moto_server import FAKE_CREDENTIALS
+from clusterman.notices.inbox import Inbox
+from clusterman.wiring.state_store import open_state_store
+from itests.aws_proxy import Fault
+from itests.aws_proxy import FaultyProxy
+from itests.aws_world import World
+from itests.pool_harness import POOL
+from itests.pool_harness import harness
+
+REGION = "us-west-2"
+
+
+def sqs(moto_server):
+    return boto3.client("sqs", endpoint_url=moto_server.url, region_name=REGION,
+                        aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+
+
+def warning(instance: str) -> str:
+    return json.dumps({
+        "version": "0", "id": "e-1", "detail-type": "EC2 Spot Instance Interruption Warning", "source": "aws.ec2",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "region": REGION, "resources": [],
+        "detail": {"instance-id": instance, "instance-action": "terminate"},
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        Fault(code="InternalError", status=500, message="We encountered an internal error", times=None),
+        Fault(slow_seconds=600, times=None),  # a receive held for ten minutes: the drainer's read gives up
+    ],
+    ids=["refusing", "hanging"],
+)
+def test_sqs_refusing_or_hanging_loses_no_message(tmp_path, moto_server, fault):
+    world = World(moto_server.url)
+    members = world.asg_members(world.asg(POOL, desired=2))
+    name = f"{world.cluster}-warnings"
+    url = sqs(moto_server).create_queue(QueueName=name)["QueueUrl"]
+    with FaultyProxy(moto_server.url) as proxy, harness(tmp_path, world, "kubernetes", aws_url=proxy.url) as pool:
+        config = pool.configure(cluster_extra={"warning_queue_url": url})
+        failing = proxy.add(Fault(**{**fault.__dict__, "contains": name}))
+        drainer = subprocess.Popen(
+            [sys.executable, "-m", "clusterman.batch.drainer", "--env-config-path", config, "--cluster", world.cluster,
+             "--wait-seconds", "1"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **FAKE_CREDENTIALS},
+        )  # fmt: skip
+        try:
+            sqs(moto_server).send_message(QueueUrl=url, MessageBody=warning(members[0]))
+            time.sleep(30 if fault.slow_seconds else 8)  # SQS down for that long
+            assert drainer.poll() is None  # still running
+            failing.times = 0  # SQS answers again
+            identity = pool.setup().identity
+            store = open_state_store(pool.setup().main)
+            deadline = time.monotonic() + 90
+            notices: tuple = ()
+            while not notices and time.monotonic() < deadline:
+                notices, _ = Inbox(store, identity).read(time.time())
+                time.sleep(0.2)
+        finally:
+            drainer.terminate()
+            _, stderr = drainer.communicate(timeout=60)
+    assert [n.instance_id for n in notices] == [members[0]], stderr[-3000:]
+    assert "SQS did not answer (tried again in" in stderr, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
