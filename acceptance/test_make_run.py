@@ -3,7 +3,8 @@
 The local stack replays a day of demand in four minutes (config/workloads/local-dev-day.yaml:
 quiet at night, busy in the afternoon). Over 150 s the pool must scale up with the morning's rise,
 keep utilisation near the setpoint, stay within its limits, and leave no process behind. While it
-runs, the operator commands it prints (through its env.sh) reach it.
+runs, the operator commands it prints (through its env.sh) reach it, and a Spot interruption
+warning sent with ``clusterman interrupt`` is handled: the node tainted, drained and replaced.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ def test_make_run_follows_the_demand_trace():
         # a signal author's publish through env.sh lands where this stack fetches versions from
         publish = f". {env_file} && {REPO}/.venv/bin/clusterman signal publish --worktree --version v0.1"
         published = subprocess.run(["bash", "-c", publish], cwd=REPO, capture_output=True, text=True, timeout=120)
+        # a Spot interruption warning, as the stack prints how to send one
+        warn = f". {env_file} && {REPO}/.venv/bin/clusterman interrupt"
+        warned = subprocess.run(["bash", "-c", warn], cwd=REPO, capture_output=True, text=True, timeout=120)
     proc.wait(timeout=400)
     reader.join()
     stdout = "\n".join(lines)
@@ -60,6 +64,11 @@ def test_make_run_follows_the_demand_trace():
     assert "asg local-dev-default-asg: target" in status.stdout and "utilisation (last decision)" in status.stdout
     assert published.returncode == 0, published.stderr  # (env.sh did not say the codename: it went to bookworm/)
     assert published.stdout.startswith("published s3://clusterman-signals/local/clusterman_signals_v0.1.tar.gz ")
+    assert warned.returncode == 0 and "Spot interruption warning put on the bus for" in warned.stdout, warned.stderr
+    # the node is tainted, its pods evicted and its replacement asked in one run, then it goes
+    handled = [line for line in lines if "spot_interruption: noticed, tainted, evicted" in line]
+    assert handled and "replacing 1 (spot_interruption:" in handled[0], stdout[-3000:]
+    assert any("spot_interruption: terminated" in line for line in lines), stdout[-3000:]
     done = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, "")
     decisions = [LINE.match(line) for line in done.stdout.splitlines()]
     runs = [(float(m["demand"]), int(m["new"])) for m in decisions if m]

@@ -175,6 +175,8 @@ CASES: list[tuple[str, list[str]]] = [
     ("disable", [*POOL, "--until", "-5m"]),
     ("disable", [*POOL, "--until", "nan"]),
     ("disable", [*BROKEN_POOL, "--until", "1h"]),
+    ("interrupt", ["--cluster", "local-dev", "--pool", "nosuch"]),
+    ("interrupt", [*BROKEN_POOL]),
     ("enable", ["--cluster", "local-dev", "--pool", "nosuch"]),
     ("enable", [*BROKEN_POOL]),
     ("setup", ["--timeout", "-1"]),

@@ -26,6 +26,7 @@ STARTS = [
     ([sys.executable, "-m", "clusterman.batch.autoscaler_bootstrap", "--help"], "--env-config-path", 0),
     ([sys.executable, "-m", "clusterman.batch.metrics_collector", "--help"], "--env-config-path", 0),
     ([sys.executable, "-m", "clusterman.batch.spot_price_collector", "--help"], "--aws-region", 0),
+    ([sys.executable, "-m", "clusterman.batch.drainer", "--help"], "--cluster", 0),
     ([sys.executable, "-m", "clusterman", "--help"], "status", 0),
     ([str(Path(sys.executable).parent / "clusterman"), "--help"], "status", 0),
     ([sys.executable, "-m", "clusterman.batch.parent_death"], "NAME COMMAND", 2),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import threading
 import time
@@ -237,7 +238,12 @@ def build(main: MainConfig, cluster: str, directory: str, wait_seconds: int) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clusterman.batch.drainer", description=__doc__.split("\n")[0])
     add_program_arguments(parser)
-    parser.add_argument("--cluster", required=True, help="the cluster whose warning queue is read")
+    parser.add_argument(
+        "--cluster",
+        default=os.environ.get("CMAN_CLUSTER"),
+        required="CMAN_CLUSTER" not in os.environ,
+        help="the cluster whose warning queue is read (default: $CMAN_CLUSTER)",
+    )
     parser.add_argument("--wait-seconds", type=int, default=20, help="SQS long poll (0 to 20)")
     parser.add_argument("--once", action="store_true", help="one receive, then exit")
     args = parser.parse_args(argv)

@@ -50,6 +50,7 @@ COMMANDS: Final = (
     Command("config", "config", "check srv-configs files before applying them"),
     Command("events", "events", "show what the autoscaler did and why"),
     Command("generate-data", "generate_data", "write synthetic metrics from a YAML design"),
+    Command("interrupt", "interrupt", "send a Spot interruption warning for one of a pool's instances"),
     Command("list-clusters", "list_clusters", "list the clusters in the srv-configs"),
     Command("list-pools", "list_pools", "list a cluster's pools"),
     Command("manage", "manage", "set a pool's target capacity by hand (limited as the autoscaler)"),

@@ -41,6 +41,7 @@ import boto3
 import yaml
 
 import clusterman_signals
+from clusterman.aws.session import AwsSettings
 from clusterman.batch.arguments import duration_argument
 from clusterman.batch.stopping import stop_on_signals
 from clusterman.config.loader import read_yaml
@@ -55,6 +56,7 @@ from clusterman.local.rundir import StackBusy
 from clusterman.local.rundir import claim
 from clusterman.local.rundir import claim_new
 from clusterman.local.rundir import socket_prefix
+from clusterman.notices.setup import set_up_notices
 from clusterman.signals.artifacts import ArtifactLocation
 from clusterman.signals.artifacts import build_artifact
 from clusterman.signals.artifacts import upload_artifact
@@ -80,6 +82,9 @@ def prepare_configs(run_dir: Path, moto_url: str, events_port: int, config_dir: 
     main.setdefault("aws", {}).update({"endpoint_url": moto_url, "region": REGION})
     main["state_directory"] = str(run_dir / "state")
     main.setdefault("events", {})["port"] = events_port
+    # Spot interruption warnings: `clusterman interrupt` puts one on moto's bus, its rule routes it to
+    # this queue, the tree's drainer files it for the pool (docs/node_lifecycle.md)
+    main.setdefault("clusters", {}).setdefault(CLUSTER, {})["warning_queue_url"] = warning_queue_url(moto_url)
     # A day replayed in four minutes: one real minute is six simulated hours, so the default signal
     # reads only the last minute (ForecastHeadroom, with too little history to measure its errors,
     # asks for the demand plus its warm-up headroom; MostRecentResources looks 15 s ahead).
@@ -90,6 +95,20 @@ def prepare_configs(run_dir: Path, moto_url: str, events_port: int, config_dir: 
         metric["minute_range"] = 1
     main_path.write_text("# written by clusterman.local.stack from config/clusterman.yaml\n" + yaml.safe_dump(main))
     return main_path
+
+
+def warning_queue_url(moto_url: str) -> str:
+    return f"{moto_url}/123456789012/{CLUSTER}-warnings"
+
+
+def create_warning_queue(moto_url: str) -> list[str]:
+    """The warning queue and the EventBridge rules that feed it, as ``clusterman setup`` makes them."""
+    clients = tuple(
+        boto3.client(service, endpoint_url=moto_url, region_name=REGION, **_credentials())
+        for service in ("sqs", "events")
+    )
+    settings = AwsSettings(REGION, moto_url)
+    return set_up_notices(settings, CLUSTER, warning_queue_url(moto_url), clients=(clients[0], clients[1]))
 
 
 def create_bucket(moto_url: str, bucket: str) -> None:
@@ -213,6 +232,7 @@ def operator_commands(env_file: Path) -> list[str]:
         f"{command} status",
         f"{command} manage --target-capacity 5 --dry-run",
         f"{command} disable --until 10m --reason trying; {command} enable",
+        f"{command} interrupt    (a Spot interruption warning for the oldest node: watch it drained and replaced)",
     ]
 
 
@@ -252,7 +272,11 @@ def run(duration: float, run: RunDir, config_dir: Path) -> int:
         bucket = read_yaml(main_path)["aws"]["signals_bucket"]
         create_bucket(moto.url, bucket)
         group = create_pool_group(moto.url)
-        print(f"embedded AWS (moto) on {moto.url}: bucket {bucket}, Auto Scaling group {group}")
+        create_warning_queue(moto.url)
+        print(
+            f"embedded AWS (moto) on {moto.url}: bucket {bucket}, Auto Scaling group {group}, "
+            f"warning queue {CLUSTER}-warnings and its EventBridge rules"
+        )
         with tempfile.TemporaryDirectory(prefix="clusterman-publish-") as tmp:
             publish_signals(moto.url, bucket, "local", Path(tmp))
         print(

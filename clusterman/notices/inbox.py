@@ -155,10 +155,15 @@ class InboxSource:
         self.seen = 0  # the inbox's version as last read
 
     def notices(self, snapshot: PoolSnapshot, now: float) -> tuple[Notice, ...]:
+        """The notices for instances still in the pool: the drainer filed only this pool's, so one
+        whose instance is no longer there is for a node already gone (it stays until it expires, for
+        a run that reads an older snapshot)."""
         try:
-            self.last, self.seen = self.inbox.read(now)
+            filed, self.seen = self.inbox.read(now)
         except StateError as e:
             raise NoticeError(f"the pool's inbox of notices: {e}") from e
+        present = {n.instance_id for n in snapshot.nodes} | {n.id for n in snapshot.nodes}
+        self.last = tuple(n for n in filed if (n.instance_id or n.node_id) in present)
         return self.last
 
     def waiting(self) -> bool:

@@ -42,11 +42,13 @@ def rule_names(cluster: str) -> list[str]:
     return [f"clusterman-{cluster}-{kind}" for kind in PATTERNS]
 
 
-def set_up_notices(settings: AwsSettings, cluster: str, url: str, timeout_seconds: float = 60.0) -> list[str]:
-    """Create or correct the queue and the rules; what was done, for people."""
+def set_up_notices(
+    settings: AwsSettings, cluster: str, url: str, timeout_seconds: float = 60.0, clients: tuple[Any, Any] | None = None
+) -> list[str]:
+    """Create or correct the queue and the rules; what was done, for people. ``clients``: SQS and
+    EventBridge clients to use instead of ones built from ``settings``."""
     timeouts = {"connect_timeout": min(timeout_seconds, 10.0), "read_timeout": timeout_seconds}
-    sqs = client(settings, "sqs", **timeouts)
-    events = client(settings, "events", **timeouts)
+    sqs, events = clients or (client(settings, "sqs", **timeouts), client(settings, "events", **timeouts))
     name = url.rstrip("/").rpartition("/")[2]
     made = sqs.create_queue(QueueName=name, Attributes={"MessageRetentionPeriod": str(RETENTION_SECONDS)})
     queue = made["QueueUrl"]

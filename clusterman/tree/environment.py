@@ -51,6 +51,7 @@ class TreePlan:
     signals: tuple[SignalProcess, ...]
     bucket: str
     args: str = ""
+    drainer: bool = False  # the cluster has a warning queue: the tree runs a drainer beside the autoscaler
 
     @property
     def versions(self) -> tuple[str, ...]:
@@ -101,7 +102,9 @@ def plan_tree(
             raise ConfigError(source, key, f"app {spec.app!r} already has a signal ({seen_apps[spec.app]})")
         seen_apps[spec.app] = key
         processes.append(_checked(spec, source, key))
-    return TreePlan(identity, tuple(processes), main.aws.signals_bucket, args)
+    cluster = main.clusters.get(identity.cluster)
+    drainer = cluster is not None and bool(cluster.warning_queue_url)
+    return TreePlan(identity, tuple(processes), main.aws.signals_bucket, args, drainer)
 
 
 def _checked(spec: SignalSpec, source: str, key: str) -> SignalProcess:

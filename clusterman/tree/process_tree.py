@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 SIGNALS_GROUP = "run_signals"
 AUTOSCALER = "autoscaler:autoscaler"
+DRAINER = "drainer:drainer"
 POLL_SECONDS = 0.05
 DEFAULT_RULES = LivenessRules()
 
@@ -135,6 +136,9 @@ class ProcessTree:
         log.info("%d signal(s) answering after %.2f s", len(self.plan.signals), time.monotonic() - started)
         self.supervisor.start_process(AUTOSCALER)
         log.info("started the autoscaler after %.2f s", time.monotonic() - started)
+        if self.plan.drainer:  # the cluster's notices, filed for every pool (one reads at a time)
+            self.supervisor.start_process(DRAINER)
+            log.info("started the drainer")
 
     def _group(self, group: str, expected: int) -> list[ProcessStatus]:
         """The group's processes, which must be as many as the plan says (else the config is not ours)."""
