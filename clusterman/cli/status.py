@@ -4,13 +4,19 @@ Read from the cloud, the scheduler and the state store as the autoscaler reads t
 autoscaler's event API (``--events-url``, default: the main config's ``events`` block) for its
 last decisions. A part that cannot be read says why; the rest is still shown, and no part waits
 longer than ``--timeout`` (an unreachable cloud or API server is shown as such, not waited on for
-minutes). ``--json`` prints one document for tools.
+minutes). ``--json`` prints one document for tools. Each problem is said once, in the report (the
+warnings the readers log on the way show with ``--log-level INFO``).
+
+Exit status, for scripts and checks (docs/operations.md): 0 the autoscaler says ok, 3 degraded,
+4 unhealthy, 5 unknown (its event API did not answer; with ``--no-events``, when not even the
+pool's groups and nodes could be read); 1 a bad argument or config, 2 a usage error.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import time
 
 from clusterman.batch.arguments import add_pool_arguments
@@ -46,7 +52,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(func=run_status)
 
 
+EXIT_OK, EXIT_DEGRADED, EXIT_UNHEALTHY, EXIT_UNKNOWN = 0, 3, 4, 5
+
+
 def run_status(args: argparse.Namespace) -> int:
+    if logging.getLogger().level == logging.WARNING:  # the default: the report says each problem
+        logging.getLogger().setLevel(logging.ERROR)
     target = resolve_identity(args)
     timeout = args.timeout
     events = None
@@ -76,10 +87,36 @@ def run_status(args: argparse.Namespace) -> int:
             scheduler_timeout_seconds=scheduler_timeout(timeout),
         )
     print(json.dumps(status.as_json(), indent=2) if args.json else "\n".join(text_lines(status)))
-    return 0
+    return exit_status(status, asked=events is not None)
+
+
+def exit_status(s: PoolStatus, asked: bool = True) -> int:
+    """0 ok, 3 degraded, 4 unhealthy, 5 unknown: the autoscaler's health as its event API says it
+    (``asked``: False with ``--no-events``, then unknown only when nothing of the pool was read)."""
+    if isinstance(s.health, Unavailable):
+        nothing = not s.groups and isinstance(s.nodes, Unavailable)
+        return EXIT_UNKNOWN if asked or nothing else EXIT_OK
+    if s.health.problems:
+        return EXIT_UNHEALTHY
+    return EXIT_DEGRADED if s.health.degraded else EXIT_OK
+
+
+class _Unknowns:
+    """Each reason a part is unknown said once: a later part with the same one points back."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, str] = {}  # why -> the part that said it
+
+    def __call__(self, part: str, why: str) -> str:
+        for earlier, said in self.first.items():  # "no snapshot to measure: <the nodes' reason>"
+            if why.endswith(f": {earlier}"):
+                return f"unknown: {why.removesuffix(f': {earlier}')} (as {said})"
+        said = self.first.setdefault(why, part)
+        return f"unknown: {why}" if said == part else f"unknown (as {said})"
 
 
 def text_lines(s: PoolStatus) -> list[str]:
+    unknown = _Unknowns()
     pause = s.pause.why if isinstance(s.pause, Unavailable) else s.pause.describe()
     lease = f"lease: {s.lease.why}" if isinstance(s.lease, Unavailable) else s.lease.describe()
     lines = [f"{s.pool}: {pause}"]
@@ -98,12 +135,12 @@ def text_lines(s: PoolStatus) -> list[str]:
     lines += [f"  cannot read: {e}" for e in s.group_errors]
     lines += [f"  not counted (mistagged): {e}" for e in s.mistagged]
     if isinstance(s.nodes, Unavailable):
-        lines.append(f"nodes: unknown: {s.nodes.why}")
+        lines.append(f"nodes: {unknown('nodes', s.nodes.why)}")
     else:
         counts = ", ".join(f"{n} {state}" for state, n in s.nodes.by_state.items() if n) or "none"
         lines.append(f"nodes: {counts}; tasks: {s.nodes.running_tasks} running, {s.nodes.pending_tasks} pending")
     if isinstance(s.utilisation, Unavailable):
-        lines.append(f"utilisation: unknown: {s.utilisation.why}")
+        lines.append(f"utilisation: {unknown('utilisation', s.utilisation.why)}")
     else:
         u = s.utilisation
         lines.append(f"utilisation ({u.source}): {percent_line(u.ratios)} (setpoint {u.setpoint:.0%})")
@@ -114,7 +151,7 @@ def text_lines(s: PoolStatus) -> list[str]:
     m = s.migration
     lines.append(f"node migration: unknown: {m.why}" if isinstance(m, Unavailable) else m.describe())
     if isinstance(s.decisions, Unavailable):
-        lines.append(f"last decisions: unknown: {s.decisions.why}")
+        lines.append(f"last decisions: {unknown('last decisions', s.decisions.why)}")
     elif not s.decisions:
         lines.append("last decisions: none recorded for this pool by the autoscaler answering at that address")
     else:
@@ -124,7 +161,7 @@ def text_lines(s: PoolStatus) -> list[str]:
         lines.append(f"signals ({s.signals.source}):")
         lines += [f"  {o.describe()}" for o in s.signals.outcomes]
     if isinstance(s.health, Unavailable):
-        lines.append(f"autoscaler health: unknown: {s.health.why}")
+        lines.append(f"autoscaler health: {unknown('autoscaler health', s.health.why)}")
     else:
         lines.append(f"autoscaler health: {s.health.describe()}")
     return lines

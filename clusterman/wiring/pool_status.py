@@ -365,7 +365,11 @@ def gather(
     identity = setup.identity
     groups = cloud.read(now)
     view = groups.view
-    snapshot = read("nodes", lambda: _snapshot(setup, view, now, scheduler_timeout_seconds))
+    snapshot: PoolSnapshot | Unavailable
+    if groups.unreadable and not view.groups and identity.scheduler.traits.nodes_are_instances:
+        snapshot = Unavailable("its nodes are its groups' instances, and no group could be read")
+    else:
+        snapshot = read("nodes", lambda: _snapshot(setup, view, now, scheduler_timeout_seconds))
     told = _told(events, identity, decisions)
     utilisation, signals = told.utilisation, told.signals
     if isinstance(utilisation, Unavailable):

@@ -60,7 +60,7 @@ def test_a_raising_signal_shows_in_the_line_in_status_and_in_the_runners_log(tmp
         pool = ["--env-config-path", config, "status", "--cluster", world.cluster, "--pool", POOL,
                 "--scheduler", "simulated", "--events-url", url[1]]  # fmt: skip
 
-        assert main(pool) == 0
+        assert main(pool) == 3  # degraded
         lines = capsys.readouterr().out.splitlines()
         assert "signals (last run):" in lines, lines
         failed = f"  app {app}: {namespace}.Broken failed, on {namespace}.Steady since "
@@ -68,7 +68,7 @@ def test_a_raising_signal_shows_in_the_line_in_status_and_in_the_runners_log(tmp
         health = lines[-1]
         assert health.startswith(f"autoscaler health: degraded: app {app}: {namespace}.Broken failed"), lines
 
-        assert main([*pool, "--json"]) == 0
+        assert main([*pool, "--json"]) == 3
         doc = json.loads(capsys.readouterr().out)
         assert doc["autoscaler_health"]["state"] == "degraded"
         [outcome] = doc["signals"]["outcomes"]
