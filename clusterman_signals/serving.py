@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import pkgutil
 import time
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -23,14 +24,39 @@ class SignalFailure(Exception):
     """The signal could not answer; the message goes back to the client as ``{"Error": ...}``."""
 
 
+def _a_signal(value: Any) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseSignal) and value is not BaseSignal
+
+
+def namespaces() -> list[str]:
+    """The signal namespaces here: the subpackages of ``clusterman_signals`` (on every path it spans)."""
+    import clusterman_signals
+
+    return sorted({m.name for m in pkgutil.iter_modules(clusterman_signals.__path__) if m.ispkg})
+
+
 def load_signal_class(namespace: str, name: str) -> type[BaseSignal]:
+    """The signal's class; SignalFailure in one line, with no traceback, for a namespace or a name
+    that is not there (a typo: what is there is listed), and with the namespace's own traceback
+    for a namespace that fails as it imports."""
+    module_name = f"clusterman_signals.{namespace}"
     try:
-        module = importlib.import_module(f"clusterman_signals.{namespace}")
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name != module_name:  # something the namespace imports is missing: its traceback says where
+            raise SignalFailure(f"cannot import namespace {module_name}: {type(e).__name__}: {e}") from e
+        known = ", ".join(namespaces()) or "none"
+        raise SignalFailure(f"no namespace {module_name} (namespaces here: {known})") from None
     except Exception as e:
-        raise SignalFailure(f"cannot import namespace clusterman_signals.{namespace}: {type(e).__name__}: {e}") from e
+        raise SignalFailure(f"cannot import namespace {module_name}: {type(e).__name__}: {e}") from e
     cls = getattr(module, name, None)
     if cls is None:
-        raise SignalFailure(f"clusterman_signals.{namespace} has no signal named {name}")
+        signals = sorted(
+            n
+            for n, v in vars(module).items()
+            if isinstance(v, type) and issubclass(v, BaseSignal) and v is not BaseSignal
+        )
+        raise SignalFailure(f"{module_name} has no signal named {name} (signals there: {', '.join(signals) or 'none'})")
     if not (isinstance(cls, type) and issubclass(cls, BaseSignal)):
         raise SignalFailure(f"clusterman_signals.{namespace}.{name} is not a BaseSignal subclass")
     return cls

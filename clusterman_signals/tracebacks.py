@@ -21,10 +21,20 @@ _SDK_FILES: Final = frozenset(str(Path(__file__).with_name(name)) for name in ("
 MAX_CHARS: Final = 8000  # a deep recursion's traceback is cut: its first frames and the error are what matter
 
 
+def _theirs(frame: traceback.FrameSummary) -> bool:
+    """A frame of the signal's code, not the SDK's nor importlib's (an import's machinery)."""
+    name = frame.filename
+    return (
+        name not in _SDK_FILES
+        and not name.startswith("<frozen importlib")
+        and not name.endswith("importlib/__init__.py")
+    )
+
+
 def signal_traceback(error: BaseException) -> str:
-    """The traceback without the SDK's frames, cut to ``MAX_CHARS``."""
+    """The traceback without the SDK's frames and importlib's, cut to ``MAX_CHARS``."""
     shown = traceback.TracebackException.from_exception(error)
-    shown.stack = traceback.StackSummary.from_list([f for f in shown.stack if f.filename not in _SDK_FILES])
+    shown.stack = traceback.StackSummary.from_list([f for f in shown.stack if _theirs(f)])
     text = "".join(shown.format())
     return text if len(text) <= MAX_CHARS else text[: MAX_CHARS - 40] + "\n... (cut)\n" + text[-30:]
 

@@ -100,7 +100,12 @@ def test_unloadable_signals_answer_with_the_reason(runners):
     ):
         client.evaluate(METRICS, 1)
     address, _ = runners.start("nosuchnamespace", "X")
-    with SignalClient(address, "c", "p") as client, pytest.raises(SignalError, match="cannot import namespace"):
+    with (
+        SignalClient(address, "c", "p") as client,
+        pytest.raises(
+            SignalError, match=r"no namespace clusterman_signals\.nosuchnamespace \(namespaces here: clusterman, testns"
+        ),
+    ):
         client.evaluate(METRICS, 1)
     address, _ = runners.start("testns", "FailsToConstruct")
     with SignalClient(address, "c", "p") as client, pytest.raises(SignalError, match="missing parameter"):

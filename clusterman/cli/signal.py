@@ -1,12 +1,18 @@
-"""``clusterman signal evaluate`` tries a signal against a metrics file before tagging it (with
-``--start``, in the signal's own virtualenv, built from the files on disk as ``publish`` builds a
-version); ``clusterman signal publish`` builds a tagged version's virtualenv and uploads it to S3."""
+"""``clusterman signal init DIR`` makes a signal repository that works as it is (the SDK, a sample
+signal, its test, a metrics file to try it on, the requirements file); ``clusterman signal
+evaluate`` tries a signal against a metrics file before tagging it (with ``--start``, in the
+signal's own virtualenv, built from the files on disk as ``publish`` builds a version, and a
+failing signal's traceback names the repository's files); ``clusterman signal publish`` builds a
+tagged version's virtualenv and uploads it to S3."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +31,8 @@ from clusterman.signals.client import SignalAddress
 from clusterman.signals.client import SignalClient
 from clusterman.signals.protocol import SignalError
 from clusterman.signals.signal_venv import PACKAGE
+from clusterman.signals.signal_venv import REQUIREMENTS
+from clusterman.signals.signal_venv import SDK_MODULES
 from clusterman.signals.signal_venv import BuildInfo
 from clusterman.signals.signal_venv import build_venv
 from clusterman.signals.signal_venv import check_sdk
@@ -35,6 +43,12 @@ from clusterman.signals.signal_venv import venv_python
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("signal", aliases=["signals"], help="work with signals")
     actions = parser.add_subparsers(dest="signal_command", metavar="ACTION", required=True)
+
+    init = actions.add_parser("init", help="make a signal repository: the SDK, a sample signal and its test")
+    init.add_argument("dir", type=Path, metavar="DIR", help="where (made if missing; must hold no clusterman_signals/)")
+    init.add_argument("--namespace", default="my_signals", help="the namespace of the sample signal")
+    init.add_argument("--name", default="QueueDepthSignal", help="the sample signal's class")
+    init.set_defaults(func=run_init)
 
     evaluate = actions.add_parser("evaluate", help="send a metrics file to a signal and print its request")
     evaluate.add_argument("--namespace", required=True, help="the clusterman_signals subpackage, e.g. clusterman")
@@ -106,15 +120,22 @@ def parse_params(pairs: list[str]) -> dict[str, Any]:
     return params
 
 
-def signal_venv(repo: Path, wheelhouse: Path | None, root: Path) -> Path:
+def signal_venv(repo: Path, wheelhouse: Path | None, root: Path) -> tuple[Path, Path]:
     """The signals' own virtualenv under ``root``, built from ``repo``'s files on disk as ``publish``
     builds a version (their pinned requirements too), so a signal that imports a third-party package
-    is tried as it will run: the python to run it with. A ``repo`` without clusterman_signals/
-    stands for the signals installed with clusterman."""
+    is tried as it will run: the python to run it with, and the directory its clusterman_signals
+    came from. A ``repo`` without clusterman_signals/ stands for the signals installed with clusterman."""
     source = repo if (repo / PACKAGE).is_dir() else Path(clusterman_signals.__file__).resolve().parents[1]
     check_sdk(source, f"{source} (the files on disk)")
     build_venv(source, root, BuildInfo("evaluate", "worktree", interpreter_version()), wheelhouse=wheelhouse)
-    return venv_python(root)
+    return venv_python(root), source.resolve()
+
+
+def as_written(text: str, venv_root: Path, source: Path) -> str:
+    """A traceback from the signals' virtualenv naming the files they were copied from: the
+    author's, to open and fix, not the temporary copy's."""
+    copied = re.compile(re.escape(str(venv_root)) + r"/\S*?/site-packages/" + PACKAGE + "/")
+    return copied.sub(lambda _: f"{source}/{PACKAGE}/", text)
 
 
 def start_runner(address: SignalAddress, python: Path, log: IO[bytes]) -> subprocess.Popen[bytes]:
@@ -194,8 +215,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
         # a file whose bytes cannot be sent as they are is checked first; else while the runner works
         payload, meanwhile = (check(), None) if guessed is None else (guessed, check_guess)
         runner = None
+        source: Path | None = None
         if args.start:
-            runner = start_runner(address, signal_venv(args.repo, args.wheelhouse, Path(tmp)), runner_log)
+            python, source = signal_venv(args.repo, args.wheelhouse, Path(tmp))
+            runner = start_runner(address, python, runner_log)
         try:
             _connect(client, started=runner is not None)
             try:
@@ -208,7 +231,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
                 raise SignalError(f"{e} (the runner exited with status {runner.returncode}; its log:\n{tail})") from e
             print(f"clusterman signal evaluate: {e}", file=sys.stderr)
             if e.traceback:
-                print(f"the signal's traceback:\n{e.traceback.rstrip()}", file=sys.stderr)
+                shown = as_written(e.traceback, Path(tmp), source) if source is not None else e.traceback
+                print(f"the signal's traceback:\n{shown.rstrip()}", file=sys.stderr)
             return 1
         finally:
             if runner is not None:
@@ -245,4 +269,87 @@ def run_publish(args: argparse.Namespace) -> int:
         tarball = build_artifact(args.repo, args.version, Path(tmp), worktree=args.worktree, wheelhouse=args.wheelhouse)
         digest = upload_artifact(s3, location, tarball)
     print(f"published {location.url} (sha256 {digest})")
+    return 0
+
+
+SAMPLE_SIGNAL = '''"""{namespace}: your signals (docs/signals.md, "Writing a signal"). Each is exported here, as
+clusterman_signals.{namespace}.<Name> is how a pool names it."""
+
+from clusterman_signals.base_signal import BaseSignal
+from clusterman_signals.base_signal import SignalResources
+
+
+class {name}(BaseSignal):
+    """A sample: cpus_per_item cpus (a parameter, 0.1 by default) for each item in the app's queue,
+    its newest queue_depth point; no opinion without one."""
+
+    def value(self, metrics, timestamp):
+        points = metrics.get("queue_depth") or []
+        if not points:
+            return SignalResources()  # no opinion, which is not zero
+        per_item = float(self.parameters.get("cpus_per_item", 0.1))
+        return SignalResources(cpus=points[-1][1] * per_item)
+'''
+SAMPLE_TEST = '''"""{name}, as the runner calls it: python -m pytest tests"""
+
+from clusterman_signals.{namespace} import {name}
+
+
+def test_cpus_follow_the_queue():
+    signal = {name}("my-cluster", "my-pool", {{"cpus_per_item": 0.5}})
+    assert signal.evaluate({{"queue_depth": [[1700000000, 10.0]]}}, 1700000000).cpus == 5.0
+
+
+def test_no_points_is_no_opinion():
+    assert {name}("my-cluster", "my-pool").evaluate({{}}, 1700000000).cpus is None
+'''
+CONFTEST = """# The repository's own clusterman_signals (this directory) comes first on the path, before any
+# installed one, for the tests in tests/.
+"""
+REQUIREMENTS_TEXT = """# Third-party packages your signals import, one per line, every one pinned (name==version) and
+# the list complete: `clusterman signal publish` installs exactly these (docs/signals.md).
+"""
+
+
+def run_init(args: argparse.Namespace) -> int:
+    """A signal repository that works as it is: ``evaluate --start`` answers and its test passes."""
+    for what, value in (("--namespace", args.namespace), ("--name", args.name)):
+        if not value.isidentifier():
+            raise UserError(f"{what} {value!r} is not a Python identifier")
+    if args.namespace == "clusterman":
+        raise UserError("--namespace clusterman is the default signals' namespace: choose your own")
+    package = args.dir / PACKAGE
+    if package.exists():
+        raise UserError(f"{package} exists already: init makes a new repository")
+    sdk = Path(clusterman_signals.__file__).resolve().parent
+    try:
+        package.mkdir(parents=True)
+        for name in ("__init__.py", "py.typed", *SDK_MODULES):
+            shutil.copy(sdk / name, package / name)
+        # the default signals' namespace: the same repository can publish the pools' default signal
+        shutil.copytree(sdk / "clusterman", package / "clusterman", ignore=shutil.ignore_patterns("__pycache__"))
+        (package / args.namespace).mkdir()
+        (package / args.namespace / "__init__.py").write_text(
+            SAMPLE_SIGNAL.format(namespace=args.namespace, name=args.name)
+        )
+        (package / REQUIREMENTS).write_text(REQUIREMENTS_TEXT)
+        (args.dir / "tests").mkdir(exist_ok=True)
+        test = args.dir / "tests" / f"test_{args.namespace}.py"
+        test.write_text(SAMPLE_TEST.format(namespace=args.namespace, name=args.name))
+        (args.dir / "conftest.py").write_text(CONFTEST)
+        metrics = {"metrics": {"queue_depth": [[1700000000, 10.0]]}, "timestamp": 1700000000}
+        (args.dir / "metrics.json").write_text(json.dumps(metrics) + "\n")
+    except OSError as e:
+        raise UserError(f"{args.dir}: cannot write: {e.strerror or e}") from e
+    where = shlex.quote(str(args.dir))
+    print(
+        f"wrote {args.dir}: the signal SDK, {PACKAGE}/{args.namespace}/ with {args.name}, {test.relative_to(args.dir)}"
+    )
+    print("try it:")
+    print(f"  cd {where} && python -m pytest tests")
+    print(
+        f"  clusterman signal evaluate --start --namespace {args.namespace} --name {args.name} --metrics metrics.json"
+    )
+    print("then commit, tag and publish it: git init && git add . && git commit -m signals && git tag v1 && "
+          "clusterman signal publish --version v1")  # fmt: skip
     return 0
