@@ -223,6 +223,27 @@ def _migration_rows() -> None:
 
 _migration_rows()
 
+
+def _interruption_rows() -> None:
+    """Spot interruptions' rows (docs/simulator.md, "Spot interruptions"): the shipped default on a
+    Spot pool interrupted once per 100 instance-hours, with the warnings handled (**spot**: the node
+    drained and replaced in the run that reads the warning), without (**spot-unhandled**: it just
+    goes and its pods are lost), and the same pool never interrupted (**spot-calm**): what the
+    interruptions cause is each row's unmet demand and cost beside it."""
+
+    def spot(rate: float, handling: bool) -> Callable[[dict[str, Any]], None]:
+        def edit(pool: dict[str, Any]) -> None:
+            pool["simulation"] |= {"interruptions_per_node_hour": rate, "interruption_handling": handling}
+
+        return edit
+
+    row(Row("spot", pool=spot(0.01, True)))
+    row(Row("spot-unhandled", pool=spot(0.01, False)))
+    row(Row("spot-calm", pool=spot(0.0, True)))
+
+
+_interruption_rows()
+
 # the rows a board runs unless told: consolidation's own variants only when asked for
 BOARD = ("old", "new", "perfect", "escalator", "ca", "karpenter", "migrating")
 # the simulated scheduler's placements the old and new defaults are also scored under (docs/simulator.md)
@@ -356,6 +377,8 @@ def score(
     if shape == "flash":
         out["crowds"] = crowd_floor(result.timeline)
     out["bound"] = bound(shape, days, s["unmet_demand"]["cpu_minutes"], seed)
+    if result.interruptions is not None:
+        out["interruptions"] = result.interruptions.as_json()
     if episodes:
         if shape == "flash":
             print(f"    crowds: {out['crowds']}", file=sys.stderr)

@@ -372,6 +372,11 @@ class SimulatedScheduler:
         self._seen = 0
         self._tasks: dict[str, _SimTask] = {}
         self._pending: dict[str, _SimTask] = {}
+        # instances the cloud takes with their tasks (an interruption): until when their tasks stay
+        # pending, not placed (Kubernetes sees the node gone, then deletes its pods: they come back)
+        self._taken: dict[str, float] = {}
+        self._held: dict[str, float] = {}  # task id -> until when it is not placed
+        self.lost = 0  # tasks on instances taken, all told
         self._no_fit_before: dict[tuple[float, ...], int] = {}
         self._last_view: CloudView | None = None
         self._now = -math.inf
@@ -414,6 +419,22 @@ class SimulatedScheduler:
                 node.state, node.tainted_at = NodeState.READY, NO_TIME
                 self._touch(node)
                 self._room_at(node.index)
+
+    def take(self, instance_ids: Iterable[str], back_at: float) -> int:
+        """The cloud takes these instances with what runs there (the caller removes them from their
+        group): their tasks are pending again but not placed before ``back_at``. How many tasks
+        were on them."""
+        count = 0
+        for instance_id in instance_ids:
+            node = self._nodes.get(instance_id)
+            if node is not None:
+                self._taken[instance_id] = back_at
+                count += len(node.tasks)
+        return count
+
+    def tasks_on(self, instance_id: str) -> int:
+        node = self._nodes.get(instance_id)
+        return len(node.tasks) if node is not None else 0
 
     def evict(self, node_id: str) -> int:
         """Move a tainted node's tasks back to pending (the next step places them on ready nodes, as a
@@ -489,9 +510,13 @@ class SimulatedScheduler:
         for instance_id in gone:
             node = known.pop(instance_id)
             node.pos = -1
+            held = self._taken.pop(instance_id, None)
             for task in node.tasks.values():
                 task.node = None
                 self._pending[task.value.id] = task
+                if held is not None:
+                    self._held[task.value.id] = held
+                    self.lost += 1
             node.tasks.clear()
         self._values = [node.value for node in known.values()]
         for pos, node in enumerate(known.values()):
@@ -526,6 +551,7 @@ class SimulatedScheduler:
         node = task.node
         if node is None:
             del self._pending[task_id]
+            self._held.pop(task_id, None)
             self._pending_value = None
             return
         del node.tasks[task_id]
@@ -546,7 +572,10 @@ class SimulatedScheduler:
             return
         joined = self._joined
         placed = []
+        held = self._held
         for task in self._pending.values():
+            if held and held.get(task.value.id, -math.inf) > self._now:
+                continue
             if self._placement != "first_fit":
                 node = self._best(task.requests, packs=self._placement == "most_allocated")
             else:
@@ -565,6 +594,7 @@ class SimulatedScheduler:
                 placed.append(task.value.id)
         for task_id in placed:
             del self._pending[task_id]
+            held.pop(task_id, None)
         if placed:
             self._pending_value = None
 

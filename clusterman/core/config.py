@@ -708,6 +708,9 @@ class SimulatedMarketConfig:
         None, check=non_negative, doc="dollars per instance-hour (default: the catalog's on-demand price)"
     )
     spot: bool = field(False, doc="priced by the metrics file's spot_prices series (markets of sfr groups always are)")
+    interruptions_per_node_hour: float | None = field(
+        None, check=non_negative, doc="Spot interruptions of this market (default: the simulation block's)"
+    )
 
 
 LEGACY_MARKET_DEFAULTS = {"instance_type": "m5.large", "market": "us-west-2a", "weight": 1.0, "node_resources": None}
@@ -750,6 +753,15 @@ class SimulationConfig:
     )
     new_template_at_minutes: tuple[float, ...] = field(
         (), doc="minutes into a simulation at which the groups' launch template gets a new version (its nodes drift)"
+    )
+    interruptions_per_node_hour: float = field(
+        0.0, check=non_negative, doc="Spot interruptions per instance and hour, each with the two-minute warning"
+    )
+    interruption_handling: bool = field(
+        True, doc="the warnings reach the autoscaler (the queue and the drainer); false: the node just goes"
+    )
+    lost_pods_return_seconds: float = field(
+        60.0, check=non_negative, doc="how long the pods of a node taken with them take to be pending again"
     )
     placement: str = field(
         "first_fit",

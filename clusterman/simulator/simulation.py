@@ -38,6 +38,8 @@ from clusterman.core.accounting import pending_demand
 from clusterman.core.config import MetricType
 from clusterman.core.config import PoolIdentity
 from clusterman.core.model import PoolSnapshot
+from clusterman.core.notices import NoticeSource
+from clusterman.core.notices import Sources
 from clusterman.core.resources import Resources
 from clusterman.datastore.datafile import MetricsData
 from clusterman.datastore.pool_metrics import collect
@@ -59,6 +61,8 @@ from clusterman.simulator.costs import Ledger
 from clusterman.simulator.costs import Timeline
 from clusterman.simulator.costs import Totals
 from clusterman.simulator.costs import oracle_cost
+from clusterman.simulator.interruptions import InterruptionCounts
+from clusterman.simulator.interruptions import Interruptions
 from clusterman.simulator.prices import PriceBook
 from clusterman.simulator.prices import spot_series
 from clusterman.simulator.quiet_recorder import QuietRecorder
@@ -133,6 +137,7 @@ class SimulationResult:
     timeline: Timeline
     history: History
     spot_priced: list[tuple[str, str]]  # markets priced by the file's spot series
+    interruptions: InterruptionCounts | None = None  # Spot interruptions, when the pool has a rate
 
 
 @dataclass
@@ -146,6 +151,7 @@ class Wiring:
     store: InMemoryStore
     collected: frozenset[str] | None  # the pool metrics written each minute (None: all; none for internal pools)
     runners: RunnerProcesses | None
+    interruptions: Interruptions | None = None  # the cloud's Spot interruptions, when the pool has a rate
 
     def close(self) -> None:
         self.cycle.close()
@@ -177,6 +183,10 @@ def wire(scenario: Scenario, clock: SimClock, decider: Decider = decide) -> Wiri
     if pool.node_migration.enabled:  # max_uptime and drift: a simulation has no NodeMigration resources
         budget = float(setup.policy.consolidation.max_disrupted_share)
         migration = MigrationSource(identity, pool.node_migration, KeptInMemory(), recorder, budget_share=budget)
+    interruptions = interruptions_for(scenario, groups, connector)
+    notices: NoticeSource | None = migration
+    if interruptions is not None:
+        notices = Sources(interruptions, migration) if migration is not None else interruptions
     cycle = Cycle(
         connector=connector,
         cloud=cloud,
@@ -186,9 +196,27 @@ def wire(scenario: Scenario, clock: SimClock, decider: Decider = decide) -> Wiri
         recorder=recorder,
         record=False,
         decider=decider,
-        notices=migration,
+        notices=notices,
     )
-    return Wiring(groups, cloud, connector, cycle, store, collected, runners)
+    return Wiring(groups, cloud, connector, cycle, store, collected, runners, interruptions)
+
+
+def interruptions_for(
+    scenario: Scenario, groups: list[SimulatedGroup], connector: SimulatedConnector
+) -> Interruptions | None:
+    """The pool's Spot interruptions (``simulation.interruptions_per_node_hour``, or a market's own
+    rate), or None when it has none."""
+    sim = scenario.setup.pool.simulation
+    rates = {
+        (m.instance_type, m.availability_zone): m.interruptions_per_node_hour
+        for m in sim.markets
+        if m.interruptions_per_node_hour is not None
+    }
+    made = Interruptions(
+        groups, connector.scheduler, rates, sim.interruptions_per_node_hour, scenario.steps.step_seconds, sim.seed,
+        sim.interruption_handling, sim.lost_pods_return_seconds,
+    )  # fmt: skip
+    return made if made.active else None
 
 
 def demand_trace(scenario: Scenario) -> DemandTrace:
@@ -230,11 +258,14 @@ def simulate(
                 new_templates.pop(0)
                 for group in w.groups:
                     group.new_template_version()
+            if w.interruptions is not None:  # the cloud first: an instance it takes is gone from this minute
+                w.interruptions.step(now, w.cloud.cloud_view(now))
             snapshot = w.connector.snapshot(now)
             accounting = account_snapshot(snapshot)
             if w.collected != frozenset():
                 w.store.write(collect(snapshot, identity, accounting, w.collected))
-            if (now - steps.start) % period == 0:
+            warned = w.interruptions is not None and w.interruptions.waiting()
+            if (now - steps.start) % period == 0 or warned:  # a warning wakes the autoscaler at once
                 report = w.cycle.run_once(now)
                 history.add(report)
                 if on_run is not None:
@@ -249,7 +280,10 @@ def simulate(
     markets = [m for g in w.groups for m in g.markets]
     join_delay = scenario.setup.pool.simulation.join_delay_seconds
     oracle = oracle_cost(ledger.series["time"], ledger.demand, markets, prices, join_delay, steps.step_seconds)
-    return SimulationResult(scenario, ledger.totals(), oracle, ledger.series, history, prices.priced_by_series(markets))
+    counts = w.interruptions.counts if w.interruptions is not None else None
+    return SimulationResult(
+        scenario, ledger.totals(), oracle, ledger.series, history, prices.priced_by_series(markets), counts
+    )
 
 
 class Pending:
