@@ -1,5 +1,5 @@
 """Bad srv-config files, as real processes see them: one line naming the file, the key and the line,
-and nothing started (docs/operations.md, "What happens when ...", decision and configuration)."""
+and nothing started (docs/faults.md, "Decision and configuration")."""
 
 from __future__ import annotations
 
