@@ -531,3 +531,100 @@ def test_the_dockerfile_installs_with_the_tested_script() -> None:
     assert re.search(r"^USER 10001", text, re.MULTILINE)
     ignored = (REPO / ".dockerignore").read_text().splitlines()
     assert all(f"!{src.rstrip('/')}" in ignored for src in copied)  # everything it copies is in the context
+
+
+# ---- least privilege and the Pod Security Standard ---------------------------------------------
+
+
+def test_every_object_carries_the_app_label(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """So `kubectl get all,cm,role -l app.kubernetes.io/name=clusterman` finds everything (the pool's
+    ConfigMap had no label)."""
+    for name, docs in rendered.items():
+        for doc in docs:
+            labels = doc["metadata"].get("labels") or {}
+            assert labels.get("app.kubernetes.io/name") == "clusterman", f"{name}: {doc['kind']} {doc['metadata']}"
+
+
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                      "projected", "secret"}  # fmt: skip
+
+
+def test_the_namespace_enforces_restricted_and_every_pod_meets_it(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """The Pod Security Standard ``restricted``, as the admission controller checks it."""
+    (namespace,) = of_kind(rendered["shared"], "Namespace")
+    labels = namespace["metadata"]["labels"]
+    for mode in ("enforce", "warn", "audit"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+    for name, _, deployment in pools(rendered):
+        spec = pod_spec(deployment)
+        pod = spec.get("securityContext", {})
+        assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")), name
+        assert pod.get("runAsNonRoot") is True and pod.get("runAsUser") != 0, name
+        for volume in spec["volumes"]:
+            assert set(volume) - {"name"} <= RESTRICTED_VOLUMES, (name, volume)
+        for c in spec["containers"]:
+            context = c["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False, name
+            assert context["capabilities"]["drop"] == ["ALL"] and not context["capabilities"].get("add"), name
+            seccomp = context.get("seccompProfile") or pod.get("seccompProfile")
+            assert seccomp["type"] in ("RuntimeDefault", "Localhost"), name
+            assert not any(p.get("hostPort") for p in c.get("ports", [])), name
+
+
+def quantity(text: str) -> int:
+    """Bytes of a Kubernetes binary quantity (``2Gi``, ``256Mi``)."""
+    units = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40}
+    for suffix, size in units.items():
+        if text.endswith(suffix):
+            return int(text.removesuffix(suffix)) * size
+    return int(text)
+
+
+def test_the_ephemeral_storage_request_covers_the_empty_dirs(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """The emptyDirs may fill up to their size limits: the scheduler must find that much on the node."""
+    for name, _, deployment in pools(rendered):
+        limits = [quantity(v["emptyDir"]["sizeLimit"]) for v in pod_spec(deployment)["volumes"] if "emptyDir" in v]
+        requested = quantity(container(deployment)["resources"]["requests"]["ephemeral-storage"])
+        assert limits and requested >= sum(limits), (name, requested, limits)
+
+
+def test_the_lease_role_names_only_the_pool_s_own_leases(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    from clusterman.state.kubernetes_lease import lease_name
+    from clusterman.state.lease import AUTOSCALER_LEASE
+    from clusterman.state.lease import LEASE_REQUEST
+
+    docs = rendered[f"{component_target()}+kubernetes-lease"]
+    (deployment,) = of_kind(docs, "Deployment")
+    env = env_of(deployment)
+    entity = f"{env['CMAN_CLUSTER']}.{env['CMAN_POOL']}.{env['CMAN_SCHEDULER']}"
+    (role,) = of_kind(docs, "Role")
+    named, unnamed = role["rules"]
+    assert named["resourceNames"] == [lease_name(AUTOSCALER_LEASE, entity), lease_name(LEASE_REQUEST, entity)]
+    assert set(unnamed["verbs"]) == {"create", "list"} and "resourceNames" not in unnamed  # they name no object
+
+
+def test_an_overlay_s_labels_reach_the_service_monitor_and_no_selector(overlays: Path, tmp_path: Path) -> None:
+    """A Prometheus operator selects ServiceMonitors by a label of its own (``release: ...`` for the
+    kube-prometheus-stack chart): the pool's overlay gives it with ``labels``, as docs/deployment.md shows."""
+    copy = overlays / "deploy" / "kubernetes"
+    target = copy / "pools" / component_target()
+    overlay = with_component(tmp_path, target, DEPLOY / "components" / "service-monitor")
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    kustomization["labels"] = [{"pairs": {"release": "kube-prometheus-stack"}}]
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    docs = render(overlay)
+    (monitor,), (deployment,) = of_kind(docs, "ServiceMonitor"), of_kind(docs, "Deployment")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert "release" not in monitor["spec"]["selector"]["matchLabels"]
+    assert "release" not in deployment["spec"]["selector"]["matchLabels"]
+    assert "release" not in deployment["spec"]["template"]["metadata"]["labels"]
+
+
+def test_the_image_pins_by_digest_as_the_docs_show(tmp_path: Path) -> None:
+    made = made_pools(tmp_path)
+    base = tmp_path / "deploy" / "kubernetes" / "base" / "kustomization.yaml"
+    digest = "sha256:" + "0123456789abcdef" * 4
+    base.write_text(base.read_text().replace("    newTag: 0.1.0\n", f"    digest: {digest}\n"))
+    (deployment,) = of_kind(render(made[0]), "Deployment")
+    assert container(deployment)["image"] == f"registry.example.com/clusterman@{digest}"
+    assert "    digest: sha256:" in (REPO / "docs" / "deployment.md").read_text()
