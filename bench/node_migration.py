@@ -1,4 +1,4 @@
-"""Node migration in the simulator (docs/node_lifecycle.md, "Node migration, measured"): the real
+"""Node migration in the simulator (docs/measured_decision.md, "Node migration"): the real
 cycle, the shipped decision and the scoreboard's simulated pool (``bench/scoreboard.py``), each
 run beside the same run without the migration (its baseline, in the same process).
 
@@ -12,7 +12,7 @@ run beside the same run without the migration (its baseline, in the same process
               ``max_uptime: 30d``: the oldest node any run saw against 30 days plus one
               ``health_check_interval``, and the extra cost (``--quick``: 1 day over 3 days)
 
-``python -m bench node_migration`` prints the JSON; the figures are in docs/node_lifecycle.md.
+``python -m bench node_migration`` prints the JSON; the figures are in docs/measured_decision.md.
 """
 
 from __future__ import annotations
