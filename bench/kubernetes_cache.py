@@ -22,7 +22,7 @@ measurement runs in a process of its own, which reports its own wall time, CPU t
   (the snapshot with the cloud's join, and ``decide``), and RSS.
 
 ``python -m bench kubernetes_cache`` runs 1k, 3k and 10k; ``python -m bench.kubernetes_cache N ...``
-the sizes given; ``--quick``: 1k. The figures are in docs/cluster.md; at 10,000 nodes and 300,000
+the sizes given; ``--quick``: 1k. The figures are in docs/measured_speed.md; at 10,000 nodes and 300,000
 pods on the 2-core machine, quiet (load 0.6-1.3 with the bench's own processes): initial sync 20.6 s
 wall (19.7 s CPU), 199 MB peak; a steady run 0.17-0.39 s wall, 214 MB, 68 MB read; 449 B of RSS per
 cached pod; the re-list before the cache 206 s wall (205 s CPU), 18.9 GB peak, 2.9 GB read; the

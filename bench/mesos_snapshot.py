@@ -1,6 +1,6 @@
 """A Mesos pool read from the master's state endpoints, for 1,000 / 3,000 agents × 30 tasks.
 
-The figures behind docs/cluster.md's "Mesos: why not SUBSCRIBE": what one run's two GETs
+The figures behind docs/cluster.md's "Why not SUBSCRIBE" (docs/measured_speed.md): what one run's two GETs
 (``/master/slaves``, ``/master/frameworks``) cost the connector, with agents and tasks shaped as
 the recorded fixtures (1.5 KB an agent, 0.6 KB a task, with statuses), served on loopback. Next to
 it, in the same run, ``json.loads`` of the same answers: the least any reader of them pays.
