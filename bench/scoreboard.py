@@ -189,9 +189,15 @@ def _spare(raw: dict[str, Any]) -> None:
     by the decision as whole places and as its band; no setpoint, margin, reserve or packing of
     its own."""
     raw["autoscaling"] |= {"setpoint": 1.0, "target_capacity_margin": 0, "slot_reserve": 1,
-                           "slot_reserve_fraction": 0, "slot_reserve_band": 0, "spare": True,
+                           "slot_reserve_fraction": 0, "slot_reserve_band": 1, "spare": True,
                            "consolidation": {"enabled": False}}  # fmt: skip
     raw["autoscale_signal"]["parameters"].append({"shortfall_price": 20})
+
+
+def _spare_places(raw: dict[str, Any]) -> None:
+    """The shipped default with the slot reserve made of the spare (docs/scaling.md): places for
+    the share of the signals' spare that comes as large pods, at least 2, and its band."""
+    raw["autoscaling"] |= {"slot_reserve": 2, "slot_reserve_fraction": 0, "slot_reserve_band": 1, "spare": True}
 
 
 row(Row("old", main=_old))
@@ -201,6 +207,7 @@ row(Row("eager", main=_consolidation(enabled=True, surplus=0), tunable=True))
 row(Row("escalator", pool=_internal(ESCALATOR), fill=ESCALATOR["scale_up_threshold_percent"] / 100))
 row(Row("perfect", perfect=True, tunable=True))
 row(Row("spare", main=_spare, tunable=True))
+row(Row("spare-places", main=_spare_places, tunable=True))
 row(Row("ca", pool=_internal(PEER_AUTOSCALING), decider=ClusterAutoscaler, fill=1.0))
 row(Row("karpenter", pool=_internal(PEER_AUTOSCALING), decider=Karpenter, fill=1.0))
 

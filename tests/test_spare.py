@@ -4,6 +4,8 @@ import random
 
 import pytest
 
+from clusterman.core.model import Task
+from clusterman.core.resources import Resources
 from clusterman_signals.clusterman import ForecastHeadroom
 from tests.scaling_builders import node
 from tests.scaling_builders import pods
@@ -29,16 +31,22 @@ def test_the_spare_is_the_newsvendor_quantile_of_the_errors_and_the_price_moves_
     assert signal.quantile() == pytest.approx(20 / 21)
 
 
-def test_the_spare_is_kept_as_whole_places():
-    # 10 nodes of 8 CPUs, 3 free on each (30 free CPUs, no 4-CPU place); the pods ask 50 CPUs
-    snap = snapshot(fragmented(10))
-    used = sum(n.usage.allocated_unreserved.cpus for n in snap.nodes)
-    # a request 12 CPUs above the pods at setpoint 1: 3 places of 4 CPUs must be whole
-    d = run(snap, request(cpus=used + 12), policy(setpoint=1, spare=True))
-    assert d.target_capacity == 12  # two new nodes, each two places: 4 ≥ 3
+def test_the_spare_keeps_whole_places_for_the_share_that_comes_as_large_pods():
+    # 10 nodes of 8 CPUs, 3 free on each (30 free CPUs, no 4-CPU place)
+    large = [node(f"n{i}", cpus=8, mem=0, tasks=(Task(f"b{i}", Resources(cpus=4)), *pods(1, cpus=1, mem=0)))
+             for i in range(10)]  # fmt: skip
+    # four fifths of the pods' CPUs are 4-CPU pods: of a spare of 12 CPUs, 9.6 come as 4-CPU
+    # pods: 3 whole places; the two new nodes hold 4
+    d = run(snapshot(large), request(cpus=50 + 12), policy(setpoint=1, spare=True))
+    assert d.target_capacity == 12
     assert "slot reserve: 0 free 4-CPU slots < 3" in d.explanation
+    # one 4-CPU pod among 1-CPU pods (8% of the CPUs): one place, one new node; the rest of the
+    # spare fits in the pieces
+    few = run(snapshot(fragmented(10)), request(cpus=50 + 12), policy(setpoint=1, spare=True))
+    assert few.target_capacity == 11
+    assert "slot reserve: 0 free 4-CPU slots < 1" in few.explanation
     # without it, utilisation alone: ceil(62 / 8) = 8 nodes, their free room in pieces
-    assert run(snap, request(cpus=used + 12), policy(setpoint=1)).target_capacity == 8
+    assert run(snapshot(fragmented(10)), request(cpus=62), policy(setpoint=1)).target_capacity == 8
 
 
 def test_a_scale_down_waits_while_the_target_is_within_the_spare_above_what_is_asked():

@@ -125,7 +125,7 @@ def decide(
 
     slot = largest_in(view, snapshot.pending) if policy.slot_reserve or policy.spare else None
     places = Places(view, slot) if slot is not None and W > 0 else None
-    spare = spare_of(view, util, demand_from_snapshot(snapshot)) if policy.spare else None
+    spare = spare_of(view, util, demand_from_snapshot(snapshot), slot) if policy.spare else None
     proposal = propose(view, util, policy, slot, places, spare=spare)
     pods_waiting = _pods_waiting(snapshot)
     proposal = hedged(proposal, view, policy.scale_up_hedge, pods_waiting)
