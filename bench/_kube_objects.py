@@ -14,6 +14,10 @@ from typing import Any
 
 POOL_LABEL = "clusterman.com/pool"
 POOL = "default"
+# Every node also carries this label (value ``WHOLE``), and every pod asks for it: a pool selected
+# by it is the whole cluster, beside the pools of ``POOL_LABEL``.
+CLUSTER_LABEL = "bench.clusterman.com/cluster"
+WHOLE = "whole"
 
 
 def _managed(manager: str, fields: int) -> dict[str, Any]:
@@ -69,7 +73,8 @@ KINDS = ("web", "job", "daemon", "mirror", "pending", "besteffort")
 
 
 def pod_template(kind: str) -> Template:
-    """A pod of ``kind`` with ``%(name)s``, ``%(namespace)s``, ``%(node)s``, ``%(rv)s``, ``%(uid)s``."""
+    """A pod of ``kind`` with ``%(name)s``, ``%(namespace)s``, ``%(node)s``, ``%(rv)s``, ``%(uid)s``,
+    ``%(pool)s`` (the pool its node selector asks for)."""
     owner = {"web": "ReplicaSet", "job": "Job", "daemon": "DaemonSet", "mirror": "Node", "pending": "ReplicaSet"}
     containers = [_container("app", "250m", "512Mi", "app")]
     init: list[dict[str, Any]] = []
@@ -100,7 +105,7 @@ def pod_template(kind: str) -> Template:
         "terminationGracePeriodSeconds": 30,
         "dnsPolicy": "ClusterFirst",
         "serviceAccountName": "default",
-        "nodeSelector": {POOL_LABEL: POOL},
+        "nodeSelector": {POOL_LABEL: "%(pool)s", CLUSTER_LABEL: WHOLE},
         "schedulerName": "default-scheduler",
         "tolerations": [
             {
@@ -174,7 +179,7 @@ def pod_template(kind: str) -> Template:
 
 
 def node_template() -> Template:
-    """A node with ``%(name)s``, ``%(rv)s``, ``%(instance)s``, ``%(ip)s``, ``%(ready)s``."""
+    """A node with ``%(name)s``, ``%(rv)s``, ``%(instance)s``, ``%(ip)s``, ``%(ready)s``, ``%(pool)s``."""
     conditions = [
         {
             "type": t,
@@ -193,7 +198,8 @@ def node_template() -> Template:
             "resourceVersion": "%(rv)s",
             "creationTimestamp": "2026-11-20T08:00:00Z",
             "labels": {
-                POOL_LABEL: POOL,
+                POOL_LABEL: "%(pool)s",
+                CLUSTER_LABEL: WHOLE,
                 "kubernetes.io/arch": "amd64",
                 "kubernetes.io/os": "linux",
                 "kubernetes.io/hostname": "%(name)s",

@@ -60,9 +60,9 @@ RELIST_MB = 500
 RELIST_MB_PER_NODE = 1.9
 
 
-def stats(url: str) -> dict[str, int]:
+def stats(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(f"{url}/bench/stats") as answer:
-        result: dict[str, int] = json.load(answer)
+        result: dict[str, Any] = json.load(answer)
         return result
 
 
@@ -216,18 +216,18 @@ def measure_relist(url: str, nodes: int, tree: str) -> dict[str, Any]:
 # --- the orchestration --------------------------------------------------------------------------
 
 
-def baseline_tree() -> str:
-    """BASELINE_COMMIT's ``clusterman`` package in a temporary directory; one line and exit 1 when
-    this checkout's git history does not have it."""
+def baseline_tree(commit: str = BASELINE_COMMIT, bench: str = "kubernetes_cache") -> str:
+    """``commit``'s ``clusterman`` package in a temporary directory; one line and exit 1 when this
+    checkout's git history does not have it."""
     root = Path(__file__).resolve().parent.parent
-    tree = tempfile.mkdtemp(prefix=f"clusterman-{BASELINE_COMMIT}-")
+    tree = tempfile.mkdtemp(prefix=f"clusterman-{commit}-")
     archive = subprocess.run(
-        ["git", "-C", str(root), "archive", BASELINE_COMMIT, "clusterman"], capture_output=True, check=False
+        ["git", "-C", str(root), "archive", commit, "clusterman"], capture_output=True, check=False
     )
     if archive.returncode != 0:
         said = (archive.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
         raise SystemExit(
-            f"bench.kubernetes_cache: the baseline is the connector of commit {BASELINE_COMMIT}, "
+            f"bench.{bench}: the baseline is the connector of commit {commit}, "
             f"and the git history of {root} does not have it ({said})"
         )
     subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
@@ -254,10 +254,11 @@ def _in_process(mode: str, url: str, nodes: int, *extra: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def serving(nodes: int) -> Iterator[str]:
-    """A stand-in API server with the fixture for ``nodes`` (the same objects each time), and its URL."""
+def serving(nodes: int, pools: int = 1) -> Iterator[str]:
+    """A stand-in API server with the fixture for ``nodes`` in ``pools`` pools (the same objects each
+    time), and its URL."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "bench._kube_server", str(nodes), str(PODS_PER_NODE)],
+        [sys.executable, "-m", "bench._kube_server", str(nodes), str(PODS_PER_NODE), str(pools)],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
