@@ -170,3 +170,14 @@ def test_status_finds_the_last_decisions_behind_many_other_events(service):
     assert service.publisher.flush(30)
     found = last_decisions(EventClient(service.server.url), "p.simulated", 2)
     assert [d.message.rsplit(": ", 1)[-1] for d in found] == ["first", "second"]
+
+
+def test_no_match_is_said_not_silent(service, capsys):
+    """``events --type pool`` with no such event printed nothing at all: a person could not tell an
+    empty answer from a stuck command."""
+    scale_up(service, 1)
+    status, lines, err = run(capsys, "--url", service.server.url, "--type", "pool")
+    assert (status, lines) == (0, [])
+    assert err == "clusterman events: no events of type POOL kept by the autoscaler\n"
+    status, lines, err = run(capsys, "--url", service.server.url, "--since", "1000")
+    assert (status, lines, err) == (0, [], "clusterman events: no events from id 1000 on kept by the autoscaler\n")

@@ -220,7 +220,11 @@ def test_manage_clamps_exactly_like_the_autoscaler_and_spreads_over_groups(tmp_p
         assert status == 1 and "--target-capacity 'lots': expected min, max or a number" in err
 
         unconfirmed = ["manage", "--cluster", world.cluster, "--pool", "web", "--target-capacity", "4"]
-        monkeypatch.setattr("sys.stdin", io.StringIO(""))  # nobody answers: nothing changes
+        monkeypatch.setattr("sys.stdin", io.StringIO(""))  # nobody answers (no terminal): nothing changes
+        status, out, err = cli(capsys, config, *unconfirmed)
+        assert status == 1 and world.desired(a) + world.desired(b) == 2
+        assert "nothing changed: nobody answered [y/N] (no terminal): give --yes (-y)" in err, err
+        monkeypatch.setattr("sys.stdin", io.StringIO("n\n"))
         status, out, _ = cli(capsys, config, *unconfirmed)
         assert status == 1 and "nothing changed" in out and world.desired(a) + world.desired(b) == 2
         monkeypatch.setattr("sys.stdin", io.StringIO("y\n"))

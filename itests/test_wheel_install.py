@@ -136,6 +136,15 @@ def test_constraints_txt_is_exactly_the_production_closure(installed: Path, tmp_
     stale = PINNED - names
     assert not stale, f"pinned in constraints.txt but not needed by clusterman[kubernetes]: {sorted(stale)}"
     assert "moto" not in names and "matplotlib" not in names
+    # docs/deployment.md's counts of what clusterman and the image install, and the names it lists
+    docs = (REPO / "docs" / "deployment.md").read_text()
+    image = re.search(r"^\| `clusterman\[kubernetes\]` \(the image\) \| (\d+) \(\+ ([^)]*)\) \|$", docs, re.M)
+    plain = re.search(r"^\| `clusterman` \| (\d+) \(([^)]*)\) \|$", docs, re.M)
+    assert image is not None and plain is not None, "docs/deployment.md lists no distributions installed"
+    assert int(image[1]) == len(names), f"docs/deployment.md says {image[1]}; it installs {len(names)}: {sorted(names)}"
+    added = {re.sub(r"[-_.]+", "-", n.strip()).lower() for n in image[2].split(",")}
+    assert {re.sub(r"[-_.]+", "-", n.strip()).lower() for n in plain[2].split(",")} == names - added
+    assert int(plain[1]) == len(names - added)
 
 
 def test_the_extras_are_optional(installed: Path, tmp_path: Path) -> None:
@@ -231,7 +240,7 @@ def test_the_local_stack_runs_from_the_local_extra(installed_local: Path, tmp_pa
             proc.wait()
     output = "\n".join(lines) + rest
     assert proc.returncode == 0, output
-    assert "published this checkout's clusterman_signals as s3://" in output
+    assert "published the installed clusterman's clusterman_signals as s3://" in output  # no checkout here
     assert "stopped: no process of the stack is left" in output
     assert (tmp_path / ".local-stack" / "latest" / "env.sh").is_file()
     assert not list(installed_local.parent.glob("lib/python*/site-packages/.local-stack"))

@@ -72,6 +72,17 @@ def duration_argument(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def count_argument(text: str) -> int:
+    """An option that counts things: a whole number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {value}")
+    return value
+
+
 def add_timeout_argument(parser: argparse.ArgumentParser, default: float, bounds: str) -> None:
     """An operator command's ``--timeout`` (seconds): ``bounds`` says what it bounds."""
     parser.add_argument("--timeout", type=timeout_argument, default=default, help=f"{bounds} (default {default:g} s)")

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterable
 
 from clusterman.batch.arguments import add_timeout_argument
+from clusterman.batch.arguments import count_argument
 from clusterman.config.loader import load_main_config
 from clusterman.core.timestamps import format_time
 from clusterman.errors import UserError
@@ -30,8 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser = subparsers.add_parser("events", help="show what the autoscaler did and why")
     parser.add_argument("--url", help="the event API (default: host and port of the main config's events block)")
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--since", type=_non_negative, metavar="ID", help="start at this event id")
-    which.add_argument("--last", type=_non_negative, metavar="N", help="start with the N newest events")
+    which.add_argument("--since", type=count_argument, metavar="ID", help="start at this event id")
+    which.add_argument("--last", type=count_argument, metavar="N", help="start with the N newest events")
     parser.add_argument(
         "--type",
         action="append",
@@ -44,16 +45,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--json", action="store_true", help="one JSON record per line, for tools")
     add_timeout_argument(parser, 60.0, "seconds to wait for the API (and heartbeats)")
     parser.set_defaults(func=run_events)
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number of at least 0, got {value}")
-    return value
 
 
 def parse_types(values: Iterable[str]) -> frozenset[EventType]:
@@ -93,6 +84,7 @@ def format_line(record: EventRecord) -> str:
 class _Printer:
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
+        self.printed = 0
 
     def __call__(self, item: EventRecord | StreamEnded) -> None:
         if isinstance(item, StreamEnded):
@@ -100,6 +92,14 @@ class _Printer:
             return
         text = json.dumps(item.to_json()) if self.as_json else format_line(item)
         print(text, flush=True)
+        self.printed += 1
+
+
+def _none_found(types: frozenset[EventType], since: int | None) -> None:
+    """An empty answer said on stderr (stdout stays the events), not a silence."""
+    kinds = f" of type {', '.join(sorted(t.name for t in types))}" if types else ""
+    after = f" from id {since} on" if since is not None else ""
+    print(f"clusterman events: no events{kinds}{after} kept by the autoscaler", file=sys.stderr)
 
 
 def run_events(args: argparse.Namespace) -> int:
@@ -112,6 +112,8 @@ def run_events(args: argparse.Namespace) -> int:
         last, since = args.last, args.since
         for item in client.newest(last, types) if last is not None else client.history(since, types=types):
             emit(item)
+        if not emit.printed and last != 0:
+            _none_found(types, since)
         return 0
     except EventAPIError as e:
         print(f"clusterman events: {e}", file=sys.stderr)

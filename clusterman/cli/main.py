@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import re
 import sys
 from collections.abc import Callable
 from collections.abc import Iterable
@@ -114,6 +115,7 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
     from clusterman.batch.arguments import add_program_arguments
 
     parser = argparse.ArgumentParser(prog="clusterman", description="An autoscaler for one pool of cloud machines.")
+    parser.add_argument("--version", action="version", version=f"clusterman {clusterman.__version__}")
     add_program_arguments(parser, log_level_default="WARNING")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     loaded = {c.module for c in COMMANDS} if load is None else set(load)
@@ -126,7 +128,19 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
             _register(command.module, subparsers)
     for module_name in unlisted_modules():
         _register(module_name, subparsers)
+    _values_may_start_with_a_dash(parser)
     return parser
+
+
+def _values_may_start_with_a_dash(parser: argparse.ArgumentParser) -> None:
+    """``--until -10m`` gives ``-10m`` to the option, whose check says what is wrong with it (a
+    pause ends in the future): argparse took it for an option and said only "expected one
+    argument". No option of clusterman starts with a dash and a digit."""
+    parser._negative_number_matcher = re.compile(r"^-\d")  # argparse's own test, widened from -5 and -.5
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _values_may_start_with_a_dash(sub)
 
 
 def chosen_module(argv: list[str] | None) -> str | None:

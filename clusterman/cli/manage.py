@@ -90,9 +90,16 @@ def run_manage(args: argparse.Namespace) -> int:
         print(f"clusterman manage: not counted: {warning}", file=sys.stderr)
     now = time.time()  # after the cloud's answers: the lease and its request count from here
     question = f"Set the target capacity of {setup.identity} to {show(requested)}? [y/N] "
-    if not (args.dry_run or args.yes or _confirmed(question)):
-        print("nothing changed")
-        return 1
+    if not (args.dry_run or args.yes):
+        answer = _confirmed(question)
+        if answer is None:  # no terminal (cron, CI, a pipe that closed): nobody to answer
+            raise ManualTargetError(
+                "nothing changed: nobody answered [y/N] (no terminal): give --yes (-y) to change it, "
+                "or --dry-run to see what it would do"
+            )
+        if not answer:
+            print("nothing changed")
+            return 1
     if args.dry_run:
         result = set_pool_target(found.groups, requested, policy, now, True)
         for line in report_lines(str(setup.identity), result):
@@ -221,8 +228,11 @@ def report_lines(pool: str, r: ManualTarget) -> list[str]:
     return lines
 
 
-def _confirmed(question: str) -> bool:
+def _confirmed(question: str) -> bool | None:
+    """The answer, or None when there is none to read (stdin closed or empty)."""
     try:
         return input(question).strip().lower() in ("y", "yes")
     except EOFError:
-        return False
+        if not sys.stdin.isatty():
+            print(file=sys.stderr)  # the question's line ends: the error reads as a line of its own
+        return None

@@ -21,6 +21,7 @@ import time
 
 from clusterman.batch.arguments import add_pool_arguments
 from clusterman.batch.arguments import add_timeout_argument
+from clusterman.batch.arguments import count_argument
 from clusterman.batch.arguments import resolve_identity
 from clusterman.core.timestamps import format_time
 from clusterman.errors import Reported
@@ -44,7 +45,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_pool_arguments(parser)
     parser.add_argument("--events-url", help="the autoscaler's event API (default: from the main config)")
     parser.add_argument("--no-events", action="store_true", help="do not ask the event API")
-    parser.add_argument("--decisions", type=int, default=5, help="how many of the last decisions to show")
+    parser.add_argument("--decisions", type=count_argument, default=5, help="how many of the last decisions to show")
     parser.add_argument("--json", action="store_true", help="one JSON document")
     add_timeout_argument(
         parser, 15.0, "seconds each part (the cloud, the scheduler's API, the state store, signals) may take"

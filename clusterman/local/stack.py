@@ -73,6 +73,12 @@ CODENAME = "local"
 AUTOSCALER_ARGS = "--period-seconds 5 --no-splay --collect-metrics"
 
 
+def signals_origin() -> str:
+    """Whose clusterman_signals the stack publishes: this checkout's, or the installed clusterman's
+    (the wheel's, in site-packages: there is no checkout then)."""
+    return "this checkout's" if (SIGNALS_SOURCE / "pyproject.toml").is_file() else "the installed clusterman's"
+
+
 def prepare_configs(run_dir: Path, moto_url: str, events_port: int, config_dir: Path) -> Path:
     """A copy of ``config_dir`` whose main file points at the embedded AWS and keeps state in ``run_dir``."""
     srv = run_dir / "srv-configs"
@@ -280,7 +286,7 @@ def run(duration: float, run: RunDir, config_dir: Path) -> int:
         with tempfile.TemporaryDirectory(prefix="clusterman-publish-") as tmp:
             publish_signals(moto.url, bucket, "local", Path(tmp))
         print(
-            f"published this checkout's clusterman_signals as s3://{bucket}/{CODENAME}/clusterman_signals_local.tar.gz"
+            f"published {signals_origin()} clusterman_signals as s3://{bucket}/{CODENAME}/clusterman_signals_local.tar.gz"
         )
         env = {
             **os.environ,

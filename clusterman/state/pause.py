@@ -46,6 +46,8 @@ def parse_until(text: str, now: float, flag: str = "--until") -> int:
     text = text.strip().lower()
     if text in ("never", "forever", "0"):
         return NO_EXPIRY
+    if text.startswith("-"):
+        raise ValueError(f"{flag} {text!r}: a pause ends in the future: give a duration such as 30m, or an ISO time")
     try:
         seconds = parse_duration(text)
     except ValueError:
