@@ -221,7 +221,8 @@ class Cluster:
             else:
                 offset, version = 0, self.version
                 if selector.startswith("spec.nodeName="):  # a node's pods: from the index
-                    keys = sorted(self.on_node.get(selector.partition("=")[2], ()))
+                    node = selector.partition("=")[2]
+                    keys = sorted(self.on_node.get(node, ()) if node else (k for k, p in self.pods.items() if not p[1]))
                 else:
                     keys = self._keys(resource, selector)
             limit = int(query.get("limit") or 0) or len(keys)

@@ -465,3 +465,28 @@ def test_pools_sharing_a_reader_each_watch_their_nodes(tmp_path):
         finally:
             first.close()
             second.close()
+
+
+def test_a_pool_that_comes_after_the_list_reads_its_nodes_pods_and_again_what_failed(tmp_path):
+    """A pool whose connector is made after its reader listed reads the pods of each of its nodes;
+    when a read fails, that node and those not read yet are read again at the next runs."""
+    nodes, pods = two_pools()
+    with serving(FakeKubernetes(nodes, pods)) as fake:
+        fake.bookmark_seconds = 0.05
+        config, readers = kubeconfig(tmp_path / "kubeconfig", fake.url), PodReaders()
+        first = KubernetesConnector(POOL, config, page_size=2, watch_seconds=2, readers=readers)
+        first.scheduler_view(NOW)
+        late = KubernetesConnector(KubernetesPool("other"), config, page_size=2, watch_seconds=2, readers=readers)
+        try:
+            fake.node_read_errors["node-2"] = status(503, "ServiceUnavailable", "etcd is away")
+            with pytest.raises(ConnectorError, match=r"the pods on node node-2 could not be read"):
+                late.scheduler_view(NOW)
+            del fake.node_read_errors["node-2"]
+            view = late.scheduler_view(NOW)
+            assert [[t.id for t in n.tasks] for n in view.nodes] == [["ns/p2"], ["ns/p3"]]
+            other = KubernetesConnector(KubernetesPool("other"), config, watch=False)
+            assert view == other.scheduler_view(NOW)
+            other.close()
+        finally:
+            first.close()
+            late.close()

@@ -129,9 +129,9 @@ class KubernetesSource(Generic[O]):
         return self._list(response, "listing")
 
     def on_node(self, node: str, version: str) -> list[O]:
-        """The objects bound to ``node`` (``spec.nodeName``), at least as new as ``version`` ("": the
-        latest). Given a version and no ``limit``, the API server answers from its watch cache, by
-        its index of pods by node, rather than reading every pod from etcd."""
+        """The objects bound to ``node`` (``spec.nodeName``; "": to none), at least as new as
+        ``version`` ("": the latest). Given a version and no ``limit``, the API server answers from
+        its watch cache, by its index of pods by node, rather than reading every pod from etcd."""
         selectors = dict(self.selectors)
         selectors["field_selector"] = ",".join(filter(None, (f"spec.nodeName={node}", selectors.get("field_selector"))))
         doing = f"listing (on node {node})"
@@ -393,9 +393,10 @@ class PoolCache:
     # --- a node's pods, read when it joins ---------------------------------------------------------
 
     def read_pods_of_every_node(self) -> None:
-        """This pool came after the reader's list: read the pods of each of its nodes."""
+        """This pool came after the reader's list: read the pods of each of its nodes, and those
+        bound to none (``spec.nodeName=``: its pending pods may be among them)."""
         with self._lock:
-            names = list(self.nodes)
+            names = [*self.nodes, ""]
             for name in names:
                 self._joining.setdefault(name, set())
             self.pods_listed = True
@@ -412,13 +413,14 @@ class PoolCache:
         gave since the node joined is as new as it knows, so the read's copy of it is not taken (a
         read of the watch's version or later is: ``PodReader.version``). False if a read failed."""
         version = self.reader.version()  # after the nodes were marked as joining
-        for name in names:
+        for i, name in enumerate(names):
             try:
                 pods = self.reader.source.on_node(name, version)
-            except ConnectorError as e:
+            except ConnectorError as e:  # this one and the rest are read again at the next runs
                 with self._lock:
-                    if name in self._joining:
-                        self._unread[name] = str(e)
+                    for left in names[i:]:
+                        if left in self._joining:
+                            self._unread[left] = str(e)
                 return False
             records = [(pod_key(pod), pod_record(pod, self.pool)) for pod in pods]
             with self._lock:
@@ -550,7 +552,8 @@ class PoolCache:
                 raise ConnectorError(next(iter(self._broken.values())))
             if self._unread:
                 name, why = next(iter(self._unread.items()))
-                raise ConnectorError(f"the pods on node {name} could not be read: {why}")
+                where = f"on node {name}" if name else "bound to no node"
+                raise ConnectorError(f"the pods {where} could not be read: {why}")
             if self._order is None:
                 self._order = sorted(self.nodes)
             built: list[Node] = []
