@@ -8,6 +8,8 @@ import math
 import subprocess
 import sys
 
+import pytest
+
 from bench.cli_startup import EAGER
 from bench.cli_startup import ROOT
 
@@ -230,3 +232,22 @@ def test_the_node_migration_bench_builds_its_pools_on_the_scoreboard_s(tmp_path)
     assert pool.node_migration.trigger.drift and pool.node_migration.strategy.rate.of(100) == 5
     assert pool.simulation.new_template_at_minutes == (360,) and pool.simulation.instance_type == "m5.2xlarge"
     assert 80 <= pool.simulation.initial_capacity <= 130  # about a hundred nodes (115 when it is replaced)
+
+
+def test_the_surprises_bound_counts_the_minutes_before_capacity_launched_at_a_rise_joins():
+    from bench._traces import trace
+    from bench.scoreboard import surprise_bound
+
+    # flash: four crowds, each above (1 + spare) × the minute before for all 3 minutes of the join
+    assert surprise_bound("flash", 0.2, days=7)[:2] == (4, 12)
+    # batch: only its first two waves (6 hours apart), each rising over 3 minutes, counted once
+    d = [v for _, v in trace("batch", 7)]
+    rises = [t for t in range(1, len(d)) if d[t] - d[t - 1] > 60]
+    starts = [t for k, t in enumerate(rises) if k == 0 or t - rises[k - 1] > 60][:2]
+    assert starts[1] - starts[0] > 5 * 60
+    room = {t: 1.2 * d[t - 1] for t in starts}
+    expected = math.fsum(v - room[t] for t in starts for v in d[t : t + 3] if v > room[t])
+    waves, minutes, unmet = surprise_bound("batch", 0.2, days=7)
+    assert (waves, minutes) == (2, 6) and unmet == pytest.approx(expected)
+    # a larger spare never leaves more
+    assert surprise_bound("steps", 0.5, days=2)[1] <= surprise_bound("steps", 0.2, days=2)[1]
