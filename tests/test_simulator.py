@@ -321,7 +321,7 @@ def test_a_config_the_autoscaler_would_reject_is_refused(tmp_path, capsys, chang
 def test_a_signal_that_cannot_load_is_refused_before_the_run(tmp_path, capsys):
     pool = POOL + "autoscale_signal: {name: Nope, branch_or_tag: v1, period_minutes: 1}\n"
     err = bad(tmp_path, capsys, pool=pool)
-    assert "signal web.Nope (app web)" in err and "cannot import namespace clusterman_signals.web" in err
+    assert "signal web.Nope (app web): no namespace clusterman_signals.web (namespaces here: clusterman)" in err
 
 
 def test_no_demand_for_the_pool_names_what_the_files_hold(tmp_path, capsys):

@@ -53,9 +53,9 @@ from clusterman.decision.holds import Hold
 from clusterman.decision.holds import HoldReason
 from clusterman.decision.loss_guard import NodeMemory
 from clusterman.decision.policy import ScalingPolicy
+from clusterman.decision.policy import pool_policy
 from clusterman.decision.scale_lock import ScaleLock
 from clusterman.errors import UserError
-from clusterman.wiring.setup import pool_policy
 
 
 class PlanInputError(UserError, ValueError):

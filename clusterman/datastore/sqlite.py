@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 from typing import TypeVar
 
-from clusterman.config.files import unusable_path
 from clusterman.core.config import MetricType
 from clusterman.datastore.store import MetricsError
 from clusterman.datastore.store import MetricsStore
@@ -46,6 +45,7 @@ from clusterman.datastore.store import UnusableStore
 from clusterman.datastore.store import Value
 from clusterman.datastore.store import check_not_future
 from clusterman.datastore.store import matching_keys
+from clusterman.paths import unusable_path
 
 log = logging.getLogger(__name__)
 

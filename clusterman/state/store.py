@@ -22,9 +22,9 @@ from typing import TypeVar
 from clusterman.aws.tables import UNUSABLE_TABLE_CODES
 from clusterman.aws.tables import TableSpec
 from clusterman.aws.tables import ensure_table
-from clusterman.config.files import unusable_path
 from clusterman.errors import Unworkable
 from clusterman.errors import UserError
+from clusterman.paths import unusable_path
 
 T = TypeVar("T")
 

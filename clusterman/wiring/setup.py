@@ -3,53 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from dataclasses import replace
 from pathlib import Path
 
 from clusterman.config.loader import load_pool_config
 from clusterman.config.loader import pool_config_path
-from clusterman.core.config import AutoscalingDefaults
-from clusterman.core.config import DrainingConfig
 from clusterman.core.config import MainConfig
-from clusterman.core.config import PoolAutoscaling
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
-from clusterman.core.config import ScalingLimits
-from clusterman.core.config import Scheduler
-from clusterman.decision.drains import DrainPolicy
 from clusterman.decision.policy import ScalingPolicy
-
-
-def consolidates(draining_enabled: bool, scheduler: Scheduler) -> bool:
-    """Consolidation moves pods by draining nodes: a pool that does not drain (Clusterman's
-    ``draining_enabled: false``) would kill them, and a scheduler may have no eviction a disruption
-    budget can refuse (Mesos: docs/consolidation.md): for those it stays off, whatever the config."""
-    return draining_enabled and not scheduler.traits.no_consolidation
-
-
-def pool_policy(
-    limits: ScalingLimits,
-    autoscaling: PoolAutoscaling,
-    defaults: AutoscalingDefaults,
-    draining_enabled: bool,
-    draining: DrainingConfig,
-    scheduler: Scheduler,
-    source: str,
-) -> ScalingPolicy:
-    """A pool's policy from its blocks (and the main file's ``autoscaling`` defaults), as the
-    autoscaler runs it: the pool's and ``clusterman plan``'s documents alike."""
-    policy = ScalingPolicy.from_config(limits, autoscaling, defaults, source)
-    if policy.consolidation.enabled and not consolidates(draining_enabled, scheduler):
-        why = scheduler.traits.no_consolidation if draining_enabled else "draining is disabled for this pool"
-        policy = replace(policy, consolidation=replace(policy.consolidation, enabled=False, off_because=why))
-    return replace(
-        policy,
-        draining=DrainPolicy(
-            threshold_seconds=draining.draining_time_threshold_seconds,
-            redrain_seconds=draining.redraining_delay_seconds,
-            force_terminate=draining.force_terminate,
-        ),
-    )
+from clusterman.decision.policy import consolidates
+from clusterman.decision.policy import pool_policy
 
 
 @dataclass(frozen=True)

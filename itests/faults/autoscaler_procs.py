@@ -72,6 +72,20 @@ def steady_signal(tmp_path: Path, namespace: str, more: str = "") -> Path:
     return tmp_path / "signals"
 
 
+def app_signal_config(tmp_path: Path, cluster: str, url: str, name: str, source: str) -> tuple[str, str, str, Path]:
+    """``write_config`` with the default signal ``Steady`` and one app whose signal is ``name``
+    (defined by ``source``, added to the module), in a namespace and for an app of the test's own
+    (socket names no one else uses): the config, the namespace, the app, the signals' path."""
+    namespace, app = f"ns{uuid.uuid4().hex[:10]}", f"app{uuid.uuid4().hex[:10]}"
+    signals = steady_signal(tmp_path, namespace, source)
+    main = (
+        f"aws: {{region: {REGION}, endpoint_url: '{url}'}}\n"
+        f"autoscale_signal: {{name: Steady, namespace: {namespace}, branch_or_tag: v1, period_minutes: 1}}\n"
+    )
+    pool = f"app_signals: {{{app}: {{name: {name}, namespace: {namespace}, branch_or_tag: v1, period_minutes: 1}}}}\n"
+    return write_config(tmp_path, cluster, url, 1, extra_main=main, pool_signal=pool), namespace, app, signals
+
+
 def start_runner(
     path: Path, namespace: str, app: str, name: str = "Steady", log: IO[bytes] | None = None
 ) -> subprocess.Popen[bytes]:

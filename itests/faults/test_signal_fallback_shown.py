@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 
 from clusterman.cli.main import main
-from itests.aws_world import REGION
 from itests.aws_world import World
 from itests.faults.autoscaler_procs import POOL
 from itests.faults.autoscaler_procs import Autoscaler
+from itests.faults.autoscaler_procs import app_signal_config
 from itests.faults.autoscaler_procs import start_runner
-from itests.faults.autoscaler_procs import steady_signal
-from itests.faults.autoscaler_procs import write_config
 
 BROKEN = """
 
@@ -34,16 +31,7 @@ CAUSE = "value() raised ZeroDivisionError: float division by zero"
 def test_a_raising_signal_shows_in_the_line_in_status_and_in_the_runners_log(tmp_path, moto_server, capsys):
     world = World(moto_server.url)
     world.asg(POOL, desired=1)
-    namespace, app = f"ns{uuid.uuid4().hex[:10]}", f"app{uuid.uuid4().hex[:10]}"  # sockets no one else uses
-    signals = steady_signal(tmp_path, namespace, BROKEN)
-    main_config = (
-        f"aws: {{region: {REGION}, endpoint_url: '{moto_server.url}'}}\n"
-        f"autoscale_signal: {{name: Steady, namespace: {namespace}, branch_or_tag: v1, period_minutes: 1}}\n"
-    )
-    pool_signal = (
-        f"app_signals: {{{app}: {{name: Broken, namespace: {namespace}, branch_or_tag: v1, period_minutes: 1}}}}\n"
-    )
-    config = write_config(tmp_path, world.cluster, moto_server.url, 1, extra_main=main_config, pool_signal=pool_signal)
+    config, namespace, app, signals = app_signal_config(tmp_path, world.cluster, moto_server.url, "Broken", BROKEN)
     runner_log = (tmp_path / "runner.log").open("w+b")
     runners = [
         start_runner(signals, namespace, "__default__"),

@@ -8,16 +8,12 @@ the pool stays as the default signal's demand has it.
 
 from __future__ import annotations
 
-import uuid
-
-from itests.aws_world import REGION
 from itests.aws_world import World
 from itests.faults.autoscaler_procs import POOL
 from itests.faults.autoscaler_procs import Autoscaler
 from itests.faults.autoscaler_procs import acted
+from itests.faults.autoscaler_procs import app_signal_config
 from itests.faults.autoscaler_procs import start_runner
-from itests.faults.autoscaler_procs import steady_signal
-from itests.faults.autoscaler_procs import write_config
 
 HUGE = """
 
@@ -30,16 +26,7 @@ class Huge(BaseSignal):
 def test_an_answer_of_1e308_cpus_falls_back_to_the_default_signal(tmp_path, moto_server):
     world = World(moto_server.url)
     world.asg(POOL, desired=1)
-    namespace, app = f"ns{uuid.uuid4().hex[:10]}", f"app{uuid.uuid4().hex[:10]}"  # sockets no one else uses
-    signals = steady_signal(tmp_path, namespace, HUGE)
-    main_config = (
-        f"aws: {{region: {REGION}, endpoint_url: '{moto_server.url}'}}\n"
-        f"autoscale_signal: {{name: Steady, namespace: {namespace}, branch_or_tag: v1, period_minutes: 1}}\n"
-    )
-    pool_signal = (
-        f"app_signals: {{{app}: {{name: Huge, namespace: {namespace}, branch_or_tag: v1, period_minutes: 1}}}}\n"
-    )
-    config = write_config(tmp_path, world.cluster, moto_server.url, 1, extra_main=main_config, pool_signal=pool_signal)
+    config, namespace, app, signals = app_signal_config(tmp_path, world.cluster, moto_server.url, "Huge", HUGE)
     runners = [start_runner(signals, namespace, "__default__"), start_runner(signals, namespace, app, "Huge")]
     autoscaler = Autoscaler(config, world.cluster, "--period-seconds", "1", "--no-splay")
     try:
