@@ -79,8 +79,17 @@ def _quiet_ctrl_c(kind: type[BaseException], error: BaseException, traceback: Tr
         sys.__excepthook__(kind, error, traceback)
 
 
+def _quiet_unraisable(unraisable: sys.UnraisableHookArgs) -> None:
+    """``sys.unraisablehook``: a Ctrl-C that lands in a callback of an import's machinery (a
+    module lock's) is printed as "Exception ignored in: ..." with a traceback otherwise."""
+    if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+        sys.__unraisablehook__(unraisable)
+
+
 if sys.excepthook is sys.__excepthook__:
-    sys.excepthook = _quiet_ctrl_c  # modules of clusterman.cli that register nothing
+    sys.excepthook = _quiet_ctrl_c
+if sys.unraisablehook is sys.__unraisablehook__:
+    sys.unraisablehook = _quiet_unraisable  # modules of clusterman.cli that register nothing
 
 # One line, exit status 1: errors a person can act on (a path given that is missing, a directory,
 # or not ours to read). ValueError is not here: from a library or our own code it is a bug, and

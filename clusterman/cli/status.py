@@ -57,8 +57,17 @@ EXIT_OK, EXIT_DEGRADED, EXIT_UNHEALTHY, EXIT_UNKNOWN = 0, 3, 4, 5
 
 
 def run_status(args: argparse.Namespace) -> int:
-    if logging.getLogger().level == logging.WARNING:  # the default: the report says each problem
-        logging.getLogger().setLevel(logging.ERROR)
+    root = logging.getLogger()
+    level = root.level
+    if level == logging.WARNING:  # the default: the report says each problem, the readers' warnings again
+        root.setLevel(logging.ERROR)
+    try:
+        return _status(args)
+    finally:
+        root.setLevel(level)
+
+
+def _status(args: argparse.Namespace) -> int:
     target = resolve_identity(args)
     timeout = args.timeout
     events = None
