@@ -127,32 +127,41 @@ class Router:
         return self.owners.get(instance)
 
     def handle(self, messages: Iterable[Message]) -> None:
-        """File each message's notices; delete it when done, or set it aside."""
+        """File each message's notices, then delete the handled ones together; set aside those
+        that cannot be handled. A message not deleted comes back after its visibility timeout."""
+        done: list[Message] = []
         for message in messages:
             try:
-                self._handle(message)
+                if self._handle(message):
+                    done.append(message)
             except QueueError as e:
                 self.tally.failed += 1
                 log.warning("message %s stays in the queue (it comes back): %s", message.id, e)
+        try:
+            for message in self.queue.delete_all(done):
+                log.warning("message %s was not deleted: it comes back, and is filed again as a repeat", message.id)
+        except QueueError as e:
+            self.tally.failed += 1
+            log.warning("%d handled message(s) stay in the queue (they come back as repeats): %s", len(done), e)
 
-    def _handle(self, message: Message) -> None:
+    def _handle(self, message: Message) -> bool:
+        """Whether the message is handled (to be deleted); one set aside is dealt with here."""
         if message.receives > self.max_receives:
             self.tally.set_aside += 1
             self.queue.set_aside(message, f"received {message.receives} times without being handled")
-            return
+            return False
         try:
             notices = notices_of(message.body, message.id, self.rebalance)
         except Unreadable as e:
             self.tally.set_aside += 1
             self.queue.set_aside(message, f"not an interruption event: {e}")
-            return
+            return False
         if not notices:
             self.tally.ignored += 1
             log.info(
                 "message %s: nothing to act on (a rebalance recommendation is %s)", message.id, self.rebalance.value
             )
-            self.queue.delete(message)
-            return
+            return True
         now = self.clock()
         by_pool: dict[PoolIdentity, list[Notice]] = {}
         for notice in notices:
@@ -170,13 +179,13 @@ class Router:
                 new = Inbox(self.store, pool).file(found, now)
             except StateError as e:  # not deleted: it comes back, and after max_receives is set aside
                 log.warning("%s: cannot file %s in its inbox: %s", pool, message.id, e)
-                return
+                return False
             self.tally.filed += len(new)
             self.tally.repeated += len(found) - len(new)
             self.tally.by_pool[str(pool)] = self.tally.by_pool.get(str(pool), 0) + len(new)
             for notice in new:
                 log.info("%s: %s for %s filed (message %s)", pool, notice.reason.value, notice.instance_id, message.id)
-        self.queue.delete(message)
+        return True
 
 
 def serve(router: Router, lease: PoolLease | None, stop: threading.Event, once: bool = False) -> Tally:

@@ -32,7 +32,9 @@ log = logging.getLogger(__name__)
 
 INBOX = "notices"
 KEEP_SECONDS = 3600.0  # a notice matters this long past its deadline (or its arrival, without one)
-MOST = 10_000  # notices kept per pool at most: the newest
+# notices kept per pool at most, the newest: about 190 bytes each, so the item stays under
+# DynamoDB's 400 KB (a pool would need 1,500 interruptions within an hour and two minutes)
+MOST = 1500
 
 
 def as_json(notice: Notice) -> dict[str, Any]:
