@@ -205,3 +205,16 @@ def test_a_drain_after_a_replacement_ahead_has_its_whole_threshold_from_when_it_
     tainted = apply(apply(pool, ahead, NOW), draining, later)
     still = run(tainted, [migration(True, later + 600)], state=draining.state, now=later + 600)
     assert still.drains.given_up == {}  # 10 minutes into its drain, not 35 since the notice
+
+
+def test_a_rebalance_recommendation_replaced_ahead_keeps_the_node_until_the_interruption():
+    snap = snapshot(busy_pool())
+    ahead = Notice(LeaveReason.REBALANCE_RECOMMENDATION, NOW, node_id="n1", drain=False)
+    d = run(snap, [ahead])
+    assert (d.taint, d.terminate, d.drains.drain, d.target_capacity) == ((), (), (), 5)
+    after = apply(snap, d, NOW)
+    later = run(after, [ahead, spot("n1", NOW + 300)], d.state, NOW + 300)  # the interruption follows
+    assert later.taint == ("n1",) and later.target_capacity == 5  # no second replacement
+    assert later.drains.why == {"n1": SPOT}
+    quiet = run(after, [ahead], d.state, NOW + 1800)  # none followed: the place kept for it goes
+    assert quiet.target_capacity == 4 and quiet.state.drains.leaving == ()

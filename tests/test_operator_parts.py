@@ -63,3 +63,19 @@ def test_status_names_the_nodes_drained_to_be_kept_and_those_resting():
     assert f"n3 rests until {format_time(now - 600 + REST_SECONDS)}" in line
     assert "old" not in line  # its hour is over
     assert describe_kept(AutoscalerState(), now) == "scale lock free, breaker closed"
+
+
+def test_status_names_each_node_leaving_and_why():
+    from clusterman.core.notices import LeaveReason
+    from clusterman.decision.autoscaler_state import AutoscalerState
+    from clusterman.decision.drains import DrainState
+    from clusterman.decision.drains import Leaving
+    from clusterman.wiring.pool_status import describe_kept
+
+    now = 1_800_000_000.0
+    spot = Leaving("n2", "i-2", "g", LeaveReason.SPOT_INTERRUPTION, now - 30, now + 90, 1.0)
+    drains = DrainState(leaving=(spot,), given_up=(("n7", now - 60),))
+    line = describe_kept(AutoscalerState(drains=drains), now)
+    assert "n2 leaving for spot_interruption since 2027-01-15T07:59:30Z, gone by 2027-01-15T08:01:30Z" in line, line
+    assert "1 unit(s) kept for its replacement" in line
+    assert "n7: its drain was given up at 2027-01-15T07:59:00Z" in line

@@ -340,11 +340,13 @@ def drain_actions(
         left = entry.deadline - now if entry.deadline != NO_TIME else math.inf
         age = now - entry.since
         going = ""
-        if not entry.drain:
-            if age >= policy.threshold_seconds:  # replaced ahead, and nothing came: it is capacity again
+        if not entry.drain:  # replaced ahead: it stays, with its pods, until an interruption comes
+            if age >= policy.threshold_seconds:  # nothing came: it is capacity again
                 reasons[node_id] = f"{entry.reason.value}: replaced ahead {age:g}s ago, no interruption followed"
-                continue
-        elif node.state is NodeState.ORPHAN:
+            else:
+                still[node_id] = entry
+            continue
+        if node.state is NodeState.ORPHAN:
             going = "never joined"
         elif tasks == 0 and node_id not in taint:
             going = "drained"

@@ -570,6 +570,13 @@ def describe_kept(state: AutoscalerState, now: float) -> str:
         parts.append(f"taint not answered for {nodes}: the next run settles what choosing it spent")
     for node, until in sorted(state.disruption.rest_ends(now).items()):
         parts.append(f"{node} rests until {format_time(until)} (its drain to keep was given up)")
+    for e in state.drains.leaving:
+        deadline = f", gone by {format_time(e.deadline)}" if e.deadline != NO_TIME else ""
+        replaced = f", {e.replacement:g} unit(s) kept for its replacement" if e.replacement else ""
+        what = "leaving" if e.drain else "replaced ahead"
+        parts.append(f"{e.node_id} {what} for {e.reason.value} since {format_time(e.since)}{deadline}{replaced}")
+    for node, at in state.drains.given_up:
+        parts.append(f"{node}: its drain was given up at {format_time(at)} (back in the pool, not chosen again yet)")
     return ", ".join(parts)
 
 
