@@ -115,12 +115,16 @@ def apply(
         if group is None:
             report.errors.append((group_id, "no such resource group to set a target on"))
             continue
-        try:
-            report.targets.append(group.set_target_capacity(float(number(target)), dry_run=dry_run))
-        except ResourceGroupError as e:
-            log.warning("%s", e)
-            report.errors.append((group_id, str(e)))
+        _set_target(group, target, dry_run, report)
     return report
+
+
+def _set_target(group: CloudGroup, target: Fraction, dry_run: bool, report: ApplyReport) -> None:
+    try:
+        report.targets.append(group.set_target_capacity(float(number(target)), dry_run=dry_run))
+    except ResourceGroupError as e:
+        log.warning("%s", e)
+        report.errors.append((group.id, str(e)))
 
 
 def _raise_early(
@@ -141,11 +145,7 @@ def _raise_early(
         group = groups.get(group_id)
         if group is None or group_id in ending or not target > before.get(group_id, float("inf")):
             continue
-        try:
-            report.targets.append(group.set_target_capacity(float(number(target)), dry_run=dry_run))
-        except ResourceGroupError as e:
-            log.warning("%s", e)
-            report.errors.append((group_id, str(e)))
+        _set_target(group, target, dry_run, report)
         raised.add(group_id)
     return raised
 
