@@ -37,6 +37,8 @@ def configure(pool: PoolHarness, reserve: int, consolidation: dict[str, Any] | N
             # consolidate_after 0 and surplus 0: a pool of four
             "consolidation": {"enabled": True, "consolidate_after": 0, "surplus": 0, **(consolidation or {})},
         },
+        # a drain step each run, as these faults expect: by default one at most every 15 s
+        pool_extra={"draining": {"redraining_delay_seconds": 1}},
         **limits,
     )
 
