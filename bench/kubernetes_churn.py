@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import os
 import shutil
@@ -127,6 +128,9 @@ def measure_whole(url: str, nodes: int, period: float) -> dict[str, Any]:
     }
     seconds, _, _ = timed_run(connector, NOW)  # the first run joins every node to the cloud once
     out["first_run_seconds"] = round(seconds, 3)
+    # Between runs, each tree does what its autoscaler's loop does (the baseline's made no pass).
+    loop = importlib.import_module("clusterman.batch.autoscaler")
+    between_runs = getattr(loop, "collect_between_runs", lambda: None)
     flow(url, pods)
     events, collections = stats(url)["events"], FullCollections()
     gc.callbacks.append(collections)
@@ -141,6 +145,7 @@ def measure_whole(url: str, nodes: int, period: float) -> dict[str, Any]:
         seconds, cpu, _ = timed_run(connector, NOW + period * (i + 1))
         runs.append((seconds, cpu))
         in_runs.append(round(collections.within(started, started + seconds), 3))
+        between_runs()
         mark, mark_cpu = time.monotonic(), time.process_time()
     gc.callbacks.remove(collections)
     out["events_per_second"] = round((stats(url)["events"] - events) / (period * RUNS))

@@ -1,5 +1,7 @@
 """The loop around the cycle: a stable splay, the run grid, and surviving a run that fails."""
 
+import gc
+import itertools
 import threading
 
 from clusterman.batch.autoscaler import next_run_time
@@ -71,3 +73,34 @@ def test_a_failing_run_is_recorded_and_the_loop_goes_on():
     messages = [r.event.message for r in ring.read(0, 100).records]
     publisher.stop()
     assert any("a bug in run two" in m for m in messages)
+
+
+class SeenCycle:
+    """A cycle that notes each run and each full garbage collection, in order."""
+
+    def __init__(self):
+        self.seen = []
+
+    def run_once(self, now):
+        self.seen.append("run")
+        return RunReport(now, Outcome.ACTED)
+
+    def collected(self, phase, info):
+        if phase == "start" and info["generation"] == 2:
+            self.seen.append("full collection")
+
+
+def test_a_full_collection_is_made_between_runs_not_left_to_fall_in_one():
+    ring = EventRing(100)
+    recorder = Recorder(EventPublisher(ring), AutoscalerMetrics("c", "p"), "p")
+    cycle = SeenCycle()
+    clock = FakeClock()
+    gc.callbacks.append(cycle.collected)
+    try:
+        run_forever(cycle, recorder, 60, 7, SleepyStop(clock), clock=clock, monotonic=clock, max_runs=3)
+    finally:
+        gc.callbacks.remove(cycle.collected)
+    runs = [i for i, seen in enumerate(cycle.seen) if seen == "run"]
+    assert len(runs) == 3
+    between = [cycle.seen[a + 1 : b] for a, b in itertools.pairwise(runs)]
+    assert all("full collection" in seen for seen in between), cycle.seen
