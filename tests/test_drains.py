@@ -218,3 +218,37 @@ def test_a_rebalance_recommendation_replaced_ahead_keeps_the_node_until_the_inte
     assert later.drains.why == {"n1": SPOT}
     quiet = run(after, [ahead], d.state, NOW + 1800)  # none followed: the place kept for it goes
     assert quiet.target_capacity == 4 and quiet.state.drains.leaving == ()
+
+
+class TestHostsFromClustermansQueues:
+    """Hosts put on Clusterman's drain and termination queues, as the drainer files them
+    (clusterman/notices/hosts.py)."""
+
+    def drained(self, node_id: str) -> Notice:  # a host on the drain queue, "scaling down"
+        return Notice(LeaveReason.SCALING_DOWN, NOW, node_id=node_id, replace=False, key="m-drain")
+
+    def test_a_host_to_drain_for_scaling_down_is_drained_without_a_replacement(self):
+        d = run(snapshot(busy_pool()), [self.drained("n1")])
+        assert d.taint == ("n1",) and d.drains.drain == ("n1",) and d.drains.replacement == {}
+        assert d.drains.why == {"n1": LeaveReason.SCALING_DOWN}
+
+    def test_a_drain_given_up_is_not_started_again_by_the_same_notice(self):
+        snap = snapshot(busy_pool())
+        short = DrainPolicy(threshold_seconds=600)  # given up after 10 minutes, rested as long
+        first = run(snap, [self.drained("n1")], draining=short)
+        given_up = run(apply(snap, first, NOW), [self.drained("n1")], first.state, NOW + 600, draining=short)
+        assert given_up.untaint == ("n1",) and given_up.drains.given_up
+        # the notice stays in the inbox for an hour; past the node's rest it is still the notice
+        # whose drain was given up (Clusterman's drainer uncordons the node and deletes the message)
+        again = run(snap, [self.drained("n1")], given_up.state, NOW + 1300, draining=short)
+        assert "n1" not in again.taint and again.drains.why == {}
+        # a later notice for it (another message) drains it again
+        fresh = replace(self.drained("n1"), noticed_at=NOW + 1300)
+        assert run(snap, [fresh], again.state, NOW + 1300, draining=short).taint == ("n1",)
+
+    def test_a_host_to_terminate_goes_in_the_run_that_reads_it(self):
+        notice = Notice(LeaveReason.NODE_MIGRATION, NOW, node_id="n1", deadline=NOW, key="m-terminate")
+        d = run(snapshot(busy_pool()), [notice])
+        assert d.terminate == ("n1",) and d.drains.lost == {"n1": 1}
+        assert d.node_reasons["n1"] == "terminate: node_migration: its deadline is 0s away"
+        assert d.target_capacity == 4  # its replacement asked, its own place gone

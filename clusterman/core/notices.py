@@ -66,6 +66,10 @@ class Notice:
 
 
 NO_NOTICES: tuple[Notice, ...] = ()
+# a notice stays in force this long past its deadline (or its arrival, without one): an inbox keeps
+# it so long, and the decision remembers a drain it gave up at least so long (the same notice
+# does not start it again)
+KEEP_SECONDS = 3600.0
 
 
 @dataclass(frozen=True)

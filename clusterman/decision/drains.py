@@ -14,7 +14,8 @@ is why, and so when it may go:
   give up   a drain without a deadline that has not finished within ``threshold_seconds``
              (Clusterman's ``draining_time_threshold_seconds``) is given up: the node is
              untainted and returned to the pool, and is not chosen again for as long; with
-             ``force_terminate`` it is terminated instead, its pods with it
+             ``force_terminate`` it is terminated instead, its pods with it. The notice that
+             started it does not start it again (only a later one does)
   pace      a node is given a drain step at most every ``redrain_seconds`` (Clusterman's
              ``redraining_delay_seconds``), and a drain without a deadline slows down as it ages
              (a step at most every eighth of its age, up to ``MAX_STEP_GAP``), so that a
@@ -41,6 +42,7 @@ from clusterman.core.accounting import account_node
 from clusterman.core.model import NO_TIME
 from clusterman.core.model import Node
 from clusterman.core.model import NodeState
+from clusterman.core.notices import KEEP_SECONDS
 from clusterman.core.notices import LeaveReason
 from clusterman.core.notices import Notice
 from clusterman.core.stored import is_amount
@@ -126,6 +128,10 @@ class DrainState:
     steps: tuple[tuple[str, float], ...] = ()  # node -> its last drain step
     given_up: tuple[tuple[str, float], ...] = ()  # node -> when its drain was given up
 
+    def given_up_after(self, node_id: str, at: float) -> bool:
+        """Whether the node's drain was given up at ``at`` or later."""
+        return any(n == node_id and t >= at for n, t in self.given_up)
+
     def resting(self, now: float, policy: DrainPolicy) -> frozenset[str]:
         """Nodes given up on less than ``threshold_seconds`` ago: not tainted again before then."""
         return frozenset(n for n, at in self.given_up if now - at < policy.threshold_seconds)
@@ -210,6 +216,8 @@ def leavers(view: PoolView, notices: Iterable[Notice], state: DrainState, now: f
         if before is not None:
             leaving[node.id] = _merged(before, notice)
             continue
+        if notice.deadline == NO_TIME and state.given_up_after(node.id, notice.noticed_at):
+            continue  # the drain it started was given up: the node is back in the pool
         weight = node.weight if notice.replace and node.state is NodeState.READY else 0.0
         leaving[node.id] = Leaving(
             node.id, node.instance_id, node.group_id, notice.reason, now, notice.deadline, weight, notice.drain,
@@ -424,7 +432,8 @@ def drain_actions(
     after = DrainState(
         tuple(sorted(still.values(), key=lambda e: e.node_id)),
         tuple(sorted((n, t) for n, t in steps.items() if n in alive)),
-        tuple(sorted((n, t) for n, t in resting.items() if now - t < policy.threshold_seconds)),
+        # remembered as long as the notice that started the drain may still be read
+        tuple(sorted((n, t) for n, t in resting.items() if now - t < max(policy.threshold_seconds, KEEP_SECONDS))),
     )
     return DrainActions(
         tuple(taint),

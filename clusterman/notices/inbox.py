@@ -18,6 +18,7 @@ from typing import Any
 from clusterman.core.config import PoolIdentity
 from clusterman.core.model import NO_TIME
 from clusterman.core.model import PoolSnapshot
+from clusterman.core.notices import KEEP_SECONDS
 from clusterman.core.notices import NO_NOTICES
 from clusterman.core.notices import DrainOutcome
 from clusterman.core.notices import LeaveReason
@@ -31,7 +32,6 @@ from clusterman.state.store import StateStore
 log = logging.getLogger(__name__)
 
 INBOX = "notices"
-KEEP_SECONDS = 3600.0  # a notice matters this long past its deadline (or its arrival, without one)
 # notices kept per pool at most, the newest: about 190 bytes each, so the item stays under
 # DynamoDB's 400 KB (a pool would need 1,500 interruptions within an hour and two minutes)
 MOST = 1500

@@ -576,7 +576,7 @@ def describe_kept(state: AutoscalerState, now: float) -> str:
         what = "leaving" if e.drain else "replaced ahead"
         parts.append(f"{e.node_id} {what} for {e.reason.value} since {format_time(e.since)}{deadline}{replaced}")
     for node, at in state.drains.given_up:
-        parts.append(f"{node}: its drain was given up at {format_time(at)} (back in the pool, not chosen again yet)")
+        parts.append(f"{node}: its drain was given up at {format_time(at)} (back in the pool)")
     return ", ".join(parts)
 
 
