@@ -107,3 +107,65 @@ def test_a_warning_put_on_the_bus_is_filed_once_in_its_pools_inbox(tmp_path, mot
     assert "not an interruption event: not JSON" in drained and "received 4 times" in drained, drained
     aside = sqs.receive_message(QueueUrl=dead, MaxNumberOfMessages=10)["Messages"]
     assert sorted(m["Body"][:5] for m in aside) == ['{"det', "{not "], aside
+
+
+def host(instance: str, reason: str) -> str:
+    """A host as Clusterman's DrainingClient puts it on its drain and termination queues."""
+    return json.dumps({
+        "agent_id": f"{instance}.internal", "attempt": 1, "draining_start_time": "2026-12-06T12:40:00-08:00",
+        "group_id": "asg-web", "hostname": instance, "instance_id": instance, "ip": "10.0.1.7", "pool": POOL,
+        "scheduler": "kubernetes", "termination_reason": reason,
+    })  # fmt: skip
+
+
+def test_hosts_on_clustermans_drain_and_termination_queues_are_filed_in_their_pools_inbox(tmp_path, moto_server):
+    import os
+
+    from clusterman.core.model import NO_TIME
+    from itests.aws_world import World
+
+    world = World(moto_server.url)
+    members = world.asg_members(world.asg(POOL, desired=3))
+    sqs = client(moto_server, "sqs")
+    drain, terminate, dead = (
+        sqs.create_queue(QueueName=f"{world.cluster}-{name}")["QueueUrl"] for name in ("drain", "terminate", "aside")
+    )
+    sender = {"Sender": {"DataType": "String", "StringValue": "asg"}}
+    for body in (host(members[0], "scaling down"), host(members[0], "scaling down"),
+                 host(members[1], "node migration"), host("i-0000elsewhere", "scaling down"),
+                 host(members[1], "meteor")):  # fmt: skip
+        sqs.send_message(QueueUrl=drain, MessageBody=body, MessageAttributes=sender)
+    assert sqs.receive_message(QueueUrl=drain, VisibilityTimeout=0).get("Messages")  # a reader that died
+    sqs.send_message(QueueUrl=terminate, MessageBody=host(members[2], "spot interruption"), MessageAttributes=sender)
+    with harness(tmp_path, world, "kubernetes") as pool:
+        config = pool.configure(  # no warning queue: Clusterman's two queues alone
+            cluster_extra={"drain_queue_url": drain, "termination_queue_url": terminate},
+            main_extra={"notices": {"dead_letter_queue_url": dead}},
+        )
+        drained = ""
+        for _ in range(4):
+            done = run(
+                "clusterman.batch.drainer", "--env-config-path", config, "--cluster", world.cluster,
+                "--once", "--wait-seconds", "1", env={**os.environ, **FAKE_CREDENTIALS},
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            drained += done.stderr
+            if queue_depth(sqs, drain) + queue_depth(sqs, terminate) == 0:
+                break
+        setup = pool.setup()
+        read_at = time.time()
+        notices, _ = Inbox(open_state_store(setup.main), setup.identity).read(read_at)
+    assert queue_depth(sqs, drain) + queue_depth(sqs, terminate) == 0, drained
+    filed = sorted((n.instance_id, n.reason.value, n.replace, n.deadline == NO_TIME) for n in notices)
+    assert filed == [
+        (members[0], "scaling_down", False, True),  # sent twice: one notice, no replacement
+        (members[1], "node_migration", True, True),
+        (members[2], "spot_interruption", True, False),  # terminated when read
+    ], drained
+    (terminated,) = [n for n in notices if n.instance_id == members[2]]
+    assert read_at - 60 < terminated.deadline <= read_at, drained
+    assert f"filed (termination queue, message {terminated.key}, sent by asg for pool {POOL})" in drained, drained
+    assert "scaling_down for i-0000elsewhere: no pool of cluster" in drained, drained
+    (aside,) = sqs.receive_message(QueueUrl=dead, MessageAttributeNames=["All"])["Messages"]
+    assert "meteor" in aside["Body"] and aside["MessageAttributes"]["Sender"]["StringValue"] == "asg"
+    assert "termination_reason 'meteor' is none of" in aside["MessageAttributes"]["why"]["StringValue"]

@@ -143,3 +143,17 @@ def test_helpers_refuse_an_environment_that_does_not_describe_their_task(change,
     with pytest.raises(TreeEnvironmentError) as err:
         call({**ENV, **change})
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("queues", "drainer"),
+    [
+        ({}, False),
+        ({"warning_queue_url": "http://sqs.local/1/warnings"}, True),
+        ({"drain_queue_url": "http://sqs.local/1/drain"}, True),  # Clusterman's host queues alone
+        ({"termination_queue_url": "http://sqs.local/1/terminate"}, True),
+    ],
+)
+def test_a_cluster_with_any_queue_of_notices_runs_a_drainer_in_the_tree(queues, drainer):
+    raw = {"clusters": {"c1": {"aws_region": "us-west-2", **queues}}, "autoscale_signal": signal("M", "v1")}
+    assert plan(main=parse(MainConfig, raw, "main.yaml")).drainer is drainer

@@ -1,15 +1,16 @@
 """``python -m clusterman.batch.drainer``: the cluster's notices, filed into each pool's inbox.
 
-Clusterman's module path. Here the drainer does not drain: it reads the cluster's warning queue
-(``clusters.<name>.warning_queue_url``: EventBridge events, docs/node_lifecycle.md), finds the pool
-each instance belongs to (the instances of every pool's resource groups), and files the notice
-into that pool's inbox in the state store. The pool's own autoscaler, under its lease, taints,
-evicts, replaces and terminates (one actor per pool: docs/architecture.md says why).
+Clusterman's module path. Here the drainer does not drain: it reads the cluster's queues (the
+warning queue's EventBridge events, and Clusterman's drain and termination queues of hosts:
+docs/node_lifecycle.md), finds the pool each instance belongs to (the instances of every pool's
+resource groups), and files the notice into that pool's inbox in the state store. The pool's own
+autoscaler, under its lease, taints, evicts, replaces and terminates (one actor per pool:
+docs/architecture.md says why).
 
 At least once, and idempotently: a message is deleted only once its notices are filed (a process
 killed before that leaves it to come back after its visibility timeout); the same notice filed
 again changes nothing; a message for no instance of the cluster is deleted with a warning; one
-that is not an event, or that comes back ``notices.max_receives`` times, is set aside. Several
+that cannot be read, or that comes back ``notices.max_receives`` times, is set aside. Several
 drainers may run (one in each pool's tree): the cluster's drainer lease lets one read at a time,
 so inbox writes never race.
 """
@@ -44,6 +45,8 @@ from clusterman.errors import UserError
 from clusterman.notices.events import Rebalance
 from clusterman.notices.events import Unreadable
 from clusterman.notices.events import notices_of
+from clusterman.notices.hosts import HostQueue
+from clusterman.notices.hosts import read_host
 from clusterman.notices.inbox import Inbox
 from clusterman.notices.queue import Message
 from clusterman.notices.queue import NoticeQueue
@@ -77,6 +80,21 @@ class Tally:
     by_pool: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass
+class Feed:
+    """One of the cluster's queues: ``hosts`` says which of Clusterman's host queues it is (None:
+    the warning queue, EventBridge events). ``resume_at``: after SQS failed, not read before then."""
+
+    queue: NoticeQueue
+    hosts: HostQueue | None = None
+    failures: int = 0
+    resume_at: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.hosts.value} queue" if self.hosts is not None else "warning queue"
+
+
 class Router:
     """Which pool each instance belongs to, and filing notices there."""
 
@@ -86,18 +104,19 @@ class Router:
         cluster: str,
         directory: str,
         store: StateStore,
-        queue: NoticeQueue,
+        feeds: list[Feed],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.main = main
         self.cluster = cluster
         self.directory = directory
         self.store = store
-        self.queue = queue
+        self.feeds = feeds
         self.clock = clock
         self.rebalance = Rebalance(main.notices.rebalance)
         self.max_receives = main.notices.max_receives
         self.owners: dict[str, PoolIdentity] = {}
+        self.warned: set[PoolIdentity] = set()  # pools that take the cloud's warnings
         self._read_at = -1e18
         self.tally = Tally()
 
@@ -108,8 +127,10 @@ class Router:
         for identity in list_pools(self.directory, self.cluster):
             try:
                 setup = PoolTarget(self.main, identity, self.directory).setup()
-                if not setup.pool.draining.process_spot_warnings:
-                    continue
+                if setup.pool.draining.process_spot_warnings:
+                    self.warned.add(identity)
+                else:
+                    self.warned.discard(identity)
                 reading = cloud_for(setup).read(now)
             except Exception as e:  # one pool's trouble is its own: the others are still served
                 log.warning("%s: its instances cannot be read (%s): what was known of it stands", identity, e)
@@ -126,35 +147,69 @@ class Router:
             self.refresh(now)
         return self.owners.get(instance)
 
-    def handle(self, messages: Iterable[Message]) -> None:
+    def step(self, stop: threading.Event | None = None) -> float:
+        """Read each queue once and file what came; the seconds to wait before the next step. Every
+        queue but the last one read waits for nothing; that one waits its long poll, unless another
+        just gave messages. A queue SQS failed on is left for a while (``BACKOFF``), the others not."""
+        now = self.clock()
+        ready = [feed for feed in self.feeds if feed.resume_at <= now]
+        busy = False
+        for k, feed in enumerate(ready):
+            if stop is not None and stop.is_set():
+                break
+            try:
+                messages = feed.queue.receive(wait=k == len(ready) - 1 and not busy)
+                feed.failures = 0
+            except QueueError as e:
+                self.tally.failed += 1
+                wait = BACKOFF[min(feed.failures, len(BACKOFF) - 1)]
+                feed.failures += 1
+                feed.resume_at = self.clock() + wait
+                log.warning("SQS did not answer (tried again in %g s): %s", wait, e)
+                continue
+            busy = busy or bool(messages)
+            self.handle(feed, messages)
+        if busy or any(feed.resume_at <= self.clock() for feed in self.feeds):
+            return 0.0
+        return max(0.0, min(feed.resume_at for feed in self.feeds) - self.clock())
+
+    def handle(self, feed: Feed, messages: Iterable[Message]) -> None:
         """File each message's notices, then delete the handled ones together; set aside those
         that cannot be handled. A message not deleted comes back after its visibility timeout."""
         done: list[Message] = []
         for message in messages:
             try:
-                if self._handle(message):
+                if self._handle(feed, message):
                     done.append(message)
             except QueueError as e:
                 self.tally.failed += 1
                 log.warning("message %s stays in the queue (it comes back): %s", message.id, e)
         try:
-            for message in self.queue.delete_all(done):
+            for message in feed.queue.delete_all(done):
                 log.warning("message %s was not deleted: it comes back, and is filed again as a repeat", message.id)
         except QueueError as e:
             self.tally.failed += 1
             log.warning("%d handled message(s) stay in the queue (they come back as repeats): %s", len(done), e)
 
-    def _handle(self, message: Message) -> bool:
+    def _handle(self, feed: Feed, message: Message) -> bool:
         """Whether the message is handled (to be deleted); one set aside is dealt with here."""
         if message.receives > self.max_receives:
             self.tally.set_aside += 1
-            self.queue.set_aside(message, f"received {message.receives} times without being handled")
+            feed.queue.set_aside(message, f"received {message.receives} times without being handled")
             return False
+        now = self.clock()
+        sender = ""
         try:
-            notices = notices_of(message.body, message.id, self.rebalance)
+            if feed.hosts is None:
+                notices = notices_of(message.body, message.id, self.rebalance)
+            else:
+                host = read_host(message.body, message.sender)
+                notices = (host.notice(feed.hosts, now, message.id),)
+                sender = f", sent by {host.sender or 'no Sender'} for pool {host.pool or '?'}"
         except Unreadable as e:
             self.tally.set_aside += 1
-            self.queue.set_aside(message, f"not an interruption event: {e}")
+            what = "an interruption event" if feed.hosts is None else "a host"
+            feed.queue.set_aside(message, f"not {what}: {e}")
             return False
         if not notices:
             self.tally.ignored += 1
@@ -162,7 +217,6 @@ class Router:
                 "message %s: nothing to act on (a rebalance recommendation is %s)", message.id, self.rebalance.value
             )
             return True
-        now = self.clock()
         by_pool: dict[PoolIdentity, list[Notice]] = {}
         for notice in notices:
             pool = self.owner(notice.instance_id, now)
@@ -172,6 +226,11 @@ class Router:
                     "%s for %s: no pool of cluster %s has that instance: message deleted",
                     notice.reason.value, notice.instance_id, self.cluster,
                 )  # fmt: skip
+                continue
+            if feed.hosts is None and pool not in self.warned:
+                self.tally.ignored += 1
+                log.info("%s for %s ignored: %s sets draining.process_spot_warnings false",
+                         notice.reason.value, notice.instance_id, pool)  # fmt: skip
                 continue
             by_pool.setdefault(pool, []).append(notice)
         for pool, found in by_pool.items():
@@ -184,13 +243,13 @@ class Router:
             self.tally.repeated += len(found) - len(new)
             self.tally.by_pool[str(pool)] = self.tally.by_pool.get(str(pool), 0) + len(new)
             for notice in new:
-                log.info("%s: %s for %s filed (message %s)", pool, notice.reason.value, notice.instance_id, message.id)
+                log.info("%s: %s for %s filed (%s, message %s%s)",
+                         pool, notice.reason.value, notice.instance_id, feed.name, message.id, sender)  # fmt: skip
         return True
 
 
 def serve(router: Router, lease: PoolLease | None, stop: threading.Event, once: bool = False) -> Tally:
-    """Receive and file until ``stop`` (or one receive, with ``once``)."""
-    failures = 0
+    """Receive and file until ``stop`` (or one receive from each queue, with ``once``)."""
     while not stop.is_set():
         if lease is not None:
             try:
@@ -203,21 +262,11 @@ def serve(router: Router, lease: PoolLease | None, stop: threading.Event, once: 
                     break
                 stop.wait(LEASE_SECONDS / 6)
                 continue
-        try:
-            messages = router.queue.receive()
-            failures = 0
-        except QueueError as e:
-            router.tally.failed += 1
-            wait = BACKOFF[min(failures, len(BACKOFF) - 1)]
-            failures += 1
-            log.warning("SQS did not answer (tried again in %g s): %s", wait, e)
-            if once:
-                break
-            stop.wait(wait)
-            continue
-        router.handle(messages)
+        wait = router.step(stop)
         if once:
             break
+        if wait:
+            stop.wait(wait)
     if lease is not None and lease.last is not None and lease.last.held:
         try:
             lease.release()
@@ -226,22 +275,38 @@ def serve(router: Router, lease: PoolLease | None, stop: threading.Event, once: 
     return router.tally
 
 
+QUEUES = (  # the warning queue last: it is the one read with a long poll (``Router.step``)
+    ("drain_queue_url", HostQueue.DRAIN),
+    ("termination_queue_url", HostQueue.TERMINATION),
+    ("warning_queue_url", None),
+)
+
+
 def build(main: MainConfig, cluster: str, directory: str, wait_seconds: int) -> tuple[Router, PoolLease]:
     config = cluster_config(main, cluster)
-    if not config.warning_queue_url:
-        raise UserError(f"clusters.{cluster}.warning_queue_url: not set: there is no queue of notices to read")
     notices = main.notices
-    queue = NoticeQueue(
-        AwsSettings.from_config(main.aws, config.aws_region),
-        config.warning_queue_url,
-        wait_seconds=wait_seconds,
-        visibility_seconds=notices.visibility_timeout_seconds,
-        dead_letter_url=notices.dead_letter_queue_url,
-    )
+    settings = AwsSettings.from_config(main.aws, config.aws_region)
+    feeds = [
+        Feed(
+            NoticeQueue(
+                settings,
+                getattr(config, key),
+                wait_seconds=wait_seconds,
+                visibility_seconds=notices.visibility_timeout_seconds,
+                dead_letter_url=notices.dead_letter_queue_url,
+            ),
+            hosts,
+        )
+        for key, hosts in QUEUES
+        if getattr(config, key)
+    ]
+    if not feeds:
+        keys = ", ".join(key for key, _ in reversed(QUEUES))
+        raise UserError(f"clusters.{cluster}: none of {keys} is set: there is no queue of notices to read")
     store = open_state_store(main)
     holder = Holder.this_process(time.time())
     lease = PoolLease(store, PoolIdentity(cluster, DRAINER, Scheduler.KUBERNETES), holder, LEASE_SECONDS, "drainer")
-    return Router(main, cluster, directory, store, queue), lease
+    return Router(main, cluster, directory, store, feeds), lease
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         "--cluster",
         default=os.environ.get("CMAN_CLUSTER"),
         required="CMAN_CLUSTER" not in os.environ,
-        help="the cluster whose warning queue is read (default: $CMAN_CLUSTER)",
+        help="the cluster whose queues are read (default: $CMAN_CLUSTER)",
     )
     parser.add_argument("--wait-seconds", type=int, default=20, help="SQS long poll (0 to 20)")
     parser.add_argument("--once", action="store_true", help="one receive, then exit")
@@ -264,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, Reported) as e:
         log.error("%s", e)
         return 1
-    log.info("reading %s for every pool of cluster %s", router.queue.url, args.cluster)
+    queues = ", ".join(f"{feed.name} {feed.queue.url}" for feed in router.feeds)
+    log.info("reading %s for every pool of cluster %s", queues, args.cluster)
     tally = serve(router, lease, stop, args.once)
     log.info("stopped: %s", tally)
     return 0

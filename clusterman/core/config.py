@@ -162,6 +162,11 @@ class ClusterConfig:
         "cluster-autoscaler.kubernetes.io/safe-to-evict", doc="a pod annotated with it as false pins its node"
     )
 
+    @property
+    def queues(self) -> tuple[str, ...]:
+        """The queues the cluster's drainer reads (none: it runs no drainer)."""
+        return tuple(u for u in (self.drain_queue_url, self.termination_queue_url, self.warning_queue_url) if u)
+
     IGNORED_KEYS: ClassVar = {
         "cluster_manager": "each pool file's suffix (.kubernetes, .mesos) names its scheduler",
         "aws_account_number": "nothing clusterman does needs the account number",

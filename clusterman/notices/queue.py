@@ -35,6 +35,7 @@ class Message:
     body: str
     receipt: str
     receives: int  # ApproximateReceiveCount: this receive included
+    sender: str = ""  # the "Sender" attribute of Clusterman's host messages
 
 
 class NoticeQueue:
@@ -69,15 +70,17 @@ class NoticeQueue:
             )
         return self._client
 
-    def receive(self, most: int = 10) -> list[Message]:
+    def receive(self, most: int = 10, wait: bool = True) -> list[Message]:
+        """Up to ``most`` messages; ``wait``: a long poll of ``wait_seconds``, else none."""
         answer = self._call(
             "receiving from",
             "receive_message",
             QueueUrl=self.url,
             MaxNumberOfMessages=max(1, min(10, most)),
-            WaitTimeSeconds=self.wait_seconds,
+            WaitTimeSeconds=self.wait_seconds if wait else 0,
             VisibilityTimeout=max(1, int(self.visibility_seconds)),
             AttributeNames=["ApproximateReceiveCount"],
+            MessageAttributeNames=["Sender"],
         )
         return [
             Message(
@@ -85,6 +88,7 @@ class NoticeQueue:
                 m.get("Body", ""),
                 m["ReceiptHandle"],
                 int((m.get("Attributes") or {}).get("ApproximateReceiveCount", "1")),
+                str(((m.get("MessageAttributes") or {}).get("Sender") or {}).get("StringValue", "")),
             )
             for m in answer.get("Messages") or ()
         ]
@@ -112,13 +116,23 @@ class NoticeQueue:
                 "send_message",
                 QueueUrl=self.dead_letter_url,
                 MessageBody=message.body,
-                MessageAttributes={"why": {"DataType": "String", "StringValue": why[:1000]}},
+                MessageAttributes=self._kept_attributes(message, why),
             )
             log.warning("message %s set aside in %s: %s", message.id, self.dead_letter_url, why)
         else:
             log.error("message %s set aside (deleted; no dead_letter_queue_url): %s; its body: %s",
                       message.id, why, message.body[:4000])  # fmt: skip
         self.delete(message)
+
+    def _kept_attributes(self, message: Message, why: str) -> dict[str, Any]:
+        """Why it was set aside and where from; a host's ``Sender``, so that it can be sent back."""
+        attributes = {
+            "why": {"DataType": "String", "StringValue": why[:1000]},
+            "queue": {"DataType": "String", "StringValue": self.url},
+        }
+        if message.sender:
+            attributes["Sender"] = {"DataType": "String", "StringValue": message.sender}
+        return attributes
 
     def _call(self, what: str, operation: str, **kwargs: Any) -> Any:
         try:

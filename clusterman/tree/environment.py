@@ -51,7 +51,7 @@ class TreePlan:
     signals: tuple[SignalProcess, ...]
     bucket: str
     args: str = ""
-    drainer: bool = False  # the cluster has a warning queue: the tree runs a drainer beside the autoscaler
+    drainer: bool = False  # the cluster has a queue of notices: the tree runs a drainer beside the autoscaler
 
     @property
     def versions(self) -> tuple[str, ...]:
@@ -103,7 +103,7 @@ def plan_tree(
         seen_apps[spec.app] = key
         processes.append(_checked(spec, source, key))
     cluster = main.clusters.get(identity.cluster)
-    drainer = cluster is not None and bool(cluster.warning_queue_url)
+    drainer = cluster is not None and bool(cluster.queues)
     return TreePlan(identity, tuple(processes), main.aws.signals_bucket, args, drainer)
 
 

@@ -224,12 +224,11 @@ def build_cycle(
 
 
 def notices_for(setup: PoolSetup, state_store: StateStore, migration: NoticeSource | None) -> NoticeSource | None:
-    """Where the pool's run learns which nodes must go: its inbox, when its cluster has a warning
-    queue (the drainer files the cloud's notices there) and the pool takes Spot warnings
-    (``draining.process_spot_warnings``), and its node migration; None when neither."""
+    """Where the pool's run learns which nodes must go: its inbox, when its cluster has a queue the
+    drainer reads (it files the cloud's notices and the hosts put on Clusterman's queues there), and
+    its node migration; None when neither."""
     cluster = setup.main.clusters.get(setup.identity.cluster)
-    cloud = cluster is not None and cluster.warning_queue_url and setup.pool.draining.process_spot_warnings
-    inbox = InboxSource(Inbox(state_store, setup.identity)) if cloud else None
+    inbox = InboxSource(Inbox(state_store, setup.identity)) if cluster is not None and cluster.queues else None
     if inbox is not None and migration is not None:
         return Sources(inbox, migration)
     return inbox or migration

@@ -148,3 +148,32 @@ def test_killed_between_two_evictions_the_next_autoscaler_goes_on(tmp_path, moto
     assert world.desired(asg) == 3 and world.ec2_state(members[1]) == "terminated", lines  # as the first test
     assert not any("target 5 -> 6" in line for line in lines), lines  # no second replacement
     assert sorted(drains.evictions(pool)) == sorted(pods), drains.evictions(pool)  # each asked once
+
+
+def test_a_host_put_on_clustermans_drain_queue_is_drained_and_ended_by_its_pools_run(tmp_path, moto_server):
+    """A tool written for Clusterman asks for a node to go (``scaling down``): no warning queue, no
+    replacement; the pool's own run taints, evicts and ends it."""
+    with drains.four_nodes(tmp_path, moto_server) as (world, asg, members, pool):
+        nodes = pool.join(members, cpus=8)
+        pods = pool.run_pods(nodes[2], 2, 1, prefix="leaving")
+        url = aws(moto_server, "sqs").create_queue(QueueName=f"{world.cluster}-drain")["QueueUrl"]
+        config = pool.configure(
+            draining=True, max_capacity=10, min_capacity=1, cluster_extra={"drain_queue_url": url},
+            main_extra={"notices": {"poll_seconds": 0.2}},
+        )  # fmt: skip
+        body = {"instance_id": members[2], "hostname": nodes[2], "group_id": asg, "pool": "web",
+                "termination_reason": "scaling down", "draining_start_time": "2026-12-06T12:40:00-08:00"}  # fmt: skip
+        sender = {"Sender": {"DataType": "String", "StringValue": "asg"}}
+        aws(moto_server, "sqs").send_message(QueueUrl=url, MessageBody=json.dumps(body), MessageAttributes=sender)
+        drained = subprocess.run(
+            [sys.executable, "-m", "clusterman.batch.drainer", "--env-config-path", config, "--cluster",
+             world.cluster, "--once", "--wait-seconds", "1"],
+            capture_output=True, text=True, timeout=120, env={**os.environ, **FAKE_CREDENTIALS},
+        )  # fmt: skip
+        assert f"scaling_down for {members[2]} filed (drain queue" in drained.stderr, drained.stderr
+        with drains.running(config, world.cluster) as autoscaler:
+            _, line = autoscaler.wait_for(lambda line: "scaling_down: noticed, tainted" in line, timeout=60)
+            _, ended = autoscaler.wait_for(lambda line: "scaling_down: terminated" in line, timeout=60)
+    assert f"{nodes[2]} scaling_down: noticed, tainted, evicted 2" in line and "replacing" not in line, line
+    assert sorted(drains.evictions(pool)) == sorted(pods), ended
+    assert world.ec2_state(members[2]) == "terminated", ended
