@@ -45,14 +45,20 @@ class Unreadable(ValueError):
     """Not an event this reader knows: the message says why, in one line."""
 
 
-def notices_of(body: str, key: str, rebalance: Rebalance = Rebalance.IGNORE) -> tuple[Notice, ...]:
-    """The notices one message body (an EventBridge event) gives; ``key`` names them (the message id)."""
+def json_object(body: str, what: str) -> Mapping[str, Any]:
+    """The message body as a JSON object; Unreadable, naming ``what`` it should be, when not."""
     try:
-        event = json.loads(body)
+        data = json.loads(body)
     except ValueError as e:
         raise Unreadable(f"not JSON: {e}") from None
-    if not isinstance(event, Mapping):
-        raise Unreadable(f"not an event: {type(event).__name__}")
+    if not isinstance(data, Mapping):
+        raise Unreadable(f"not {what}: {type(data).__name__}")
+    return data
+
+
+def notices_of(body: str, key: str, rebalance: Rebalance = Rebalance.IGNORE) -> tuple[Notice, ...]:
+    """The notices one message body (an EventBridge event) gives; ``key`` names them (the message id)."""
+    event = json_object(body, "an event")
     kind = event.get("detail-type")
     detail = event.get("detail")
     if kind not in DETAIL_TYPES:

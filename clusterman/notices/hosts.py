@@ -21,8 +21,6 @@ A body that is not such a host, or names a reason Clusterman does not have, is `
 from __future__ import annotations
 
 import enum
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from clusterman.core.model import NO_TIME
@@ -31,6 +29,7 @@ from clusterman.core.notices import Notice
 from clusterman.core.timestamps import parse_time
 from clusterman.notices.events import SPOT_WARNING_SECONDS
 from clusterman.notices.events import Unreadable
+from clusterman.notices.events import json_object
 
 # Clusterman's TerminationReason values, as its messages spell them
 TERMINATION_REASONS = {
@@ -74,12 +73,7 @@ class Host:
 def read_host(body: str, sender: str = "") -> Host:
     """One message's host; ``sender``: its ``Sender`` attribute (else the body's ``sender``).
     Unreadable says what is wrong."""
-    try:
-        data = json.loads(body)
-    except ValueError as e:
-        raise Unreadable(f"not JSON: {e}") from None
-    if not isinstance(data, Mapping):
-        raise Unreadable(f"not a host: {type(data).__name__}")
+    data = json_object(body, "a host")
     instance = data.get("instance_id")
     if not isinstance(instance, str) or not instance:
         raise Unreadable("not a host: instance_id is missing")
