@@ -83,12 +83,10 @@ class Tally:
 @dataclass
 class Feed:
     """One of the cluster's queues: ``hosts`` says which of Clusterman's host queues it is (None:
-    the warning queue, EventBridge events). ``resume_at``: after SQS failed, not read before then."""
+    the warning queue, EventBridge events)."""
 
     queue: NoticeQueue
     hosts: HostQueue | None = None
-    failures: int = 0
-    resume_at: float = 0.0
 
     @property
     def name(self) -> str:
@@ -119,6 +117,7 @@ class Router:
         self.warned: set[PoolIdentity] = set()  # pools that take the cloud's warnings
         self._read_at = -1e18
         self.tally = Tally()
+        self._lock = threading.Lock()  # one queue's thread files at a time: inbox writes never race
 
     def refresh(self, now: float) -> None:
         """Read every pool's groups again: which pool each instance belongs to. A pool whose file or
@@ -147,56 +146,63 @@ class Router:
             self.refresh(now)
         return self.owners.get(instance)
 
-    def step(self, stop: threading.Event | None = None) -> float:
-        """Read each queue once and file what came; the seconds to wait before the next step. Every
-        queue but the last one read waits for nothing; that one waits its long poll, unless another
-        just gave messages. A queue SQS failed on is left for a while (``BACKOFF``), the others not."""
-        now = self.clock()
-        ready = [feed for feed in self.feeds if feed.resume_at <= now]
-        busy = False
-        for k, feed in enumerate(ready):
-            if stop is not None and stop.is_set():
-                break
-            try:
-                messages = feed.queue.receive(wait=k == len(ready) - 1 and not busy)
-                feed.failures = 0
-            except QueueError as e:
-                self.tally.failed += 1
-                wait = BACKOFF[min(feed.failures, len(BACKOFF) - 1)]
-                feed.failures += 1
-                feed.resume_at = self.clock() + wait
-                log.warning("SQS did not answer (tried again in %g s): %s", wait, e)
+    def read(self, feed: Feed, holding: threading.Event, stop: threading.Event, once: bool = False) -> None:
+        """One queue, in a thread of its own, so that a queue SQS holds or refuses delays no other:
+        a long poll, then filing what came, while the lease is ``holding``. After SQS failed, a
+        wait (``BACKOFF``). Messages received once the lease is lost or the drainer stops are left
+        to come back after their visibility timeout. ``once``: one receive."""
+        failures = 0
+        while not stop.is_set():
+            if not holding.wait(1.0):
                 continue
-            busy = busy or bool(messages)
-            self.handle(feed, messages)
-        if busy or any(feed.resume_at <= self.clock() for feed in self.feeds):
-            return 0.0
-        return max(0.0, min(feed.resume_at for feed in self.feeds) - self.clock())
+            try:
+                messages = feed.queue.receive()
+                failures = 0
+            except QueueError as e:
+                self._count("failed")
+                wait = BACKOFF[min(failures, len(BACKOFF) - 1)]
+                failures += 1
+                log.warning("SQS did not answer for the %s (tried again in %g s): %s", feed.name, wait, e)
+                if once:
+                    return
+                stop.wait(wait)
+                continue
+            if holding.is_set() and not stop.is_set():
+                self.handle(feed, messages)
+            if once:
+                return
 
     def handle(self, feed: Feed, messages: Iterable[Message]) -> None:
         """File each message's notices, then delete the handled ones together; set aside those
         that cannot be handled. A message not deleted comes back after its visibility timeout."""
         done: list[Message] = []
         for message in messages:
+            with self._lock:
+                handled, aside = self._handle(feed, message)
             try:
-                if self._handle(feed, message):
+                if aside:
+                    feed.queue.set_aside(message, aside)
+                elif handled:
                     done.append(message)
             except QueueError as e:
-                self.tally.failed += 1
+                self._count("failed")
                 log.warning("message %s stays in the queue (it comes back): %s", message.id, e)
         try:
             for message in feed.queue.delete_all(done):
                 log.warning("message %s was not deleted: it comes back, and is filed again as a repeat", message.id)
         except QueueError as e:
-            self.tally.failed += 1
+            self._count("failed")
             log.warning("%d handled message(s) stay in the queue (they come back as repeats): %s", len(done), e)
 
-    def _handle(self, feed: Feed, message: Message) -> bool:
-        """Whether the message is handled (to be deleted); one set aside is dealt with here."""
+    def _count(self, what: str) -> None:
+        with self._lock:
+            setattr(self.tally, what, getattr(self.tally, what) + 1)
+
+    def _handle(self, feed: Feed, message: Message) -> tuple[bool, str]:
+        """Whether the message is handled (to be deleted), and why to set it aside ("" if not)."""
         if message.receives > self.max_receives:
             self.tally.set_aside += 1
-            feed.queue.set_aside(message, f"received {message.receives} times without being handled")
-            return False
+            return False, f"received {message.receives} times without being handled"
         now = self.clock()
         sender = ""
         try:
@@ -208,15 +214,13 @@ class Router:
                 sender = f", sent by {host.sender or 'no Sender'} for pool {host.pool or '?'}"
         except Unreadable as e:
             self.tally.set_aside += 1
-            what = "an interruption event" if feed.hosts is None else "a host"
-            feed.queue.set_aside(message, f"not {what}: {e}")
-            return False
+            return False, f"not {'an interruption event' if feed.hosts is None else 'a host'}: {e}"
         if not notices:
             self.tally.ignored += 1
             log.info(
                 "message %s: nothing to act on (a rebalance recommendation is %s)", message.id, self.rebalance.value
             )
-            return True
+            return True, ""
         by_pool: dict[PoolIdentity, list[Notice]] = {}
         for notice in notices:
             pool = self.owner(notice.instance_id, now)
@@ -238,35 +242,48 @@ class Router:
                 new = Inbox(self.store, pool).file(found, now)
             except StateError as e:  # not deleted: it comes back, and after max_receives is set aside
                 log.warning("%s: cannot file %s in its inbox: %s", pool, message.id, e)
-                return False
+                return False, ""
             self.tally.filed += len(new)
             self.tally.repeated += len(found) - len(new)
             self.tally.by_pool[str(pool)] = self.tally.by_pool.get(str(pool), 0) + len(new)
             for notice in new:
                 log.info("%s: %s for %s filed (%s, message %s%s)",
                          pool, notice.reason.value, notice.instance_id, feed.name, message.id, sender)  # fmt: skip
-        return True
+        return True, ""
 
 
 def serve(router: Router, lease: PoolLease | None, stop: threading.Event, once: bool = False) -> Tally:
-    """Receive and file until ``stop`` (or one receive from each queue, with ``once``)."""
+    """Read every queue until ``stop`` (or one receive from each, with ``once``), each in its own
+    thread, while this drainer holds the cluster's lease (claimed here, never blocked by SQS)."""
+    holding = threading.Event()
+    readers = [
+        threading.Thread(target=router.read, args=(feed, holding, stop, once), name=f"drainer {feed.name}", daemon=True)
+        for feed in router.feeds
+    ]
+    started = False
     while not stop.is_set():
+        held = True
         if lease is not None:
             try:
                 held = lease.claim(router.clock()).held
             except StateError as e:
                 log.warning("the drainer's lease cannot be read: %s", e)
                 held = False
-            if not held:
-                if once:
-                    break
-                stop.wait(LEASE_SECONDS / 6)
-                continue
-        wait = router.step(stop)
+        if held:
+            holding.set()
+        else:
+            holding.clear()
+        if held and not started:
+            for reader in readers:
+                reader.start()
+            started = True
         if once:
             break
-        if wait:
-            stop.wait(wait)
+        stop.wait(LEASE_SECONDS / 6)
+    if once and started:
+        for reader in readers:
+            reader.join()
+    holding.clear()
     if lease is not None and lease.last is not None and lease.last.held:
         try:
             lease.release()
@@ -275,7 +292,7 @@ def serve(router: Router, lease: PoolLease | None, stop: threading.Event, once: 
     return router.tally
 
 
-QUEUES = (  # the warning queue last: it is the one read with a long poll (``Router.step``)
+QUEUES = (
     ("drain_queue_url", HostQueue.DRAIN),
     ("termination_queue_url", HostQueue.TERMINATION),
     ("warning_queue_url", None),

@@ -70,14 +70,13 @@ class NoticeQueue:
             )
         return self._client
 
-    def receive(self, most: int = 10, wait: bool = True) -> list[Message]:
-        """Up to ``most`` messages; ``wait``: a long poll of ``wait_seconds``, else none."""
+    def receive(self, most: int = 10) -> list[Message]:
         answer = self._call(
             "receiving from",
             "receive_message",
             QueueUrl=self.url,
             MaxNumberOfMessages=max(1, min(10, most)),
-            WaitTimeSeconds=self.wait_seconds if wait else 0,
+            WaitTimeSeconds=self.wait_seconds,
             VisibilityTimeout=max(1, int(self.visibility_seconds)),
             AttributeNames=["ApproximateReceiveCount"],
             MessageAttributeNames=["Sender"],

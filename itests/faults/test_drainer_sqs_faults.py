@@ -76,5 +76,45 @@ def test_sqs_refusing_or_hanging_loses_no_message(tmp_path, moto_server, fault):
             drainer.terminate()
             _, stderr = drainer.communicate(timeout=60)
     assert [n.instance_id for n in notices] == [members[0]], stderr[-3000:]
-    assert "SQS did not answer (tried again in" in stderr, stderr[-3000:]
+    assert "SQS did not answer for the warning queue (tried again in" in stderr, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+
+
+def host(instance: str) -> str:
+    return json.dumps({"instance_id": instance, "termination_reason": "node migration", "pool": POOL})
+
+
+@pytest.mark.parametrize("hung", ["drain", "warnings"])
+def test_a_queue_sqs_holds_does_not_delay_the_others(tmp_path, moto_server, hung):
+    """Each queue is read in its own thread: a hung one costs the others nothing (read one after
+    another, a hung drain queue held each Spot warning for up to a minute of its two)."""
+    world = World(moto_server.url)
+    members = world.asg_members(world.asg(POOL, desired=2))
+    urls = {name: sqs(moto_server).create_queue(QueueName=f"{world.cluster}-{name}")["QueueUrl"]
+            for name in ("drain", "warnings")}  # fmt: skip
+    with FaultyProxy(moto_server.url) as proxy, harness(tmp_path, world, "kubernetes", aws_url=proxy.url) as pool:
+        config = pool.configure(cluster_extra={"drain_queue_url": urls["drain"], "warning_queue_url": urls["warnings"]})
+        proxy.add(Fault(slow_seconds=600, times=None, contains=f"{world.cluster}-{hung}"))
+        identity, store = pool.setup().identity, open_state_store(pool.setup().main)
+        drainer = subprocess.Popen(
+            [sys.executable, "-m", "clusterman.batch.drainer", "--env-config-path", config, "--cluster", world.cluster],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **FAKE_CREDENTIALS},
+        )  # fmt: skip
+        try:
+            time.sleep(3)  # reading both queues, one of them held
+            sent = time.monotonic()
+            if hung == "drain":
+                sqs(moto_server).send_message(QueueUrl=urls["warnings"], MessageBody=warning(members[0]))
+            else:
+                sqs(moto_server).send_message(QueueUrl=urls["drain"], MessageBody=host(members[0]))
+            notices: tuple = ()
+            while not notices and time.monotonic() < sent + 60:
+                notices, _ = Inbox(store, identity).read(time.time())
+                time.sleep(0.2)
+            filed_after = time.monotonic() - sent
+        finally:
+            drainer.terminate()
+            _, stderr = drainer.communicate(timeout=60)
+    assert [n.instance_id for n in notices] == [members[0]], stderr[-3000:]
+    assert filed_after < 10, (filed_after, stderr[-3000:])
     assert "Traceback" not in stderr, stderr[-3000:]
