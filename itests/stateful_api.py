@@ -231,8 +231,8 @@ class FakeKubernetes(FakeServer):
         self.budget_refuses: set[str] = set()  # "ns/name": evictions answered 429 (a disruption budget)
         self.eviction_errors: dict[str, Answer] = {}  # "ns/name": any other answer to its eviction
         self.node_read_errors: dict[str, Answer] = {}  # node name: the answer to a list of its pods
-        # node name -> the answers to its next PATCHes, one each, before the patch is looked at (an
-        # admission webhook that fails, an etcd timeout)
+        # node name (or "nodemigrations/<name>/status") -> the answers to its next PATCHes, one
+        # each, before the patch is looked at (an admission webhook that fails, an etcd timeout)
         self.patch_errors: dict[str, list[Answer]] = {}
         # node name -> how many of its next PATCHes race another writer, which adds a taint first
         self.races: dict[str, int] = {}
@@ -543,6 +543,9 @@ class FakeKubernetes(FakeServer):
         found = self.migrations.get(name)
         if found is None:
             return status(404, "NotFound", f'nodemigrations.clusterman.yelp.com "{name}" not found')
+        failing = self.patch_errors.get(f"nodemigrations/{name}/status") if to_status else None
+        if failing:
+            return failing.pop(0)
         if request.headers.get("content-type") != "application/merge-patch+json":
             # custom resources take no strategic merge patch
             return status(415, "UnsupportedMediaType", f"unsupported patch type {request.headers.get('content-type')}")

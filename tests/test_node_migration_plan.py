@@ -113,7 +113,7 @@ def test_an_event_replaces_ahead_then_drains_batch_by_batch_oldest_first_and_com
     step2 = plan(step2.record, pool([*after, node(102, NEW, age_days=0)], target=6), inputs(r), NOW + 600)
     assert step2.drain == ("n0",)
     done = plan(step2.record, pool([*(n for n in after if n.id != "n0"), node(102, NEW, 0)]), inputs(r), NOW + 700)
-    assert done.active is None and done.record.ended == (("m1", "completed"),)  # gone, seen without a settle
+    assert done.active is None and done.record.ended == (("m1", "completed", ""),)  # gone, seen without a settle
     (mark,) = done.marks
     assert mark.status is Status.COMPLETED and mark.fields["nodesDone"] == 3 and mark.fields["nodesLeft"] == 0
     assert done.happened == ()  # completing is said by the mark; nothing runs the next time
@@ -198,10 +198,12 @@ def test_a_malformed_resource_fails_with_its_reason_and_nothing_else_changes():
     p = plan(MigrationRecord(), pool(nodes), inputs(bad, good), NOW)
     marks = {m.name: m for m in p.marks}
     assert marks["bad"].status is Status.FAILED
-    assert marks["bad"].fields["reason"] == "refused: spec.condition: missing trait, operator, target"
+    refused = "refused: spec.condition: missing trait, operator, target"
+    assert marks["bad"].fields["reason"] == refused
     assert p.active.key == "m1" and p.replace == ("n0", "n1")
     again = plan(p.record, pool(nodes), inputs(bad, good), NOW + 30)
-    assert again.marks[0].name == "bad" and again.marks[0].fields == {"state": "failed"}  # its label was not written
+    # its label and status were not written: both are, with the reason, at the next run
+    assert again.marks[0].name == "bad" and again.marks[0].fields == {"state": "failed", "reason": refused}
     written = replace(bad, status=Status.FAILED, reported=marks["bad"].fields)
     again = plan(p.record, pool(nodes), inputs(written, good), NOW + 30)
     assert "bad" not in {m.name for m in again.marks}  # ended, and said: not said again
@@ -292,13 +294,15 @@ def test_too_long_fails_and_the_record_survives_a_restart():
         MigrationRecord.from_json({"active": {**p.record.active.as_json(), "batch": "n1"}})
     with pytest.raises(ValueError, match="ended: expected a list"):
         MigrationRecord.from_json({"ended": [["m1", "done"]]})
+    assert MigrationRecord.from_json({"ended": [["m1", "failed"]]}).ended == (("m1", "failed", ""),)  # before reasons
 
 
 def test_nodes_whose_trait_is_not_reported_are_left_and_said():
     nodes = [node(0, kernel=""), node(1, NEW), node(2, kernel="", state=NodeState.CORDONED)]
     p = plan(MigrationRecord(), pool(nodes), inputs(resource()), NOW)
-    assert p.active is None and p.record.ended == (("m1", "completed"),)
-    assert p.marks[0].fields["reason"] == "1 node(s) whose kernel is not reported left as they are"
+    why = "1 node(s) whose kernel is not reported left as they are"
+    assert p.active is None and p.record.ended == (("m1", "completed", why),)
+    assert p.marks[0].fields["reason"] == why
     assert NO_TIME < 0  # unknown launch times sort last with highest_uptime
 
 

@@ -168,12 +168,17 @@ class MigrationRecord:
     """What a pool remembers of its migrations (the state store's ``node_migration`` item)."""
 
     active: Migration | None = None
-    ended: tuple[tuple[str, str], ...] = ()  # (resource name, phase) of migrations of resources that ended
+    # (resource name, phase, reason) of migrations of resources that ended: the reason is written
+    # again with the label when the run that ended it could not write them
+    ended: tuple[tuple[str, str, str], ...] = ()
     skips: int = 0  # max_uptime starts put off because the pool was not healthy
     skipped_at: float = NO_TIME
 
     def ended_as(self, name: str) -> Phase | None:
-        return next((Phase(p) for n, p in self.ended if n == name), None)
+        return next((Phase(p) for n, p, _ in self.ended if n == name), None)
+
+    def ended_because(self, name: str) -> str:
+        return next((why for n, _, why in self.ended if n == name), "")
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -189,17 +194,20 @@ class MigrationRecord:
             raise ValueError(f"expected an object, got {data!r}")
         ended = data.get("ended") or []
         if not isinstance(ended, list) or not all(
-            isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and e[1] in {p.value for p in Phase}
+            isinstance(e, list)
+            and len(e) in (2, 3)  # a record written before the reason was kept has none
+            and all(isinstance(x, str) for x in e)
+            and e[1] in {p.value for p in Phase}
             for e in ended
         ):
-            raise ValueError(f"ended: expected a list of [name, phase], got {ended!r}")
+            raise ValueError(f"ended: expected a list of [name, phase, reason], got {ended!r}")
         skips, skipped_at = data.get("skips", 0), data.get("skipped_at")
         if not is_amount(skips) or (skipped_at is not None and not is_amount(skipped_at)):
             raise ValueError(f"skips: expected numbers, got {skips!r}, {skipped_at!r}")
         active = data.get("active")
         return MigrationRecord(
             None if active is None else Migration.from_json(active),
-            tuple((e[0], e[1]) for e in ended),
+            tuple((e[0], e[1], e[2] if len(e) == 3 else "") for e in ended),
             int(skips),
             NO_TIME if skipped_at is None else float(skipped_at),
         )
@@ -340,12 +348,13 @@ def plan(record: MigrationRecord, snapshot: PoolSnapshot, inputs: MigrationInput
         before = record.ended_as(r.name)
         if before is not None:  # ended here, and its label may not have been written
             if r.status is not None and r.status.open:
-                marks.append(Mark(r.name, before.status, {"state": before.status.value}))
+                fields = {"state": before.status.value, "reason": record.ended_because(r.name)}
+                marks.append(Mark(r.name, before.status, {k: v for k, v in fields.items() if v}))
             continue
         why, status = _refusal(r, s)
         if why:
             marks.append(Mark(r.name, status, {"state": status.value, "reason": why, "updatedAt": format_time(now)}))
-            ended.append((r.name, (Phase.FAILED if status is Status.FAILED else Phase.STOPPED).value))
+            ended.append((r.name, (Phase.FAILED if status is Status.FAILED else Phase.STOPPED).value, why))
             happened.append(Happened(r.name, Trigger.EVENT, status.value, f"{status.value}: {why}"))
     record = replace(record, ended=tuple(ended))
 
@@ -355,7 +364,7 @@ def plan(record: MigrationRecord, snapshot: PoolSnapshot, inputs: MigrationInput
         if not m.phase.ended:
             return False
         if m.trigger is Trigger.EVENT:
-            record = replace(record, ended=(*record.ended, (m.key, m.phase.value)))
+            record = replace(record, ended=(*record.ended, (m.key, m.phase.value, m.reason)))
             marks.append(_mark(m, s, now))
         return True
 

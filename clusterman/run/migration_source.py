@@ -217,15 +217,16 @@ class MigrationSource:
         )
 
     def _write_marks(self, plan: MigrationPlan) -> None:
-        """Each resource's status label (when it changes) and its ``status``; one that cannot be
+        """Each resource's ``status``, then its status label (when it changes): a label that says
+        the migration ended closes it, so it is written only once the reason is; what cannot be
         written is written at a later run (it still differs from what the plan says)."""
         if self.resources is None:
             return
         for mark in plan.marks:
             try:
+                self.resources.report(mark.name, mark.fields)
                 shown = self._mine.get(mark.name)
                 if shown is None or shown.status is not mark.status:
                     self.resources.mark(mark.name, mark.status)
-                self.resources.report(mark.name, mark.fields)
             except ConnectorError as e:
                 log.warning("node migration: cannot write the status of %s: %s", mark.name, e)
