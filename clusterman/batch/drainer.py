@@ -10,9 +10,9 @@ docs/architecture.md says why).
 At least once, and idempotently: a message is deleted only once its notices are filed (a process
 killed before that leaves it to come back after its visibility timeout); the same notice filed
 again changes nothing; a message for no instance of the cluster is deleted with a warning; one
-that cannot be read, or that comes back ``notices.max_receives`` times, is set aside. Several
-drainers may run (one in each pool's tree): the cluster's drainer lease lets one read at a time,
-so inbox writes never race.
+that cannot be read, or that comes back ``notices.max_receives`` times, is set aside. Each queue
+is read in a thread of its own and filing takes one lock. Several drainers may run (one in each
+pool's tree): the cluster's drainer lease lets one read at a time, so inbox writes never race.
 """
 
 from __future__ import annotations
