@@ -10,8 +10,9 @@ docs/architecture.md says why).
 At least once, and idempotently: a message is deleted only once its notices are filed (a process
 killed before that leaves it to come back after its visibility timeout); the same notice filed
 again changes nothing; a message for no instance of the cluster is deleted with a warning; one
-that cannot be read, or that comes back ``notices.max_receives`` times, is set aside. Each queue
-is read in a thread of its own and filing takes one lock. Several drainers may run (one in each
+that cannot be read, or that comes back ``notices.max_receives`` times (one whose handling
+raised, say), is set aside. Each queue is read in a thread of its own, which nothing ends but the
+drainer's stop, and filing takes one lock. Several drainers may run (one in each
 pool's tree): the cluster's drainer lease lets one read at a time, so inbox writes never race.
 """
 
@@ -158,11 +159,12 @@ class Router:
             try:
                 messages = feed.queue.receive()
                 failures = 0
-            except QueueError as e:
+            except Exception as e:  # SQS did not answer (QueueError), or a bug: the thread goes on
                 self._count("failed")
                 wait = BACKOFF[min(failures, len(BACKOFF) - 1)]
                 failures += 1
-                log.warning("SQS did not answer for the %s (tried again in %g s): %s", feed.name, wait, e)
+                log.warning("SQS did not answer for the %s (tried again in %g s): %s", feed.name, wait, e,
+                            exc_info=not isinstance(e, QueueError))  # fmt: skip
                 if once:
                     return
                 stop.wait(wait)
@@ -177,8 +179,12 @@ class Router:
         that cannot be handled. A message not deleted comes back after its visibility timeout."""
         done: list[Message] = []
         for message in messages:
-            with self._lock:
-                handled, aside = self._handle(feed, message)
+            try:
+                with self._lock:
+                    handled, aside = self._handle(feed, message)
+            except Exception:  # a bug: the message comes back, and after max_receives is set aside
+                log.exception("message %s could not be handled (it comes back)", message.id)
+                continue
             try:
                 if aside:
                     feed.queue.set_aside(message, aside)

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import boto3
@@ -118,3 +119,46 @@ def test_a_queue_sqs_holds_does_not_delay_the_others(tmp_path, moto_server, hung
     assert [n.instance_id for n in notices] == [members[0]], stderr[-3000:]
     assert filed_after < 10, (filed_after, stderr[-3000:])
     assert "Traceback" not in stderr, stderr[-3000:]
+
+
+def test_a_message_that_breaks_the_drainer_costs_only_itself(tmp_path, moto_server, monkeypatch):
+    """A message whose handling raises (a bug) is left to come back, then set aside; the queue's
+    thread goes on reading. In-process, so that the bug can be planted."""
+    from clusterman.batch import drainer
+    from clusterman.config.loader import load_main_config
+
+    world = World(moto_server.url)
+    members = world.asg_members(world.asg(POOL, desired=2))
+    url = sqs(moto_server).create_queue(QueueName=f"{world.cluster}-warnings")["QueueUrl"]
+    real = drainer.notices_of
+
+    def planted(body, key, rebalance):
+        if members[0] in body:
+            raise KeyError("a bug")
+        return real(body, key, rebalance)
+
+    monkeypatch.setattr(drainer, "notices_of", planted)
+    for name, value in FAKE_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    with harness(tmp_path, world, "kubernetes") as pool:
+        notices = {"max_receives": 2, "visibility_timeout_seconds": 1}
+        config = pool.configure(cluster_extra={"warning_queue_url": url}, main_extra={"notices": notices})
+        main = load_main_config(config)
+        router, _ = drainer.build(main, world.cluster, str(main.cluster_config_directory), wait_seconds=1)
+        stop = threading.Event()
+        serving = threading.Thread(target=drainer.serve, args=(router, None, stop))
+        serving.start()
+        try:
+            sqs(moto_server).send_message(QueueUrl=url, MessageBody=warning(members[0]))
+            deadline = time.monotonic() + 60
+            while router.tally.set_aside == 0 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            sqs(moto_server).send_message(QueueUrl=url, MessageBody=warning(members[1]))
+            while router.tally.filed == 0 and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            stop.set()
+            serving.join(timeout=30)
+        identity = str(pool.setup().identity)
+    assert router.tally.set_aside == 1 and router.tally.filed == 1, router.tally
+    assert router.tally.by_pool == {identity: 1}
