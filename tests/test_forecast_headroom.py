@@ -37,6 +37,16 @@ def test_no_data_is_no_opinion_and_short_history_gets_the_warmup_headroom():
     assert ask(ForecastHeadroom("c", "p", {}), [50.0] * 30) == pytest.approx(55.0)
 
 
+def test_in_warm_up_a_rise_is_asked_at_once_and_a_fall_held_or_let_go_as_later():
+    signal = ForecastHeadroom("c", "p", {})
+    assert ask(signal, [50.0] * 10 + [100.0]) == pytest.approx(110.0)
+    assert ask(signal, [100.0] * 10 + [80.0] * 15) == pytest.approx(110.0)  # noise-sized: held 20 minutes
+    assert ask(signal, [100.0] * 10 + [80.0] * 20) == pytest.approx(88.0)
+    # a fall of more than 3 headrooms (10% of the level standing for one) is let go after 5 minutes
+    assert ask(signal, [100.0] * 10 + [50.0] * 4) == pytest.approx(110.0)
+    assert ask(signal, [100.0] * 10 + [50.0] * 5) == pytest.approx(55.0)
+
+
 def test_headroom_follows_the_noise_it_measured():
     calm = ask(ForecastHeadroom("c", "p", {}), noisy(600, 100, 1))
     rough = ask(ForecastHeadroom("c", "p", {}), noisy(600, 100, 8))

@@ -41,8 +41,9 @@ The period and the headroom are worked out again every ``refresh_minutes`` from 
 signal is given; in between a run costs a few dozen steps, however long the window. With the
 period the headroom is measured both with and without the seasonal term, and the term is used only
 when it scores better by ``PERIOD_GAIN``: the average request plus ``SHORTFALL_WEIGHT`` times the
-demand it would have left unmet. With less history than ``min_history_minutes`` the
-headroom is ``warmup_headroom`` × d(now). A resource with no ``{r}_allocated`` data gets no opinion.
+demand it would have left unmet. With less history than ``min_history_minutes`` the headroom is
+``warmup_headroom`` × the level, under the same hold and release. A resource with no
+``{r}_allocated`` data gets no opinion.
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ class ForecastHeadroom(BaseSignal):
         step = _step_seconds(d)
         level = d[d.n - 1]
         if (d.n - 1) * step < self.p("min_history_minutes") * 60:
-            return level * (1 + self.p("warmup_headroom"))
+            return self.warm_up(d, step)
         model = self._models.get(resource)
         if model is None or now < model.at or now - model.at >= self.p("refresh_minutes") * 60:
             model = self._models[resource] = self.refresh(d.values(), step, now)
@@ -214,6 +215,15 @@ class ForecastHeadroom(BaseSignal):
         stuck = self.stuck(resource, d, bases[: -rule.horizon], model, now)
         spare = max(model.headroom, held * self.p("min_spare"))
         return max(level, held + spare) + self.p("stuck_factor") * stuck
+
+    def warm_up(self, d: Demand, step: float) -> float:
+        """Before there are errors to measure: held and let go as later, ``warmup_headroom`` of the
+        level standing for the headroom."""
+        rule = Rule(self, step, 0, 0.0)
+        window = d[max(0, d.n - rule.hold) : d.n]
+        recent = max(window[-rule.release :])
+        held = release(max(window), recent, max(window) - recent, rule.release_by * self.p("warmup_headroom") * recent)
+        return held * (1 + self.p("warmup_headroom"))
 
     @property
     def newsvendor(self) -> bool:
