@@ -2,9 +2,10 @@
 cycle, the shipped decision and the scoreboard's simulated pool (``bench/scoreboard.py``), each
 run beside the same run without the migration (its baseline, in the same process).
 
-  replace     about 100 nodes (m5.xlarge, 4 CPUs; the ``noisy`` trace at 1.3 times its CPUs)
+  replace     about 115 nodes (m5.2xlarge, 8 CPUs; the ``noisy`` trace at 2.6 times its CPUs)
               whose launch template gets a new version after 6 hours: every node drifts, and
-              ``trigger.drift`` with ``rate: 5`` and ``prescaling: 2%`` replaces them. How long it
+              ``trigger.drift`` with ``rate: 5``, ``prescaling: 2%`` and ``expected_duration: 3h``
+              replaces them. How long it
               took against ``expected_duration``, the unmet CPU-minutes while it ran against the
               baseline's over the same minutes, the extra cost of the day, and the most nodes
               disrupted (tainted) at once against the disruption budget at that run
