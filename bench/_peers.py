@@ -35,6 +35,7 @@ with the simulated scheduler, as clusterman's drains do.
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Mapping
 from fractions import Fraction
@@ -159,8 +160,9 @@ def _node_size(view: PoolView) -> list[int]:
     return [0, 0, 0, 0]
 
 
-class Peer:
-    """What both peers share: the pending pods' scale-up, the decision's value, their memory."""
+class Peer(abc.ABC):
+    """What both peers share: the pending pods' scale-up, the decision's value, their memory. Each
+    peer says which nodes it removes (``remove``)."""
 
     name = "peer"
 
@@ -229,8 +231,9 @@ class Peer:
 
     grace_seconds = GRACEFUL_SECONDS
 
+    @abc.abstractmethod
     def remove(self, view: PoolView, pending: list[Need], now: float) -> tuple[list[Node], str]:
-        raise NotImplementedError
+        """The nodes this peer takes away this run, and why, in a few words."""
 
 
 class ClusterAutoscaler(Peer):
