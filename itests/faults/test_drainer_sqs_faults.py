@@ -162,3 +162,49 @@ def test_a_message_that_breaks_the_drainer_costs_only_itself(tmp_path, moto_serv
         identity = str(pool.setup().identity)
     assert router.tally.set_aside == 1 and router.tally.filed == 1, router.tally
     assert router.tally.by_pool == {identity: 1}
+
+
+def test_a_full_state_disk_loses_no_message_and_filing_resumes_once_freed(tmp_path, moto_server):
+    """The drainer's state directory (its lease, the pools' inboxes) on a 4 MB tmpfs of its own,
+    filled while a warning arrives: the warning is neither lost nor set aside, and is filed once the
+    disk is freed."""
+    from itests.faults.drains import on_tmpfs
+    from itests.faults.test_run_disk_full import inside
+
+    world = World(moto_server.url)
+    members = world.asg_members(world.asg(POOL, desired=2))
+    url = sqs(moto_server).create_queue(QueueName=f"{world.cluster}-warnings")["QueueUrl"]
+    state = tmp_path / "state"
+    state.mkdir()
+    with harness(tmp_path, world, "kubernetes") as pool:
+        notices = {"visibility_timeout_seconds": 2}
+        config = pool.configure(cluster_extra={"warning_queue_url": url}, main_extra={"notices": notices})
+        drainer = subprocess.Popen(
+            [*on_tmpfs(state), sys.executable, "-m", "clusterman.batch.drainer", "--env-config-path", config,
+             "--cluster", world.cluster, "--wait-seconds", "1"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **FAKE_CREDENTIALS},
+        )  # fmt: skip
+        try:
+            time.sleep(3)  # the lease taken, the queue read
+            inside(drainer.pid, "dd", "if=/dev/zero", f"of={state}/fill", "bs=64k")
+            sqs(moto_server).send_message(QueueUrl=url, MessageBody=warning(members[0]))
+            time.sleep(25)  # full: the lease is not renewed, nothing is filed
+            assert drainer.poll() is None
+            inside(drainer.pid, "rm", f"{state}/fill")
+            deadline = time.monotonic() + 60
+            while sqs_depth(moto_server, url) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            time.sleep(1)
+        finally:
+            drainer.terminate()
+            _, stderr = drainer.communicate(timeout=60)
+    assert f"spot_interruption for {members[0]} filed" in stderr, stderr[-3000:]
+    assert "set aside" not in stderr and "Traceback" not in stderr, stderr[-3000:]
+    full = stderr[: stderr.index(" filed ")]
+    assert "disk is full" in full or "cannot be read" in full or "cannot file" in full, full[-3000:]
+
+
+def sqs_depth(moto_server, url: str) -> int:
+    attributes = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    got = sqs(moto_server).get_queue_attributes(QueueUrl=url, AttributeNames=attributes)["Attributes"]
+    return sum(int(got[a]) for a in attributes)
