@@ -298,11 +298,7 @@ def serve(router: Router, lease: PoolLease | None, stop: threading.Event, once: 
     return router.tally
 
 
-QUEUES = (
-    ("drain_queue_url", HostQueue.DRAIN),
-    ("termination_queue_url", HostQueue.TERMINATION),
-    ("warning_queue_url", None),
-)
+HOSTS = {"drain_queue_url": HostQueue.DRAIN, "termination_queue_url": HostQueue.TERMINATION}  # else: events
 
 
 def build(main: MainConfig, cluster: str, directory: str, wait_seconds: int) -> tuple[Router, PoolLease]:
@@ -318,13 +314,13 @@ def build(main: MainConfig, cluster: str, directory: str, wait_seconds: int) -> 
                 visibility_seconds=notices.visibility_timeout_seconds,
                 dead_letter_url=notices.dead_letter_queue_url,
             ),
-            hosts,
+            HOSTS.get(key),
         )
-        for key, hosts in QUEUES
+        for key in config.QUEUE_KEYS
         if getattr(config, key)
     ]
     if not feeds:
-        keys = ", ".join(key for key, _ in reversed(QUEUES))
+        keys = ", ".join(reversed(config.QUEUE_KEYS))
         raise UserError(f"clusters.{cluster}: none of {keys} is set: there is no queue of notices to read")
     store = open_state_store(main)
     holder = Holder.this_process(time.time())

@@ -376,7 +376,6 @@ class SimulatedScheduler:
         # pending, not placed (Kubernetes sees the node gone, then deletes its pods: they come back)
         self._taken: dict[str, float] = {}
         self._held: dict[str, float] = {}  # task id -> until when it is not placed
-        self.lost = 0  # tasks on instances taken, all told
         self._no_fit_before: dict[tuple[float, ...], int] = {}
         self._last_view: CloudView | None = None
         self._now = -math.inf
@@ -516,7 +515,6 @@ class SimulatedScheduler:
                 self._pending[task.value.id] = task
                 if held is not None:
                     self._held[task.value.id] = held
-                    self.lost += 1
             node.tasks.clear()
         self._values = [node.value for node in known.values()]
         for pos, node in enumerate(known.values()):

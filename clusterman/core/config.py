@@ -162,10 +162,12 @@ class ClusterConfig:
         "cluster-autoscaler.kubernetes.io/safe-to-evict", doc="a pod annotated with it as false pins its node"
     )
 
+    QUEUE_KEYS: ClassVar = ("drain_queue_url", "termination_queue_url", "warning_queue_url")
+
     @property
     def queues(self) -> tuple[str, ...]:
         """The queues the cluster's drainer reads (none: it runs no drainer)."""
-        return tuple(u for u in (self.drain_queue_url, self.termination_queue_url, self.warning_queue_url) if u)
+        return tuple(url for url in (getattr(self, key) for key in self.QUEUE_KEYS) if url)
 
     IGNORED_KEYS: ClassVar = {
         "cluster_manager": "each pool file's suffix (.kubernetes, .mesos) names its scheduler",
@@ -424,6 +426,13 @@ class MainConfig:
     batches: Batches = field(default_factory=Batches)
     events: EventsConfig = field(default_factory=EventsConfig)
     cluster_config_directory: str = "/nail/srv/configs/clusterman-clusters"
+
+    def runs_drainer(self, cluster: str) -> bool:
+        """Whether the cluster has a queue of notices: its trees run a drainer, and its pools' runs
+        read the inbox the drainer fills."""
+        config = self.clusters.get(cluster)
+        return config is not None and bool(config.queues)
+
     state_directory: str = "/var/lib/clusterman"
     state: StateConfig = field(default_factory=StateConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)

@@ -188,3 +188,12 @@ class Sources:
     def close(self) -> None:
         for source in self.sources:
             source.close()
+
+
+def combined(*sources: NoticeSource | None) -> NoticeSource | None:
+    """The sources that are there, read as one (``Sources`` only when there are several); None
+    when none is."""
+    present = [source for source in sources if source is not None]
+    if len(present) > 1:
+        return Sources(*present)
+    return present[0] if present else None

@@ -60,9 +60,7 @@ def large_share(view: PoolView, resource: str, slot: Need | None) -> Fraction:
     half = slot[d] / (2 * MICRO)
     total = large = 0.0
     for node in view.ready[:SAMPLE]:
-        for t in node.tasks:
-            if t.daemon or t.revocable:
-                continue
+        for t in node.workload():
             v = t.requests[resource]
             total += v
             if v > half:

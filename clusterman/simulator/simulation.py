@@ -38,8 +38,7 @@ from clusterman.core.accounting import pending_demand
 from clusterman.core.config import MetricType
 from clusterman.core.config import PoolIdentity
 from clusterman.core.model import PoolSnapshot
-from clusterman.core.notices import NoticeSource
-from clusterman.core.notices import Sources
+from clusterman.core.notices import combined
 from clusterman.core.resources import Resources
 from clusterman.datastore.datafile import MetricsData
 from clusterman.datastore.pool_metrics import collect
@@ -184,9 +183,7 @@ def wire(scenario: Scenario, clock: SimClock, decider: Decider = decide) -> Wiri
         budget = float(setup.policy.consolidation.max_disrupted_share)
         migration = MigrationSource(identity, pool.node_migration, KeptInMemory(), recorder, budget_share=budget)
     interruptions = interruptions_for(scenario, groups, connector)
-    notices: NoticeSource | None = migration
-    if interruptions is not None:
-        notices = Sources(interruptions, migration) if migration is not None else interruptions
+    notices = combined(interruptions, migration)
     cycle = Cycle(
         connector=connector,
         cloud=cloud,

@@ -102,8 +102,7 @@ def plan_tree(
             raise ConfigError(source, key, f"app {spec.app!r} already has a signal ({seen_apps[spec.app]})")
         seen_apps[spec.app] = key
         processes.append(_checked(spec, source, key))
-    cluster = main.clusters.get(identity.cluster)
-    drainer = cluster is not None and bool(cluster.queues)
+    drainer = main.runs_drainer(identity.cluster)
     return TreePlan(identity, tuple(processes), main.aws.signals_bucket, args, drainer)
 
 

@@ -22,7 +22,7 @@ from clusterman.cluster.node_migrations import NodeMigrations
 from clusterman.core.config import Scheduler
 from clusterman.core.model import PoolSnapshot
 from clusterman.core.notices import NoticeSource
-from clusterman.core.notices import Sources
+from clusterman.core.notices import combined
 from clusterman.datastore.pool_metrics import collect
 from clusterman.datastore.store import MetricsStore
 from clusterman.datastore.store import RetentionPass
@@ -227,8 +227,5 @@ def notices_for(setup: PoolSetup, state_store: StateStore, migration: NoticeSour
     """Where the pool's run learns which nodes must go: its inbox, when its cluster has a queue the
     drainer reads (it files the cloud's notices and the hosts put on Clusterman's queues there), and
     its node migration; None when neither."""
-    cluster = setup.main.clusters.get(setup.identity.cluster)
-    inbox = InboxSource(Inbox(state_store, setup.identity)) if cluster is not None and cluster.queues else None
-    if inbox is not None and migration is not None:
-        return Sources(inbox, migration)
-    return inbox or migration
+    inbox = InboxSource(Inbox(state_store, setup.identity)) if setup.main.runs_drainer(setup.identity.cluster) else None
+    return combined(inbox, migration)
