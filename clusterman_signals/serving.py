@@ -51,11 +51,7 @@ def load_signal_class(namespace: str, name: str) -> type[BaseSignal]:
         raise SignalFailure(f"cannot import namespace {module_name}: {type(e).__name__}: {e}") from e
     cls = getattr(module, name, None)
     if cls is None:
-        signals = sorted(
-            n
-            for n, v in vars(module).items()
-            if isinstance(v, type) and issubclass(v, BaseSignal) and v is not BaseSignal
-        )
+        signals = sorted(n for n, v in vars(module).items() if _a_signal(v))
         raise SignalFailure(f"{module_name} has no signal named {name} (signals there: {', '.join(signals) or 'none'})")
     if not (isinstance(cls, type) and issubclass(cls, BaseSignal)):
         raise SignalFailure(f"clusterman_signals.{namespace}.{name} is not a BaseSignal subclass")

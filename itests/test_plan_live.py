@@ -51,3 +51,30 @@ def test_plan_reads_the_live_pool_and_its_snapshot_replays_the_same_decision(tmp
     neither = clusterman(config)
     for done in (both, neither):
         assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_the_snapshot_holds_the_pool_file_the_plan_read(tmp_path, moto_server):
+    """With ``--cluster-config-directory`` the plan reads the pool file there, and the snapshot's
+    ``config`` is that file's, not the main file's directory's."""
+    import shutil
+
+    import yaml
+
+    world = World(moto_server.url)
+    world.asg(POOL, desired=1)
+    config = write_config(tmp_path, world.cluster, moto_server.url, tasks=6)
+    other = tmp_path / "other-pools"
+    shutil.copytree(tmp_path / "pools", other)
+    (pool_file,) = other.rglob(f"{POOL}.simulated")
+    raw = yaml.safe_load(pool_file.read_text())
+    raw["scaling_limits"]["max_capacity"] = 7
+    pool_file.write_text(yaml.safe_dump(raw))
+    snapshot = tmp_path / "bug-report.json"
+    pool = ["--cluster", world.cluster, "--pool", POOL, "--scheduler", "simulated"]
+    live = subprocess.run(
+        [sys.executable, "-m", "clusterman", "--env-config-path", config, "--cluster-config-directory", str(other),
+         "plan", *pool, "--write-snapshot", str(snapshot)],
+        capture_output=True, text=True, timeout=120, check=False, env={**os.environ, **FAKE_CREDENTIALS},
+    )  # fmt: skip
+    assert live.returncode == 0, live.stderr
+    assert json.loads(snapshot.read_text())["config"]["scaling_limits"]["max_capacity"] == 7

@@ -85,12 +85,13 @@ def plan_document_file(path: Path) -> Decision:
 def plan_live(args: argparse.Namespace) -> Decision:
     """The pool's next run, as a dry run in this process: its decision (and, with
     ``--write-snapshot``, its inputs written as a plan document)."""
-    from clusterman.batch.arguments import resolve_pool
+    from clusterman.batch.arguments import resolve_identity
     from clusterman.simulator.quiet_recorder import QuietRecorder
     from clusterman.wiring.build import build_cycle
     from clusterman.wiring.build import demand_for
 
-    setup = resolve_pool(args)
+    target = resolve_identity(args)
+    setup = target.setup()
     seen: dict[str, Any] = {}
 
     def recorded(*inputs: Any, **more: Any) -> Decision:
@@ -111,7 +112,7 @@ def plan_live(args: argparse.Namespace) -> Decision:
         raise NoPlan(f"{setup.identity}: no decision: the run ended {report.outcome.value}: {report.message}")
     if args.write_snapshot is not None:
         snapshot, requests, _, state, now, holds, unseen = seen["inputs"][:7]
-        config = pool_config(setup, args.env_config_path)
+        config = pool_config(setup, target.pool_file, args.env_config_path)
         document = plan_document(config, snapshot, requests, state, now, holds, unseen)
         try:
             args.write_snapshot.write_text(json.dumps(document, indent=1) + "\n")
@@ -147,14 +148,14 @@ def in_process_demand(setup: PoolSetup, timeout: float) -> DemandSource | None:
     return SignalDemand(evaluator, store, setup.policy)
 
 
-def pool_config(setup: PoolSetup, main_path: str) -> Mapping[str, Any]:
-    """The document's ``config``: the pool file's blocks as written, the main file's defaults, and
-    what else makes the policy the pool's (its draining, its scheduler)."""
-    from clusterman.config.loader import pool_config_path
+def pool_config(setup: PoolSetup, pool_file: Path, main_path: str) -> Mapping[str, Any]:
+    """The document's ``config``: the pool file's blocks as written (``pool_file``: the one the
+    setup was read from), the main file's defaults, and what else makes the policy the pool's (its
+    draining, its scheduler)."""
     from clusterman.config.loader import read_pool_file
     from clusterman.config.loader import read_yaml
 
-    raw = read_pool_file(pool_config_path(setup.main.cluster_config_directory, setup.identity))
+    raw = read_pool_file(pool_file)
     main = read_yaml(main_path)
     draining = setup.pool.draining
     return {

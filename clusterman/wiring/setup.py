@@ -11,7 +11,6 @@ from clusterman.core.config import MainConfig
 from clusterman.core.config import PoolConfig
 from clusterman.core.config import PoolIdentity
 from clusterman.decision.policy import ScalingPolicy
-from clusterman.decision.policy import consolidates
 from clusterman.decision.policy import pool_policy
 
 
@@ -27,10 +26,6 @@ class PoolSetup:
             self.pool.scaling_limits, self.pool.autoscaling, self.main.autoscaling, self.pool.draining_enabled,
             self.pool.draining, self.identity.scheduler, f"{self.identity} config",
         )  # fmt: skip
-
-    @property
-    def consolidates(self) -> bool:
-        return consolidates(self.pool.draining_enabled, self.identity.scheduler)
 
     @property
     def period_seconds(self) -> float:
