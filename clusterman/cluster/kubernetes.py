@@ -672,7 +672,7 @@ class KubernetesConnector(ClusterConnector):
                 selectors={"label_selector": self.pool.node_selector}, **self._call_settings(),
             )  # fmt: skip
             readers = self.readers
-            reader = readers.get(self.reader_key, self._pod_reader) if readers is not None else self._pod_reader()
+            reader = readers.get(self.reader_key, self._pod_reader) if readers is not None else self._pod_reader(client)
             self._cache = kubernetes_cache.PoolCache(
                 self.pool, nodes, reader, stale_after_seconds=self.stale_after_seconds
             )
@@ -690,20 +690,22 @@ class KubernetesConnector(ClusterConnector):
             "watch_seconds": self.watch_seconds,
         }
 
-    def _pod_reader(self) -> PodReader:
-        """A reader of the cluster's pods, with a client of its own (it may outlive this connector)."""
+    def _pod_reader(self, client: kubernetes.client.ApiClient | None = None) -> PodReader:
+        """A reader of the cluster's pods. Shared (no ``client``), it has a client of its own: it may
+        outlive this connector; this connector's own reader uses its client."""
         import kubernetes.client
 
         from clusterman.cluster import kubernetes_cache
         from clusterman.cluster import kubernetes_objects as structs
 
-        client = api_client(self.kubeconfig_path)
+        owned = client is None
+        client = client or api_client(self.kubeconfig_path)
         pods = kubernetes_cache.KubernetesSource(
             kubernetes.client.CoreV1Api(client).list_pod_for_all_namespaces, structs.Pod, "pods",
             client.configuration.host, selectors={"field_selector": "status.phase!=Succeeded,status.phase!=Failed"},
             **self._call_settings(),
         )  # fmt: skip
-        return kubernetes_cache.PodReader(pods, on_stop=client.close)
+        return kubernetes_cache.PodReader(pods, on_stop=client.close if owned else lambda: None)
 
     def close(self) -> None:
         if self._cache is not None:
