@@ -130,6 +130,9 @@ class TestDrainsGivenUp:
         assert d.untaint == ("n3",) and "n3" not in d.terminate
         assert d.drains.given_up == {"n3": "not drained within draining_time_threshold_seconds 1800s (2 pods left)"}
         assert d.state.drains.given_up == (("n3", NOW),)
+        # it stays: its weight, taken out of the target when it was tainted, is counted again (a
+        # group's target below its instances would have the cloud end one of them)
+        assert d.target_capacity == 4 and d.group_targets == {"g1": 4}
         # returned to the pool, it is not chosen again while it rests (the pool has one node too many)
         back = replace(snap, nodes=tuple(replace(n, state=READY, tainted_at=NO_TIME) for n in snap.nodes))
         again = run(back, state=d.state, now=NOW + 60, cpus=2.1)

@@ -194,6 +194,7 @@ def decide(
         frozenset(leave.leaving), state.drains.resting(now, policy.draining),
     )  # fmt: skip
     drains = _drains(leave, view, actions, keeping, state, policy, now)
+    chosen_untaint = frozenset(actions.untaint)
     actions = _with_drains(actions, drains, view)
     if actions.kept:
         first = actions.kept[0]
@@ -208,6 +209,10 @@ def decide(
     memory = _remember(snapshot, joined, state.memory, actions.terminate)
     after = AutoscalerState(lock, breaker, memory, disruption, drains.state)
     group_targets = _replaced(view, group_targets, drains, notes)
+    # a scale-down's drain given up: its node was taken out of the target when it was tainted (a
+    # notice's node never was: only its replacement goes)
+    back = [n for n in drains.untaint if n not in chosen_untaint and n not in leave.leaving]
+    group_targets = _given_back(view, group_targets, back)
     # The arrow is the target's change, as the action, the target shown and the event: the rule
     # sized the ready capacity, so when that differs from the target both are named.
     head = f"{reason} → {signed(achieved - T)}" + (f" from target {show(T)} (ready {show(W)})" if W != T else "")
@@ -265,6 +270,23 @@ def _replaced(
             notes.append(f"group {group_id} at its max_capacity: {show(wanted - targets[group_id])} not replaced")
     notes.extend(drains.notes)
     notes.append(described(drains.replacement, {e.node_id: e for e in drains.state.leaving}))
+    return targets
+
+
+def _given_back(view: PoolView, targets: dict[str, Fraction], back: list[str]) -> dict[str, Fraction]:
+    """The groups' targets with the nodes whose drain was given up counted again: the node stays,
+    and a group's target below its instances would have the cloud end one of them (each group
+    within its own maximum)."""
+    if not back:
+        return targets
+    targets = dict(targets)
+    for node in view.tainted:
+        group = view.groups.get(node.group_id)
+        if node.id not in back or group is None or group.stale or node.group_id not in targets:
+            continue
+        wanted = targets[node.group_id] + exact(node.weight)
+        limit = exact(group.max_capacity) if group.max_capacity != float("inf") else wanted
+        targets[node.group_id] = min(wanted, limit)
     return targets
 
 

@@ -21,7 +21,7 @@ from itests.faults.autoscaler_procs import acted
 
 def test_a_drain_a_budget_refuses_for_good_is_given_up(tmp_path, moto_server):
     offset = tmp_path / "clock-offset"
-    with drains.four_nodes(tmp_path, moto_server) as (world, asg, members, pool):
+    with drains.four_nodes(tmp_path, moto_server) as (world, _, members, pool):
         config, nodes, pods = drains.to_remove(pool, members)
         pool.kube.budget_refuses.update(f"default/{pod}" for pod in pods)
         with drains.running(config, world.cluster, env=faked_clock(offset)) as autoscaler:
@@ -41,7 +41,9 @@ def test_a_drain_a_budget_refuses_for_good_is_given_up(tmp_path, moto_server):
     why = "not drained within draining_time_threshold_seconds 1800s (2 pods left)"
     assert f"{nodes[2]} scaling_down: drain given up, {why}: back in the pool" in given_up, given_up
     assert drains.untainted(pool, nodes[2]), lines
-    assert world.ec2_state(members[2]) == "running" and world.desired(asg) == 4, lines  # back, and kept
+    assert "target 3 -> 4" in given_up, given_up  # counted again in the same run: the group ends none
+    # back, and kept (after its rest, consolidation may choose a node again: the target then moves)
+    assert world.ec2_state(members[2]) == "running", lines
     # a step every 15 s at first, then an eighth of the drain's age: before, one a run (254 in all)
     assert len(after_31) <= 2 * 8, after_31
     assert len(drains.evictions(pool)) <= 2 * 12, drains.evictions(pool)
